@@ -1,0 +1,40 @@
+"""interplab: click to patch, ablate and steer inside language models, from a Jupyter notebook."""
+
+from .edits import (
+    Edit,
+    clamp,
+    edits_from_json,
+    edits_to_json,
+    mean_ablate,
+    patch,
+    project,
+    scale,
+    set_value,
+    steer,
+    zero,
+)
+from .errors import (
+    EmptyPromptError,
+    InterplabError,
+    LengthMismatchError,
+    LoadError,
+    MultiTokenAnswerError,
+    OutOfRangeError,
+    UnknownSiteError,
+    UnsupportedSiteError,
+    VectorError,
+)
+from .lab import Lab, Run
+from .metrics import logit_diff, logprob, prob
+from .sites import SITE_NAMES
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Lab", "Run", "Edit", "SITE_NAMES",
+    "patch", "zero", "mean_ablate", "scale", "steer", "project", "clamp", "set_value",
+    "edits_to_json", "edits_from_json",
+    "logit_diff", "prob", "logprob",
+    "InterplabError", "UnknownSiteError", "UnsupportedSiteError", "OutOfRangeError", "LengthMismatchError",
+    "MultiTokenAnswerError", "VectorError", "EmptyPromptError", "LoadError",
+]

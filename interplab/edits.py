@@ -1,0 +1,369 @@
+"""What: small serialisable edit specs, and how each one transforms an activation tensor.
+
+An edit names a site, which layers / positions / heads / batch rows it touches, and an operation:
+
+    patch    copy the activation of another run (or a given tensor)
+    zero     set to 0
+    mean     set to the mean activation of reference runs
+    scale    h * factor
+    steer    h + alpha * v
+    project  (I - P) h + coeff * P h, P the projection onto a direction (coeff=0 ablates it)
+    clamp    clamp the coefficient of h along a direction into [lo, hi]
+    set      set to a given vector or tensor
+
+Selections: an int, a list, a slice, or None (= all). Positions count within each prompt's own tokens, so -1 is the
+last real token of every row even when prompts of different lengths are padded into one batch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import torch
+
+from .errors import InterplabError, OutOfRangeError, UnsupportedSiteError, VectorError
+
+OPS = ("patch", "zero", "mean", "scale", "steer", "project", "clamp", "set")
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """A run named by what produced it (prompts + edits), so a patch can be serialised and re-run."""
+
+    prompts: tuple[str, ...]
+    edits: tuple = ()
+
+
+@dataclass
+class Edit:
+    op: str
+    site: str
+    layer: Any = None
+    pos: Any = None
+    head: Any = None
+    batch: Any = None
+    factor: float | None = None
+    alpha: float = 1.0
+    coeff: float = 0.0
+    lo: float | None = None
+    hi: float | None = None
+    vector: torch.Tensor | None = None
+    source: Any = None  # Run or SourceRef (patch)
+    reference: Any = None  # Run, list of Runs, or SourceRef (mean)
+    label: str | None = None
+    enabled: bool = True
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.op not in OPS:
+            raise InterplabError(f"unknown edit op {self.op!r}: allowed {', '.join(OPS)}.")
+        if self.vector is not None:
+            self.vector = _as_tensor(self.vector, what=f"{self.op} vector")
+
+    # ---- description ---------------------------------------------------------------------------------
+    def describe(self) -> str:
+        """A short human label: 'patch resid_pre L3 pos 5', used in logs and widget lists."""
+        if self.label:
+            return self.label
+        parts = [self.op, self.site]
+        if self.layer is not None:
+            parts.append(f"L{_sel_str(self.layer)}")
+        if self.head is not None:
+            parts.append(f"H{_sel_str(self.head)}")
+        if self.pos is not None:
+            parts.append(f"pos {_sel_str(self.pos)}")
+        if self.op == "scale":
+            parts.append(f"x{self.factor:g}")
+        if self.op == "steer":
+            parts.append(f"alpha {self.alpha:g}")
+        if self.op == "project":
+            parts.append(f"coeff {self.coeff:g}")
+        return " ".join(parts)
+
+    def with_(self, **changes) -> Edit:
+        return replace(self, **changes)
+
+    # ---- JSON ---------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is None or (f.name == "enabled" and v) or (f.name == "meta" and not v):
+                continue
+            if f.name in ("alpha",) and v == 1.0 and self.op != "steer":
+                continue
+            if f.name in ("coeff",) and v == 0.0 and self.op != "project":
+                continue
+            out[f.name] = _encode(v)
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Edit:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise InterplabError(f"unknown edit fields {sorted(unknown)}: allowed {sorted(known)}.")
+        return cls(**{k: _decode(v) for k, v in d.items()})
+
+    @classmethod
+    def from_json(cls, s: str) -> Edit:
+        return cls.from_dict(json.loads(s))
+
+
+def edits_to_json(edits: list[Edit]) -> str:
+    return json.dumps([e.to_dict() for e in edits])
+
+
+def edits_from_json(s: str) -> list[Edit]:
+    return [Edit.from_dict(d) for d in json.loads(s)]
+
+
+# ---- constructors (the public vocabulary) -----------------------------------------------------------------
+
+def patch(site, layer=None, pos=None, head=None, source=None, batch=None, **kw) -> Edit:
+    """Copy the activation of `source` (a Run, or a tensor shaped like the site) into this run."""
+    if source is None:
+        raise InterplabError("patch needs source=: a Run (e.g. lab.run(clean)) or a tensor shaped like the site.")
+    if isinstance(source, torch.Tensor):
+        return Edit("patch", site, layer, pos, head, batch, vector=source, **kw)
+    return Edit("patch", site, layer, pos, head, batch, source=source, **kw)
+
+
+def zero(site, layer=None, pos=None, head=None, batch=None, **kw) -> Edit:
+    return Edit("zero", site, layer, pos, head, batch, **kw)
+
+
+def mean_ablate(site, layer=None, pos=None, head=None, reference=None, batch=None, **kw) -> Edit:
+    """Replace with the mean activation over the rows (and, if lengths differ, tokens) of reference runs."""
+    if reference is None:
+        raise InterplabError("mean_ablate needs reference=: a Run or list of Runs over a reference dataset.")
+    return Edit("mean", site, layer, pos, head, batch, reference=reference, **kw)
+
+
+def scale(site, layer=None, factor=1.0, pos=None, head=None, batch=None, **kw) -> Edit:
+    return Edit("scale", site, layer, pos, head, batch, factor=float(factor), **kw)
+
+
+def steer(site, layer=None, vector=None, alpha=1.0, pos=None, head=None, batch=None, **kw) -> Edit:
+    if vector is None:
+        raise VectorError("steer needs vector=: a tensor of the site's width (d_model for the residual stream).")
+    return Edit("steer", site, layer, pos, head, batch, alpha=float(alpha), vector=vector, **kw)
+
+
+def project(site, layer=None, direction=None, coeff=0.0, pos=None, head=None, batch=None, **kw) -> Edit:
+    if direction is None:
+        raise VectorError("project needs direction=: a tensor of the site's width.")
+    return Edit("project", site, layer, pos, head, batch, coeff=float(coeff), vector=direction, **kw)
+
+
+def clamp(site, layer=None, direction=None, lo=None, hi=None, pos=None, head=None, batch=None, **kw) -> Edit:
+    if direction is None:
+        raise VectorError("clamp needs direction=: a tensor of the site's width.")
+    if lo is None and hi is None:
+        raise InterplabError("clamp needs lo= and/or hi=: the range for the coefficient along the direction.")
+    return Edit("clamp", site, layer, pos, head, batch, lo=lo, hi=hi, vector=direction, **kw)
+
+
+def set_value(site, layer=None, value=None, pos=None, head=None, batch=None, **kw) -> Edit:
+    if value is None:
+        raise InterplabError("set needs value=: a tensor broadcastable to the selected activation.")
+    return Edit("set", site, layer, pos, head, batch, vector=value, **kw)
+
+
+# ---- application ----------------------------------------------------------------------------------------
+
+@dataclass
+class ApplyContext:
+    """What an edit needs to know about the tensor it edits."""
+
+    lengths: list[int]  # real tokens per row (the rest is padding)
+    n_heads: int | None = None
+    offset: int = 0  # absolute position of column 0 (non-zero on decode steps)
+    source: torch.Tensor | None = None  # resolved patch / mean value for this site and layer
+
+
+def apply_edit(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
+    """Return h with `edit` applied where its selection holds. h is [batch, pos, width]; never modified in place."""
+    b, t = h.shape[0], h.shape[1]
+    heads = edit.head is not None
+    if heads:
+        if ctx.n_heads is None:
+            raise UnsupportedSiteError(
+                f"head={edit.head!r} given for site {edit.site!r}, which has no heads: heads exist on 'z' only."
+            )
+        x = h.view(b, t, ctx.n_heads, h.shape[-1] // ctx.n_heads)
+    else:
+        x = h
+    new = _transform(edit, x, ctx)
+    mask = selection_mask(edit, b, t, ctx).to(h.device)  # [b, t]
+    if heads:
+        hm = torch.zeros(ctx.n_heads, dtype=torch.bool, device=h.device)
+        hm[_as_list(edit.head, ctx.n_heads)] = True
+        mask = mask[:, :, None] & hm  # [b, t, H]
+    out = torch.where(mask[..., None], new, x)
+    return out.reshape(h.shape)
+
+
+def selection_mask(edit: Edit, b: int, t: int, ctx: ApplyContext) -> torch.Tensor:
+    rows = torch.zeros(b, dtype=torch.bool)
+    rows[_as_list(edit.batch, b)] = True
+    cols = torch.zeros(b, t, dtype=torch.bool)
+    for r in range(b):
+        if not rows[r]:
+            continue
+        n = ctx.lengths[r] if r < len(ctx.lengths) else t + ctx.offset
+        for p in _positions(edit.pos, n):
+            c = p - ctx.offset
+            if 0 <= c < t:
+                cols[r, c] = True
+    return cols
+
+
+def _positions(pos, n: int) -> list[int]:
+    """Absolute positions selected in a row of n tokens."""
+    if pos is None:
+        return list(range(n))
+    if isinstance(pos, slice):
+        return list(range(n))[pos]
+    items = pos if isinstance(pos, (list, tuple, range)) else [pos]
+    out = []
+    for p in items:
+        p = int(p)
+        if not -n <= p < n:
+            raise OutOfRangeError(f"position {p} out of range: this prompt has {n} tokens (0..{n - 1}, or -{n}..-1).")
+        out.append(p % n)
+    return out
+
+
+def _transform(edit: Edit, x: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
+    op = edit.op
+    if op == "zero":
+        return torch.zeros_like(x)
+    if op == "scale":
+        return x * edit.factor
+    if op in ("patch", "mean"):
+        src = ctx.source if ctx.source is not None else edit.vector
+        if src is None:
+            raise InterplabError(f"{op} edit on {edit.site!r} has no source value: it was not resolved by the Lab.")
+        src = src.to(device=x.device, dtype=x.dtype)
+        src = src.view(*src.shape[:-1], *x.shape[2:]) if src.shape[-1] != x.shape[-1] else src
+        return _broadcast_source(src, x, edit)
+    v = _fit_vector(edit, x)
+    if op == "set":
+        return torch.zeros_like(x) + v
+    if op == "steer":
+        return x + edit.alpha * v
+    u = v / v.norm(dim=-1, keepdim=True)
+    coef = (x * u).sum(-1, keepdim=True)
+    if op == "project":
+        return x - coef * u + edit.coeff * coef * u
+    if op == "clamp":
+        return x + (coef.clamp(edit.lo, edit.hi) - coef) * u
+    raise AssertionError(op)
+
+
+def _broadcast_source(src: torch.Tensor, x: torch.Tensor, edit: Edit) -> torch.Tensor:
+    """Align a cached source activation with x: equal shape, or batch 1 / no batch broadcast over rows."""
+    if src.dim() == x.dim() - 1:
+        src = src.unsqueeze(0)
+    if src.shape[1:] != x.shape[1:] and src.dim() == x.dim():
+        if src.shape[1] != x.shape[1]:
+            raise OutOfRangeError(
+                f"{edit.op} on {edit.site!r}: the source has {src.shape[1]} positions but this run has "
+                f"{x.shape[1]}. Position-wise patching needs prompts of equal token length."
+            )
+        raise VectorError(f"{edit.op} source shape {tuple(src.shape)} does not fit the site's {tuple(x.shape)}.")
+    if src.shape[0] not in (1, x.shape[0]):
+        raise OutOfRangeError(
+            f"{edit.op} on {edit.site!r}: the source has {src.shape[0]} rows but this run has {x.shape[0]}; "
+            f"use a source of 1 row (broadcast) or of the same batch."
+        )
+    return src.expand_as(x)
+
+
+def _fit_vector(edit: Edit, x: torch.Tensor) -> torch.Tensor:
+    v = edit.vector
+    if v is None:
+        raise VectorError(f"{edit.op} on {edit.site!r} needs a vector.")
+    width = x.shape[-1]
+    if v.shape[-1] != width:
+        what = "d_head" if edit.head is not None else "the site's width"
+        raise VectorError(
+            f"{edit.op} vector has size {v.shape[-1]} but {what} at {edit.site!r} is {width}. "
+            f"Build it from this model's activations (e.g. ilab.vectors.diff_of_means) or reshape it to {width}."
+        )
+    return v.to(device=x.device, dtype=x.dtype)  # device and dtype are cast silently, size never
+
+
+def _as_tensor(v, what: str) -> torch.Tensor:
+    if not isinstance(v, torch.Tensor):
+        try:
+            v = torch.as_tensor(v, dtype=torch.float32)
+        except (TypeError, ValueError) as e:
+            raise VectorError(f"{what} must be a tensor or a list of numbers: {e}") from None
+    if v.is_floating_point() and not torch.isfinite(v).all():
+        bad = (~torch.isfinite(v)).sum().item()
+        raise VectorError(f"{what} holds {bad} NaN/Inf values: fix the vector (normalising a zero vector gives NaN).")
+    return v.detach()
+
+
+def _as_list(sel, n: int) -> list[int]:
+    if sel is None:
+        return list(range(n))
+    if isinstance(sel, slice):
+        return list(range(n))[sel]
+    items = sel if isinstance(sel, (list, tuple, range)) else [sel]
+    out = []
+    for i in items:
+        i = int(i)
+        if not -n <= i < n:
+            raise OutOfRangeError(f"index {i} out of range: allowed 0..{n - 1}.")
+        out.append(i % n)
+    return out
+
+
+def _sel_str(sel) -> str:
+    if isinstance(sel, slice):
+        return f"{'' if sel.start is None else sel.start}:{'' if sel.stop is None else sel.stop}"
+    if isinstance(sel, (list, tuple)):
+        return ",".join(str(s) for s in sel)
+    return str(sel)
+
+
+def _encode(v):
+    if isinstance(v, torch.Tensor):
+        return {"__tensor__": v.detach().cpu().float().tolist(), "dtype": str(v.dtype).replace("torch.", "")}
+    if isinstance(v, slice):
+        return {"__slice__": [v.start, v.stop, v.step]}
+    if isinstance(v, float) and not math.isfinite(v):
+        return {"__float__": str(v)}
+    if isinstance(v, SourceRef):
+        return {"__source__": list(v.prompts), "edits": list(v.edits)}
+    if hasattr(v, "source_ref"):  # a Run: serialised as what produced it
+        return _encode(v.source_ref())
+    if isinstance(v, (list, tuple)) and v and hasattr(v[0], "source_ref"):
+        return [_encode(r) for r in v]
+    if isinstance(v, range):
+        return list(v)
+    return v
+
+
+def _decode(v):
+    if isinstance(v, dict):
+        if "__tensor__" in v:
+            return torch.tensor(v["__tensor__"], dtype=getattr(torch, v.get("dtype", "float32")))
+        if "__slice__" in v:
+            return slice(*v["__slice__"])
+        if "__float__" in v:
+            return float(v["__float__"])
+        if "__source__" in v:
+            return SourceRef(tuple(v["__source__"]), tuple(v.get("edits", ())))
+    if isinstance(v, list) and v and isinstance(v[0], dict) and "__source__" in v[0]:
+        return [_decode(x) for x in v]
+    return v

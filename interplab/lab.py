@@ -1,0 +1,425 @@
+"""Who: the Lab a notebook holds - model, tokenizer, runs, a memo, and a log of every intervention.
+
+    lab = ilab.Lab.load("ioi-tiny")
+    run = lab.run("When Mary and John went to the store, John gave a drink to", cache=["resid_post"])
+    run.cache["resid_post", 3]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from . import engine
+from .edits import ApplyContext, Edit, SourceRef, edits_to_json
+from .errors import (
+    EmptyPromptError,
+    InterplabError,
+    LengthMismatchError,
+    LoadError,
+    MultiTokenAnswerError,
+    OutOfRangeError,
+    UnknownSiteError,
+    format_tokens,
+)
+from .sites import LAYERED, SITE_NAMES, SiteMap
+
+
+class Cache(dict):
+    """Cached activations keyed by (site, layer), or by site name for layerless sites and raw paths."""
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple) and len(key) == 2 and key[1] is None:
+            key = key[0]
+        try:
+            return super().__getitem__(key)
+        except KeyError:
+            have = ", ".join(map(repr, self.keys())) or "nothing"
+            raise KeyError(
+                f"{key!r} is not in this run's cache (it holds {have}). Ask for it: lab.run(..., cache=[...])."
+            ) from None
+
+
+@dataclass
+class Run:
+    """The result of one forward: logits and cached activations on the CPU, plus what produced them."""
+
+    prompts: list[str]
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    lengths: list[int]
+    logits: torch.Tensor  # [batch, pos, vocab]
+    cache: Cache
+    edits: list[Edit] = field(default_factory=list)
+    str_tokens: list[list[str]] = field(default_factory=list)
+
+    @property
+    def last_logits(self) -> torch.Tensor:
+        """[batch, vocab]: logits at each row's last real token (padding skipped)."""
+        idx = torch.tensor(self.lengths) - 1
+        return self.logits[torch.arange(len(self.lengths)), idx]
+
+    def source_ref(self) -> SourceRef:
+        return SourceRef(tuple(self.prompts), tuple(e.to_dict() for e in self.edits))
+
+    def __repr__(self) -> str:
+        return (f"Run({len(self.prompts)} prompt(s), {max(self.lengths)} tokens, edits={len(self.edits)}, "
+                f"cache={list(self.cache.keys())})")
+
+
+class InterventionLog:
+    """Every run with edits, in order; to_code() writes Python that reproduces the session."""
+
+    def __init__(self, lab: Lab):
+        self._lab = lab
+        self.entries: list[dict] = []
+
+    def record(self, prompts: list[str], edits: list[Edit], cache: list) -> None:
+        self.entries.append({"prompts": list(prompts), "edits": edits_to_json(edits), "cache": list(cache)})
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def to_code(self) -> str:
+        lab = self._lab
+        lines = [
+            "# Reproduces this interplab session.",
+            "import torch",
+            "import interplab as ilab",
+            "",
+            f"torch.manual_seed({lab.seed})",
+            f"lab = ilab.Lab.load({lab.model_id!r}, dtype={lab.dtype_name!r}, device={lab.device_name!r})",
+        ]
+        for i, e in enumerate(self.entries, 1):
+            lines.append(f"run_{i} = lab.run({e['prompts']!r}, edits=ilab.edits_from_json({e['edits']!r}))")
+        return "\n".join(lines) + "\n"
+
+
+class Lab:
+    """Drives one model and tokenizer. Build it with Lab.load(name) or Lab(model, tokenizer)."""
+
+    def __init__(self, model: nn.Module, tokenizer, *, model_id: str | None = None, device=None, dtype=None,
+                 seed: int = 0, memo_size: int = 64):
+        if device is not None or dtype is not None:
+            model = model.to(device=device, dtype=_dtype(dtype))
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        if getattr(tokenizer, "pad_token_id", None) is None and getattr(tokenizer, "eos_token", None) is not None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.model_id = model_id or getattr(getattr(model, "config", None), "_name_or_path", None) or "<in-memory>"
+        self.seed = seed
+        self.sites = SiteMap(model)
+        self.log = InterventionLog(self)
+        self._memo: OrderedDict = OrderedDict()
+        self._memo_size = memo_size
+
+    # ---- loading --------------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, name: str = "ioi-tiny", *, device=None, dtype=None, trust_remote_code: bool = False,
+             allow_pickle: bool = False, attn_implementation: str = "eager", **kw) -> Lab:
+        """Load an embedded model ('ioi-tiny'), a Hugging Face hub id ('gpt2') or a local directory.
+
+        Only safetensors weights are loaded unless allow_pickle=True; remote code only with trust_remote_code=True.
+        Eager attention is the default so that attention patterns can be read.
+        """
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = _embedded_path(name) or name
+        if os.path.isdir(path):
+            has_safe = any(Path(path).glob("*.safetensors"))
+            has_pickle = any(Path(path).glob("*.bin")) or any(Path(path).glob("*.pt"))
+            if not has_safe and has_pickle and not allow_pickle:
+                raise LoadError(
+                    f"{path} holds only pickle weights (*.bin/*.pt), which can run code when loaded. Convert them "
+                    f"to safetensors, or pass allow_pickle=True if you trust the files."
+                )
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=_dtype(dtype) or torch.float32, use_safetensors=None if allow_pickle else True,
+                trust_remote_code=trust_remote_code, attn_implementation=attn_implementation)
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        except OSError as e:
+            offline = os.environ.get("HF_HUB_OFFLINE") == "1" or "offline" in str(e).lower()
+            hint = ("you seem to be offline: hub models need a download once (then they are cached); use "
+                    "Lab.load('ioi-tiny') for the embedded model, or a local directory.") if offline else (
+                    "check the name (e.g. 'gpt2', 'EleutherAI/pythia-70m') or the directory path.")
+            raise LoadError(f"could not load {name!r}: {e}\nHow to fix: {hint}") from e
+        except ValueError as e:
+            if "trust_remote_code" in str(e):
+                raise LoadError(
+                    f"{name!r} needs custom code from its repository. Read it first; then pass "
+                    f"trust_remote_code=True if you trust it."
+                ) from e
+            raise
+        if device is not None:
+            model = model.to(device)
+        return cls(model, tokenizer, model_id=name, **kw)
+
+    # ---- model facts ----------------------------------------------------------------------------------
+    @property
+    def n_layers(self) -> int:
+        return self.sites.n_layers
+
+    @property
+    def n_heads(self) -> int:
+        return self.sites.n_heads
+
+    @property
+    def d_model(self) -> int:
+        return self.sites.d_model
+
+    @property
+    def d_head(self) -> int:
+        return self.sites.d_head
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def device_name(self) -> str:
+        return str(self.device)
+
+    @property
+    def dtype_name(self) -> str:
+        return str(next(self.model.parameters()).dtype).replace("torch.", "")
+
+    def module_names(self) -> list[str]:
+        return [n for n, _ in self.model.named_modules() if n]
+
+    def hooks(self) -> list[dict]:
+        """The hooks interplab has attached right now (empty between runs, unless edits are bound)."""
+        return engine.attached_hooks()
+
+    # ---- tokens ----------------------------------------------------------------------------------------
+    def encode(self, prompts) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Right-padded input ids, attention mask and real lengths. Right padding keeps every prompt's positions
+        at 0..n-1, so batched runs give the same numbers as one-by-one runs."""
+        prompts = _as_prompts(prompts)
+        rows = [self.tokenizer(p)["input_ids"] for p in prompts]
+        for p, r in zip(prompts, rows):
+            if not r:
+                raise EmptyPromptError(f"prompt {p!r} tokenizes to nothing: give some text.")
+        n = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        ids = torch.full((len(rows), n), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), n), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+            mask[i, : len(r)] = 1
+        return ids, mask, [len(r) for r in rows]
+
+    def to_tokens(self, prompts) -> torch.Tensor:
+        return self.encode(prompts)[0]
+
+    def to_str_tokens(self, prompt: str) -> list[str]:
+        ids = self.tokenizer(prompt)["input_ids"]
+        return [self.tokenizer.decode([i]) for i in ids]
+
+    def to_string(self, ids) -> str:
+        return self.tokenizer.decode(ids)
+
+    def token_id(self, token: str | int) -> int:
+        """The id of a single-token string (' Mary'); a clear error, with the tokenization, when it is not one."""
+        if isinstance(token, int):
+            if not 0 <= token < self.model.get_output_embeddings().weight.shape[0]:
+                raise OutOfRangeError(f"token id {token} out of range for this vocabulary.")
+            return token
+        ids = self.tokenizer(token, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            pieces = [self.tokenizer.decode([i]) for i in ids]
+            hint = " (answers usually start with a space: ' Mary')" if token and not token.startswith(" ") else ""
+            raise MultiTokenAnswerError(
+                f"answer {token!r} is {len(ids)} tokens {format_tokens(pieces)}, not one. Answers must be single "
+                f"tokens{hint}; pick a word the tokenizer keeps whole, or pass a token id."
+            )
+        return ids[0]
+
+    def check_pair(self, clean, corrupt) -> None:
+        """Clean and corrupt must tokenize to the same length for position-wise patching."""
+        for c, k in zip(_as_prompts(clean), _as_prompts(corrupt)):
+            a, b = self.to_str_tokens(c), self.to_str_tokens(k)
+            if len(a) != len(b):
+                raise LengthMismatchError(
+                    f"clean and corrupt prompts tokenize to different lengths ({len(a)} vs {len(b)} tokens):\n"
+                    f"  clean:   {format_tokens(a)}\n  corrupt: {format_tokens(b)}\n"
+                    f"Position-wise patching needs equal lengths: use names/words that are one token each."
+                )
+
+    # ---- runs -------------------------------------------------------------------------------------------
+    def run(self, prompts, edits=None, cache=None, *, grad: bool = False, log: bool = True) -> Run:
+        """Forward the prompts with edits applied, recording the cached sites.
+
+        cache: site names ('resid_post' = every layer), (name, layer) pairs, or raw module paths.
+        """
+        prompts = _as_prompts(prompts)
+        edits = list(edits or [])
+        cache_req = list(cache or [])
+        key = (tuple(prompts), edits_to_json(edits), json.dumps(cache_req, default=str), grad)
+        if not grad and key in self._memo:
+            self._memo.move_to_end(key)
+            return self._memo[key]
+        ids, mask, lengths = self.encode(prompts)
+        plan = engine.Plan(keep_grad=grad)
+        for e in edits:
+            plan.edits.extend(self._plan_edit(e, len(prompts), lengths))
+        for item in cache_req:
+            plan.cache.extend(self._plan_cache(item))
+        ctx = self._ctx_factory(lengths)
+        logits, raw = engine.forward(self.model, ids.to(self.device), mask.to(self.device), plan, ctx, grad=grad)
+        result = Run(prompts, ids, mask, lengths, logits if grad else logits.detach().float().cpu(),
+                     Cache(raw if grad else {k: v.cpu() for k, v in raw.items()}), edits,
+                     [self.to_str_tokens(p) for p in prompts])
+        if edits and log:
+            self.log.record(prompts, edits, cache_req)
+        if not grad:
+            self._memo[key] = result
+            if len(self._memo) > self._memo_size:
+                self._memo.popitem(last=False)
+        return result
+
+    def _ctx_factory(self, lengths):
+        n_heads = self.n_heads
+
+        def ctx_for(pe):
+            return ApplyContext(lengths=lengths, n_heads=n_heads if pe is not None and pe.site.heads else None,
+                                source=pe.source if pe is not None else None)
+        return ctx_for
+
+    def _plan_cache(self, item) -> list[tuple]:
+        if isinstance(item, (tuple, list)):
+            name, layer = item
+            return [((name, layer), self.sites.resolve(name, layer))]
+        if item in LAYERED:
+            return [((item, l), self.sites.resolve(item, l)) for l in range(self.n_layers)]
+        return [(item, self.sites.resolve(item, None))]
+
+    def _plan_edit(self, e: Edit, n_rows: int, lengths: list[int]) -> list[engine.PlannedEdit]:
+        if not isinstance(e, Edit):
+            raise InterplabError(f"edits must be ilab edits (ilab.patch, ilab.zero, ...), got {type(e).__name__}.")
+        canonical = e.site in SITE_NAMES
+        if canonical and e.site not in LAYERED and e.layer is not None:
+            raise InterplabError(f"site {e.site!r} has no layers: drop layer={e.layer!r}.")
+        layers = self.sites.layers_of(e.layer) if canonical and e.site in LAYERED else [e.layer]
+        if e.head is not None:
+            self.sites.heads_of(e.head)
+        _check_rows(e.batch, n_rows)
+        _check_positions(e.pos, lengths)
+        out = []
+        for layer in layers:
+            site = self.sites.resolve(e.site, layer)
+            if e.head is not None and not site.heads:
+                raise InterplabError(
+                    f"head={e.head!r} given for site {e.site!r}, which has no heads: per-head edits go on 'z'."
+                )
+            if e.vector is not None and e.op in ("steer", "project", "clamp") and canonical and e.site != "z":
+                if self.d_model and e.vector.shape[-1] != self.d_model and e.site not in ("logits",):
+                    from .errors import VectorError
+                    raise VectorError(
+                        f"{e.op} vector has size {e.vector.shape[-1]} but {e.site!r} has width d_model="
+                        f"{self.d_model}. Vectors must come from this model's residual stream."
+                    )
+            out.append(engine.PlannedEdit(e, site, self._source_value(e, e.site, layer)))
+        return out
+
+    def _source_value(self, e: Edit, site: str, layer):
+        """The cached activation a patch copies, or the mean a mean-ablation writes."""
+        if e.op == "patch" and e.source is not None:
+            return self._cached(e.source, site, layer)
+        if e.op == "mean":
+            refs = e.reference if isinstance(e.reference, (list, tuple)) else [e.reference]
+            acts = [(self._cached(r, site, layer), r) for r in refs]
+            same = len({a.shape[1] for a, _ in acts}) == 1 and all(len(set(self._lengths(r))) == 1 for _, r in acts)
+            if same:  # equal-length prompts: a per-position mean over rows
+                return torch.cat([a for a, _ in acts]).mean(0, keepdim=True)
+            toks = [a[i, :n] for a, r in acts for i, n in enumerate(self._lengths(r))]
+            return torch.cat(toks).mean(0)  # otherwise: the mean over every real token
+        return None
+
+    def _lengths(self, r) -> list[int]:
+        return r.lengths if isinstance(r, Run) else self.encode(list(r.prompts))[2]
+
+    def _cached(self, source, site: str, layer) -> torch.Tensor:
+        key = (site, layer) if layer is not None else site
+        if isinstance(source, Run) and key in source.cache:
+            return source.cache[key]
+        if isinstance(source, Run):
+            ref = source.source_ref()
+        elif isinstance(source, SourceRef):
+            ref = source
+        elif isinstance(source, (str, list)):
+            ref = SourceRef(tuple(_as_prompts(source)))
+        else:
+            raise InterplabError(f"patch source must be a Run, a prompt, or a tensor; got {type(source).__name__}.")
+        from .edits import Edit as _E
+        rerun = self.run(list(ref.prompts), [_E.from_dict(d) for d in ref.edits], cache=[key], log=False)
+        return rerun.cache[key]
+
+    def clear_memo(self) -> None:
+        self._memo.clear()
+
+    def __repr__(self) -> str:
+        arch = self.sites.arch.name if self.sites.arch else "unknown (raw module paths only)"
+        return (f"Lab({self.model_id!r}, arch={arch}, layers={self.n_layers}, heads={self.n_heads}, "
+                f"d_model={self.d_model}, {self.dtype_name} on {self.device_name})")
+
+
+def _as_prompts(prompts) -> list[str]:
+    if isinstance(prompts, str):
+        prompts = [prompts]
+    prompts = list(prompts)
+    if not prompts:
+        raise EmptyPromptError("no prompts given: pass a string or a non-empty list of strings.")
+    for p in prompts:
+        if not isinstance(p, str):
+            raise InterplabError(f"prompts must be strings, got {type(p).__name__}: {p!r}")
+        if not p.strip():
+            raise EmptyPromptError("empty prompt: give some text, e.g. 'When Mary and John went to the store,'.")
+    return prompts
+
+
+def _check_rows(batch, n_rows: int) -> None:
+    items = [] if batch is None or isinstance(batch, slice) else (
+        batch if isinstance(batch, (list, tuple, range)) else [batch])
+    for r in items:
+        if not -n_rows <= int(r) < n_rows:
+            raise OutOfRangeError(f"batch row {r} out of range: this run has {n_rows} prompt(s) (0..{n_rows - 1}).")
+
+
+def _check_positions(pos, lengths: list[int]) -> None:
+    if pos is None or isinstance(pos, slice):
+        return
+    n = min(lengths)
+    for p in pos if isinstance(pos, (list, tuple, range)) else [pos]:
+        if not -n <= int(p) < n:
+            raise OutOfRangeError(
+                f"position {p} out of range: the shortest prompt has {n} tokens (positions 0..{n - 1}, or -{n}..-1)."
+            )
+
+
+def _dtype(dtype):
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        short = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+        return short.get(dtype) or getattr(torch, dtype)
+    except AttributeError:
+        raise InterplabError(f"unknown dtype {dtype!r}: use 'float32', 'float16' or 'bfloat16'.") from None
+
+
+def _embedded_path(name: str) -> str | None:
+    try:
+        from .zoo import EMBEDDED
+    except ImportError:
+        return None
+    p = EMBEDDED.get(name)
+    return str(p) if p is not None else None
+
+
+__all__ = ["Lab", "Run", "Cache", "InterventionLog", "UnknownSiteError"]

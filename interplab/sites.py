@@ -1,0 +1,242 @@
+"""Where: canonical site names (TransformerLens vocabulary) mapped onto the model's own module tree.
+
+A site resolves to a *hook point*: a module path, whether we read its input (forward pre-hook) or its output
+(forward hook), and which element of a tuple holds the tensor. Nothing here touches tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from .errors import OutOfRangeError, UnknownSiteError, UnsupportedSiteError
+
+SITE_NAMES = ("embed", "resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "pattern", "logits")
+LAYERED = {"resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "pattern"}
+HEADED = {"z", "pattern"}
+READ_ONLY = {"pattern"}  # attention weights are returned after use; editing them would change nothing
+
+
+@dataclass(frozen=True)
+class HookPoint:
+    """A concrete place to hook: module path, 'input' or 'output', and the tuple element holding the tensor."""
+
+    module: str
+    io: str  # "input" | "output"
+    index: int = 0  # element of a tuple input/output
+
+
+@dataclass(frozen=True)
+class Arch:
+    """Module paths of one architecture family. '{}' stands for the layer number."""
+
+    name: str
+    layers: str
+    embed: str
+    final_norm: str
+    unembed: str
+    attn: str
+    mlp: str
+    o_proj: str
+    resid_mid: str | None  # module whose *input* is the mid-layer residual (None: no such point)
+    attn_out: HookPoint | None = None  # override when the attention output is normalised before the add
+    mlp_out: HookPoint | None = None
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+_GPT2 = Arch("gpt2", "transformer.h", "transformer.wte", "transformer.ln_f", "lm_head",
+             attn="attn", mlp="mlp", o_proj="attn.c_proj", resid_mid="ln_2")
+_NEOX = Arch("gpt_neox", "gpt_neox.layers", "gpt_neox.embed_in", "gpt_neox.final_layer_norm", "embed_out",
+             attn="attention", mlp="mlp", o_proj="attention.dense", resid_mid="post_attention_layernorm")
+_NEOX_PARALLEL = Arch(**{**_NEOX.__dict__, "resid_mid": None, "notes": {
+    "resid_mid": "this GPT-NeoX model uses a parallel residual (use_parallel_residual=True): attention and MLP "
+                 "both read resid_pre, so there is no mid-layer residual. Use resid_pre, attn_out or mlp_out."}})
+_LLAMA = Arch("llama", "model.layers", "model.embed_tokens", "model.norm", "lm_head",
+              attn="self_attn", mlp="mlp", o_proj="self_attn.o_proj", resid_mid="post_attention_layernorm")
+# Gemma 2/3 normalise each sublayer's output before adding it to the stream: the stream sees the norm's output.
+_GEMMA2 = Arch("gemma2", "model.layers", "model.embed_tokens", "model.norm", "lm_head",
+               attn="self_attn", mlp="mlp", o_proj="self_attn.o_proj", resid_mid="pre_feedforward_layernorm",
+               attn_out=HookPoint("post_attention_layernorm", "output"),
+               mlp_out=HookPoint("post_feedforward_layernorm", "output"))
+
+ARCHS: dict[str, Arch] = {
+    "gpt2": _GPT2,
+    "gpt_neox": _NEOX,
+    **{t: Arch(**{**_LLAMA.__dict__, "name": t})
+       for t in ("llama", "mistral", "qwen2", "qwen3", "gemma", "qwen2_moe", "qwen3_moe", "mixtral", "olmo2")},
+    "gemma2": _GEMMA2,
+    "gemma3_text": Arch(**{**_GEMMA2.__dict__, "name": "gemma3_text"}),
+}
+
+
+def detect_arch(model: nn.Module) -> Arch | None:
+    """The architecture adapter for this model, from its config; None when unknown (raw paths still work)."""
+    cfg = getattr(model, "config", None)
+    model_type = getattr(cfg, "model_type", None)
+    arch = ARCHS.get(model_type)
+    if arch is not None and arch.name == "gpt_neox" and getattr(cfg, "use_parallel_residual", False):
+        arch = _NEOX_PARALLEL
+    return arch
+
+
+@dataclass(frozen=True)
+class Site:
+    """A resolved site: canonical name (or raw path), layer, and the hook point it lives on."""
+
+    name: str
+    layer: int | None
+    point: HookPoint
+    heads: bool = False  # last dim splits into [n_heads, d_head]
+
+
+def _get_module(model: nn.Module, path: str) -> nn.Module:
+    try:
+        return model.get_submodule(path)
+    except AttributeError:
+        return None  # type: ignore[return-value]
+
+
+class SiteMap:
+    """Resolves site names on one model. Built once per Lab."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.arch = detect_arch(model)
+        cfg = getattr(model, "config", None)
+        self.n_layers = self._count_layers()
+        self.n_heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head", None)
+        self.d_model = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None)
+        head_dim = getattr(cfg, "head_dim", None)
+        if not head_dim and self.n_heads and self.d_model:
+            head_dim = self.d_model // self.n_heads
+        self.d_head = head_dim
+        # Embedding and unembedding found by identity: their attribute names move between versions.
+        self.embed_path = self._path_of(getattr(model, "get_input_embeddings", lambda: None)())
+        self.unembed_path = self._path_of(getattr(model, "get_output_embeddings", lambda: None)())
+
+    def _path_of(self, module) -> str | None:
+        if module is None:
+            return None
+        return next((n for n, m in self.model.named_modules() if m is module), None)
+
+    def _count_layers(self) -> int | None:
+        if self.arch is None:
+            return None
+        layers = _get_module(self.model, self.arch.layers)
+        return len(layers) if layers is not None else None
+
+    # ---- canonical names -> hook points -------------------------------------------------------------
+    def point(self, name: str, layer: int | None = None) -> HookPoint:
+        a = self.arch
+        if name not in SITE_NAMES:
+            return self._raw_point(name, layer)
+        if a is None:
+            model_type = getattr(getattr(self.model, "config", None), "model_type", type(self.model).__name__)
+            raise UnsupportedSiteError(
+                f"site {name!r}: interplab has no site map for architecture {model_type!r}. Supported: "
+                f"{', '.join(sorted(ARCHS))}. Use a raw module path instead, e.g. 'model.layers.3.mlp.output' "
+                f"(see lab.module_names())."
+            )
+        if name == "embed":
+            return HookPoint(self.embed_path or a.embed, "output")
+        if name == "logits":
+            return HookPoint(self.unembed_path or a.unembed, "output")
+        self.check_layer(layer, name)
+        block = f"{a.layers}.{layer}"
+        if name == "resid_pre":
+            return HookPoint(block, "input")
+        if name == "resid_post":
+            return HookPoint(block, "output")
+        if name == "resid_mid":
+            if a.resid_mid is None:
+                raise UnsupportedSiteError(f"site 'resid_mid': {a.notes.get('resid_mid', 'not available here')}")
+            return HookPoint(f"{block}.{a.resid_mid}", "input")
+        if name == "attn_out":
+            p = a.attn_out or HookPoint(a.attn, "output", 0)
+            return HookPoint(f"{block}.{p.module}", p.io, p.index)
+        if name == "mlp_out":
+            p = a.mlp_out or HookPoint(a.mlp, "output", 0)
+            return HookPoint(f"{block}.{p.module}", p.io, p.index)
+        if name == "z":
+            return HookPoint(f"{block}.{a.o_proj}", "input")
+        if name == "pattern":
+            return HookPoint(f"{block}.{a.attn}", "output", 1)
+        raise AssertionError(name)
+
+    def _raw_point(self, path: str, layer: int | None) -> HookPoint:
+        """'transformer.h.3.mlp.output' / '.input', or with '{layer}' filled from the layer argument."""
+        if "{layer}" in path:
+            if layer is None:
+                raise UnknownSiteError(f"site {path!r} has a '{{layer}}' placeholder: pass layer=<int>.")
+            path = path.replace("{layer}", str(layer))
+        io = "output"
+        module = path
+        for suffix in (".output", ".input"):
+            if path.endswith(suffix):
+                module, io = path[: -len(suffix)], suffix[1:]
+        if _get_module(self.model, module) is None:
+            raise UnknownSiteError(
+                f"unknown site {path!r}: not a canonical site ({', '.join(SITE_NAMES)}) and no module "
+                f"{module!r} in this model. Raw paths look like 'transformer.h.3.mlp.output' or "
+                f"'model.layers.3.mlp.input'; lab.module_names() lists the modules."
+            )
+        return HookPoint(module, io)
+
+    def resolve(self, name: str, layer: int | None) -> Site:
+        point = self.point(name, layer)
+        canonical = name in SITE_NAMES
+        return Site(name, layer if canonical and name in LAYERED else None, point, heads=name == "z")
+
+    # ---- ranges -------------------------------------------------------------------------------------
+    def check_layer(self, layer, name: str = "site") -> None:
+        if layer is None:
+            raise OutOfRangeError(f"site {name!r} needs a layer: pass layer=0..{self.n_layers - 1}.")
+        if not isinstance(layer, int) or isinstance(layer, bool):
+            raise OutOfRangeError(f"layer must be an int, got {layer!r}.")
+        if not 0 <= layer < self.n_layers:
+            raise OutOfRangeError(
+                f"layer {layer} out of range: this model has {self.n_layers} layers (0..{self.n_layers - 1})."
+            )
+
+    def check_head(self, head: int) -> None:
+        if not isinstance(head, int) or not 0 <= head < self.n_heads:
+            raise OutOfRangeError(
+                f"head {head} out of range: this model has {self.n_heads} heads per layer (0..{self.n_heads - 1})."
+            )
+
+    def layers_of(self, layer) -> list[int]:
+        """An int, list, slice or None (= all layers) as a list of layer numbers, each checked."""
+        if layer is None:
+            return list(range(self.n_layers))
+        if isinstance(layer, slice):
+            return list(range(self.n_layers))[layer]
+        if isinstance(layer, (list, tuple, range)):
+            out = [int(x) for x in layer]
+        else:
+            out = [layer]
+        out = [x + self.n_layers if isinstance(x, int) and x < 0 else x for x in out]  # -1 = last layer
+        for x in out:
+            self.check_layer(x)
+        return out
+
+    def heads_of(self, head) -> list[int] | None:
+        if head is None:
+            return None
+        if isinstance(head, slice):
+            return list(range(self.n_heads))[head]
+        out = list(head) if isinstance(head, (list, tuple, range)) else [head]
+        for h in out:
+            self.check_head(h)
+        return out
+
+    def describe(self) -> dict:
+        """Every canonical site and where it lives on this model (or why it is missing)."""
+        out = {}
+        for name in SITE_NAMES:
+            try:
+                p = self.point(name, 0 if name in LAYERED else None)
+                out[name] = f"{p.module}.{p.io}" + (f"[{p.index}]" if p.index else "")
+            except UnsupportedSiteError as e:
+                out[name] = f"unavailable: {e}"
+        return out
