@@ -361,6 +361,41 @@ class Lab:
         rerun = self.run(list(ref.prompts), [_E.from_dict(d) for d in ref.edits], cache=[key], log=False)
         return rerun.cache[key]
 
+    # ---- generation and persistent edits: implemented in interplab.steering -------------------------------
+    def generate(self, prompt, edits=None, **kw):
+        """Generate text with edits active at every decoding step (see interplab.steering.generate)."""
+        from . import steering
+
+        return steering.generate(self, prompt, edits, **kw)
+
+    def residual_norm(self, site: str = "resid_post", layer: int = 0, prompts=None) -> float:
+        """Mean norm of the activation at a site: the scale to size a steering vector against."""
+        from . import steering
+
+        return steering.residual_norm(self, site, layer, prompts)
+
+    def edit(self, edits):
+        """`with lab.edit([...]):` every call of the plain model (model.generate too) runs with the edits."""
+        from . import steering
+
+        return steering.edit_context(self, edits)
+
+    def bind(self, edits) -> None:
+        """Apply edits to every call of the plain model until lab.unbind()."""
+        from . import steering
+
+        steering.bind(self, edits)
+
+    def unbind(self) -> None:
+        from . import steering
+
+        steering.unbind(self)
+
+    @property
+    def bound(self) -> list:
+        """The edits bound to the model right now."""
+        return list(getattr(self, "_bound_edits", []))
+
     def clear_memo(self) -> None:
         self._memo.clear()
 
