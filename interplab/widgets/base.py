@@ -1,0 +1,282 @@
+"""LabWidget: the thin anywidget base every interplab view shares.
+
+A widget is state (synced traits) + validated messages + Python callbacks. It never imports torch: the controller
+(``interplab.lab``) turns results into plain numbers and sets traits; the widget turns frontend messages into
+callback calls.
+
+Every message from the frontend goes through ``_validate`` against the widget's schema (allowed ``type`` values,
+required fields, their types and ranges). A malformed message, or a callback that raises, sets ``self.error`` to a
+readable text; nothing ever raises into the kernel's comm handler.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import pathlib
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anywidget
+import traitlets as t
+
+__all__ = [
+    "LabWidget",
+    "MessageError",
+    "Int",
+    "Float",
+    "Bool",
+    "Str",
+    "Choice",
+    "plain",
+    "plain_grid",
+]
+
+log = logging.getLogger("interplab.widgets")
+
+BUNDLE = pathlib.Path(__file__).resolve().parent.parent / "static" / "widgets.js"
+
+#: prefix of every error the widget sets for a bad message
+BAD_MESSAGE = "bad message from the frontend: "
+MAX_STR = 10_000  # default bound for free text (prompts)
+MAX_NAME = 200  # bound for ids, names, site strings
+
+
+class MessageError(ValueError):
+    """A frontend message failed validation."""
+
+
+# ---------------------------------------------------------------------------------------------- field checkers
+class Field:
+    optional = False
+
+    def check(self, key: str, value: Any) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class Int(Field):
+    """An int (not a bool) in [lo, hi] (inclusive; None = unbounded)."""
+
+    def __init__(self, lo: int | None = None, hi: int | None = None, *, optional: bool = False):
+        self.lo, self.hi, self.optional = lo, hi, optional
+
+    def check(self, key, value):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise MessageError(f"{key!r} must be an integer, got {type(value).__name__} {_short(value)}")
+        if self.lo is not None and self.hi is not None and self.hi < self.lo:
+            raise MessageError(f"{key!r}={value} is out of range: nothing to select yet (empty)")
+        if (self.lo is not None and value < self.lo) or (self.hi is not None and value > self.hi):
+            raise MessageError(f"{key!r}={value} is out of range {self.lo}..{self.hi}")
+        return value
+
+
+class Float(Field):
+    """A finite number in [lo, hi]; ints are accepted and converted."""
+
+    def __init__(self, lo: float | None = None, hi: float | None = None, *, optional: bool = False):
+        self.lo, self.hi, self.optional = lo, hi, optional
+
+    def check(self, key, value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise MessageError(f"{key!r} must be a number, got {type(value).__name__} {_short(value)}")
+        value = float(value)
+        if not math.isfinite(value):
+            raise MessageError(f"{key!r} must be a finite number, got {value}")
+        if (self.lo is not None and value < self.lo) or (self.hi is not None and value > self.hi):
+            raise MessageError(f"{key!r}={value} is out of range {self.lo}..{self.hi}")
+        return value
+
+
+class Bool(Field):
+    def __init__(self, *, optional: bool = False):
+        self.optional = optional
+
+    def check(self, key, value):
+        if not isinstance(value, bool):
+            raise MessageError(f"{key!r} must be true or false, got {type(value).__name__} {_short(value)}")
+        return value
+
+
+class Str(Field):
+    def __init__(self, max_len: int = MAX_STR, *, min_len: int = 0, optional: bool = False):
+        self.max_len, self.min_len, self.optional = max_len, min_len, optional
+
+    def check(self, key, value):
+        if not isinstance(value, str):
+            raise MessageError(f"{key!r} must be a string, got {type(value).__name__} {_short(value)}")
+        if len(value) > self.max_len:
+            raise MessageError(f"{key!r} is too long: {len(value)} characters (at most {self.max_len})")
+        if len(value) < self.min_len:
+            raise MessageError(f"{key!r} must not be empty")
+        return value
+
+
+class Choice(Field):
+    def __init__(self, choices, *, optional: bool = False):
+        self.choices, self.optional = tuple(choices), optional
+
+    def check(self, key, value):
+        if not isinstance(value, str) or value not in self.choices:
+            allowed = ", ".join(repr(c) for c in self.choices) or "(none available)"
+            raise MessageError(f"{key!r} must be one of {allowed}, got {_short(value)}")
+        return value
+
+
+def _short(value: Any, n: int = 60) -> str:
+    try:
+        s = repr(value)
+    except Exception:  # noqa: BLE001
+        s = f"<{type(value).__name__}>"
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+# ---------------------------------------------------------------------------------------------- trait helpers
+def plain(x: Any) -> Any:
+    """Tensors / arrays -> nested lists (duck-typed ``tolist``; torch is never imported here)."""
+    if hasattr(x, "tolist") and not isinstance(x, (str, bytes)):
+        x = x.tolist()
+    if isinstance(x, tuple):
+        x = list(x)
+    return x
+
+
+def _num_or_none(v: Any) -> float | None:
+    v = plain(v)
+    if v is None or isinstance(v, bool):
+        return None if v is None else float(v)
+    try:
+        f = float(v)
+    except (TypeError, ValueError) as e:
+        raise t.TraitError(f"expected a number or None, got {_short(v)}") from e
+    return f if math.isfinite(f) else None  # NaN/inf would break the JSON sent to the browser
+
+
+def plain_grid(x: Any) -> list[list[float | None]]:
+    """A 2-D table of numbers; NaN/inf become None (shown as not computed)."""
+    x = plain(x)
+    if x is None:
+        return []
+    if not isinstance(x, list):
+        raise t.TraitError(f"expected a list of rows (2-D), got {type(x).__name__}")
+    rows = []
+    for row in x:
+        row = plain(row)
+        if not isinstance(row, list):
+            raise t.TraitError(f"expected a list of rows (2-D), got a row of type {type(row).__name__}")
+        rows.append([_num_or_none(v) for v in row])
+    return rows
+
+
+def str_grid(x: Any) -> list[list[str]]:
+    x = plain(x)
+    if x is None:
+        return []
+    if not isinstance(x, list):
+        raise t.TraitError(f"expected a list of rows of strings, got {type(x).__name__}")
+    return [[("" if v is None else str(v)) for v in plain(row)] for row in x]
+
+
+# ---------------------------------------------------------------------------------------------- the base widget
+Schema = Mapping[str, Mapping[str, Field]]
+
+
+class LabWidget(anywidget.AnyWidget):
+    """Base class: `_view_kind` picks the view in the shared bundle; `status` and `error` are shown by every view."""
+
+    _esm = BUNDLE
+    _view_kind = t.Unicode("").tag(sync=True)
+    status = t.Unicode("").tag(sync=True)
+    error = t.Unicode("").tag(sync=True)
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._callbacks: dict[str, list[Callable[..., Any]]] = defaultdict(list)
+        self._message_error = ""  # the last error text we set ourselves (cleared by the next good message)
+        self.on_msg(self._on_frontend_msg)
+
+    # -- to override ---------------------------------------------------------------------------------------------
+    def _schema(self) -> Schema:
+        """{message type: {field: checker}}; computed per message so ranges follow the current traits."""
+        return {}
+
+    # -- callbacks -----------------------------------------------------------------------------------------------
+    def _register(self, kind: str, fn: Callable[..., Any], remove: bool = False) -> Callable[..., Any]:
+        if not callable(fn):
+            raise TypeError(f"on_{kind} needs a callable, got {type(fn).__name__}")
+        if remove:
+            if fn in self._callbacks[kind]:
+                self._callbacks[kind].remove(fn)
+        else:
+            self._callbacks[kind].append(fn)
+        return fn
+
+    # -- message path --------------------------------------------------------------------------------------------
+    def _validate(self, msg: Any) -> tuple[str, dict[str, Any]]:
+        if not isinstance(msg, Mapping):
+            raise MessageError(f"expected an object with a 'type', got {type(msg).__name__} {_short(msg)}")
+        schema = self._schema()
+        kind = msg.get("type")
+        if kind is None:
+            raise MessageError(f"missing 'type' (allowed: {', '.join(schema) or 'none'}) in {_short(dict(msg))}")
+        if not isinstance(kind, str) or kind not in schema:
+            raise MessageError(f"unknown message type {_short(kind)} (allowed: {', '.join(schema) or 'none'})")
+        fields = schema[kind]
+        extra = sorted(str(k) for k in msg if k != "type" and k not in fields)
+        if extra:
+            raise MessageError(f"{kind!r} message has unexpected field(s) {', '.join(extra)}")
+        out: dict[str, Any] = {}
+        for key, checker in fields.items():
+            if key not in msg:
+                if checker.optional:
+                    continue
+                raise MessageError(f"{kind!r} message is missing the field {key!r}")
+            out[key] = checker.check(key, msg[key])
+        return kind, out
+
+    def _on_frontend_msg(self, _widget: Any, content: Any, _buffers: Any = None) -> None:
+        # anywidget's own RPC ("anywidget-command") is handled by anywidget itself
+        if isinstance(content, Mapping) and content.get("kind") == "anywidget-command":
+            return
+        try:
+            kind, fields = self._validate(content)
+        except MessageError as e:
+            self._set_message_error(BAD_MESSAGE + str(e))
+            return
+        except Exception as e:  # noqa: BLE001 - never raise into the comm handler
+            self._set_message_error(BAD_MESSAGE + f"{type(e).__name__}: {e}")
+            return
+        if self._message_error and self.error == self._message_error:
+            self.error = ""
+        self._message_error = ""
+        self.handle(kind, fields)
+
+    def handle(self, kind: str, fields: dict[str, Any]) -> None:
+        """Run the widget's own reaction (``_handle_<kind>``) then the registered callbacks; never raises."""
+        own = getattr(self, f"_handle_{kind}", None)
+        try:
+            if own is not None:
+                own(**fields)
+        except Exception as e:  # noqa: BLE001
+            log.exception("interplab widget: handling %r failed", kind)
+            self._set_message_error(f"error while handling {kind!r}: {type(e).__name__}: {e}")
+            return
+        for fn in list(self._callbacks.get(kind, ())):
+            try:
+                fn(*self._callback_args(kind, fields))
+            except Exception as e:  # noqa: BLE001
+                log.exception("interplab widget: on_%s callback failed", kind)
+                name = getattr(fn, "__name__", repr(fn))
+                self._set_message_error(f"error in on_{kind} callback {name}: {type(e).__name__}: {e}")
+
+    def _callback_args(self, kind: str, fields: dict[str, Any]) -> tuple[Any, ...]:
+        """Positional args for callbacks, in the schema's field order."""
+        return tuple(fields.get(k) for k in self._schema().get(kind, {}))
+
+    def _set_message_error(self, text: str) -> None:
+        self._message_error = text
+        self.error = text
+
+    def send_test_message(self, msg: Any) -> None:
+        """Feed a message as if the frontend had sent it (tests, scripted demos)."""
+        self._handle_custom_msg(msg, [])

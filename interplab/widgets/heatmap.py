@@ -1,0 +1,170 @@
+"""PatchingHeatmap: a (row x col) grid of patching results; click a cell to select it, shift-click to add cells.
+
+Traits (all synced; settable from Python, each set repaints):
+    values        list[list[float | None]]  None = not computed yet (grey); NaN/inf become None; tensors accepted
+    x_labels      list[str]   e.g. tokens (exact text; shown with ␣ for spaces, exact in hover)
+    y_labels      list[str]   e.g. "L0".."L11"
+    x_title, y_title, title, metric_name   str
+    direction     "denoise" | "noise" | ""  (stated on the plot: 1 = clean restored, 0 = corrupted)
+    hover         list[list[str]]  extra hover text per cell (e.g. top next tokens); may be []
+    selected      list[[row, col]]  the selection (a click replaces it, a shift-click adds/removes a cell)
+    active_edits  list[{id: str, label: str, enabled: bool, row: int, col: int}]  listed under the plot
+    progress      float 0..1  progress bar with a Cancel button while 0 < progress < 1
+    zmin, zmax    float | None  fixed colour range; default: RdBu centred at 0
+    status, error str
+
+Messages from the frontend -> callbacks:
+    {type:"click", row, col, shift}   -> on_click(fn(row, col, shift))   (after `selected` is updated)
+    {type:"toggle", id, enabled}      -> on_toggle(fn(id, enabled))
+    {type:"remove", id}               -> on_remove(fn(id))
+    {type:"clear"}                    -> on_clear(fn())                  (after `selected` is emptied)
+    {type:"cancel"}                   -> on_cancel(fn())
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import traitlets as t
+
+from .base import Bool, Choice, Int, LabWidget, plain, plain_grid, str_grid
+
+__all__ = ["PatchingHeatmap"]
+
+
+class PatchingHeatmap(LabWidget):
+    _view_kind = t.Unicode("heatmap").tag(sync=True)
+
+    values = t.List().tag(sync=True)
+    x_labels = t.List(t.Unicode()).tag(sync=True)
+    y_labels = t.List(t.Unicode()).tag(sync=True)
+    x_title = t.Unicode("position").tag(sync=True)
+    y_title = t.Unicode("layer").tag(sync=True)
+    title = t.Unicode("").tag(sync=True)
+    direction = t.Unicode("denoise").tag(sync=True)
+    metric_name = t.Unicode("normalised metric").tag(sync=True)
+    hover = t.List().tag(sync=True)
+    selected = t.List().tag(sync=True)
+    active_edits = t.List().tag(sync=True)
+    progress = t.Float(0.0).tag(sync=True)
+    zmin = t.Float(None, allow_none=True).tag(sync=True)
+    zmax = t.Float(None, allow_none=True).tag(sync=True)
+
+    def __init__(self, values: Any = None, **kwargs: Any):
+        if values is not None:
+            kwargs["values"] = values
+        super().__init__(**kwargs)
+
+    # -- trait validation: accept tensors/arrays, keep JSON-safe ------------------------------------------------------
+    @t.validate("values")
+    def _v_values(self, proposal):
+        return plain_grid(proposal["value"])
+
+    @t.validate("hover")
+    def _v_hover(self, proposal):
+        return str_grid(proposal["value"])
+
+    @t.validate("x_labels", "y_labels")
+    def _v_labels(self, proposal):
+        return [str(s) for s in plain(proposal["value"])]
+
+    @t.validate("direction")
+    def _v_direction(self, proposal):
+        v = proposal["value"]
+        if v not in ("denoise", "noise", ""):
+            raise t.TraitError(f"direction must be 'denoise' or 'noise' (or ''), got {v!r}")
+        return v
+
+    @t.validate("progress")
+    def _v_progress(self, proposal):
+        return min(max(float(proposal["value"]), 0.0), 1.0)
+
+    @t.validate("selected")
+    def _v_selected(self, proposal):
+        out = []
+        for cell in plain(proposal["value"]):
+            cell = plain(cell)
+            if not (isinstance(cell, (list, tuple)) and len(cell) == 2):
+                raise t.TraitError(f"selected must be a list of [row, col] pairs, got {cell!r}")
+            out.append([int(cell[0]), int(cell[1])])
+        return out
+
+    @t.validate("active_edits")
+    def _v_edits(self, proposal):
+        out = []
+        for e in plain(proposal["value"]):
+            if not isinstance(e, dict) or "id" not in e:
+                raise t.TraitError(f"active_edits entries must be dicts with at least 'id', got {e!r}")
+            d = dict(e)
+            d["id"] = str(d["id"])
+            d.setdefault("label", d["id"])
+            d["label"] = str(d["label"])
+            d["enabled"] = bool(d.get("enabled", True))
+            for k in ("row", "col"):
+                if k in d and d[k] is not None:
+                    d[k] = int(d[k])
+            out.append(d)
+        return out
+
+    # -- shape helpers ---------------------------------------------------------------------------------------------
+    @property
+    def n_rows(self) -> int:
+        return max(len(self.values), len(self.y_labels))
+
+    @property
+    def n_cols(self) -> int:
+        return max(max((len(r) for r in self.values), default=0), len(self.x_labels))
+
+    def set_cell(self, row: int, col: int, value: float | None) -> None:
+        """Fill one cell (progressive sweeps); grows the grid to fit and repaints."""
+        rows = [list(r) for r in self.values]
+        while len(rows) <= row:
+            rows.append([])
+        for r in rows:
+            while len(r) < max(self.n_cols, col + 1):
+                r.append(None)
+        rows[row][col] = value
+        self.values = rows
+
+    # -- messages --------------------------------------------------------------------------------------------------
+    def _schema(self):
+        ids = [str(e.get("id")) for e in self.active_edits]
+        return {
+            "click": {"row": Int(0, self.n_rows - 1), "col": Int(0, self.n_cols - 1), "shift": Bool()},
+            "toggle": {"id": Choice(ids), "enabled": Bool()},
+            "remove": {"id": Choice(ids)},
+            "clear": {},
+            "cancel": {},
+        }
+
+    def _handle_click(self, row: int, col: int, shift: bool) -> None:
+        cell = [row, col]
+        if not shift:
+            self.selected = [cell]
+        elif cell in self.selected:
+            self.selected = [c for c in self.selected if c != cell]
+        else:
+            self.selected = [*self.selected, cell]
+
+    def _handle_clear(self) -> None:
+        self.selected = []
+
+    def on_click(self, fn, remove: bool = False):
+        """fn(row, col, shift) after a cell click (``selected`` already updated)."""
+        return self._register("click", fn, remove)
+
+    def on_toggle(self, fn, remove: bool = False):
+        """fn(id, enabled) when an active edit's checkbox is changed."""
+        return self._register("toggle", fn, remove)
+
+    def on_remove(self, fn, remove: bool = False):
+        """fn(id) when an active edit's × is clicked."""
+        return self._register("remove", fn, remove)
+
+    def on_clear(self, fn, remove: bool = False):
+        """fn() when "Clear all" is clicked (``selected`` already emptied)."""
+        return self._register("clear", fn, remove)
+
+    def on_cancel(self, fn, remove: bool = False):
+        """fn() when Cancel is clicked during a sweep."""
+        return self._register("cancel", fn, remove)

@@ -1,0 +1,26 @@
+// One bundle for every interplab widget: render() dispatches on the model's `_view_kind` trait.
+import * as attention from "./attention.js";
+import * as heatmap from "./heatmap.js";
+import * as lens from "./lens.js";
+import * as logits from "./logits.js";
+import * as steering from "./steering.js";
+import { h } from "./plot.js";
+
+export const VIEWS = { heatmap, logits, steering, lens, attention };
+
+function render({ model, el }) {
+  const kind = String(model.get("_view_kind") ?? "");
+  const view = VIEWS[kind];
+  if (!view) {
+    const box = h("div", {
+      class: "interplab il-error on",
+      style: { color: "#8b0000", background: "#fdecea", border: "1px solid #d9534f", padding: "6px" },
+      text: `interplab: unknown widget kind ${JSON.stringify(kind)} (known: ${Object.keys(VIEWS).join(", ")})`,
+    });
+    el.appendChild(box);
+    return () => box.remove();
+  }
+  return view.render({ model, el });
+}
+
+export default { render };

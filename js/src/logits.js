@@ -1,0 +1,1 @@
+export function render({ model, el }) { el.textContent = 'logits: todo'; return () => {}; }

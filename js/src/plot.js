@@ -1,0 +1,414 @@
+// Shared helpers for every interplab widget: plotly, text escaping, DOM building, the widget shell.
+// Rule: anything that comes from data (tokens, prompts, labels) is TEXT. DOM gets it through textContent;
+// plotly gets it through esc(), because plotly parses pseudo-HTML (<b>, <br>, <a>) inside its strings.
+import Plotly from "plotly.js-cartesian-dist-min";
+
+export { Plotly };
+
+// ---------------------------------------------------------------- text
+/** Escape a string for plotly labels/hover: &, <, > become entities (plotly renders them back as characters). */
+export function esc(s) {
+  return String(s ?? "")
+    .replace(/&/g, "&amp;")
+    .replace(/</g, "&lt;")
+    .replace(/>/g, "&gt;");
+}
+
+/** Make whitespace in a token visible: leading/trailing spaces as ␣, newline as ↵, tab as →. */
+export function visible(tok) {
+  const s = String(tok ?? "");
+  if (s === "") return "∅";
+  return s
+    .replace(/\n/g, "↵")
+    .replace(/\r/g, "␍")
+    .replace(/\t/g, "→")
+    .replace(/^ +| +$/g, (m) => "␣".repeat(m.length));
+}
+
+/** Tick label for a token: visible whitespace, truncated, escaped. */
+export function tick(tok, max = 14) {
+  let s = visible(tok);
+  if (s.length > max) s = s.slice(0, max - 1) + "…";
+  return esc(s);
+}
+
+/** Exact token text for hover: quoted (so spaces show), escaped, newlines shown as \n. */
+export function quoted(tok) {
+  return esc(JSON.stringify(String(tok ?? "")));
+}
+
+/** Multi-line user text for hover: escaped, newlines as <br>. */
+export function hoverLines(s) {
+  return esc(s).replace(/\r?\n/g, "<br>");
+}
+
+export function fmt(v, digits = 3) {
+  if (v === null || v === undefined || (typeof v === "number" && !Number.isFinite(v))) return "—";
+  if (typeof v !== "number") return String(v);
+  const a = Math.abs(v);
+  if (a !== 0 && (a < 1e-3 || a >= 1e4)) return v.toExponential(2);
+  return v.toFixed(digits);
+}
+
+// ---------------------------------------------------------------- DOM
+/** h("div", {class: "x", onclick: fn}, "text", child) — strings become text nodes, never HTML. */
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
+    else if (k === "style" && typeof v === "object") Object.assign(el.style, v);
+    else if (k === "text") el.textContent = String(v);
+    else if (k in el && k !== "list" && k !== "type") el[k] = v;
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+const CSS = `
+.interplab { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; font-size: 13px; color: #222; }
+.interplab .il-error { display: none; color: #8b0000; background: #fdecea; border: 1px solid #d9534f;
+  border-radius: 4px; padding: 6px 8px; margin: 4px 0; white-space: pre-wrap; font-family: monospace; }
+.interplab .il-error.on { display: block; }
+.interplab .il-status { color: #555; font-size: 12px; min-height: 16px; margin: 2px 0; white-space: pre-wrap; }
+.interplab .il-progress { display: none; align-items: center; gap: 8px; margin: 2px 0; }
+.interplab .il-progress.on { display: flex; }
+.interplab .il-bar { flex: 1; height: 6px; background: #e5e5e5; border-radius: 3px; overflow: hidden; max-width: 400px; }
+.interplab .il-bar > div { height: 100%; background: #2b6cb0; width: 0%; transition: width 80ms linear; }
+.interplab .il-plot { width: 100%; }
+.interplab .il-row { display: flex; flex-wrap: wrap; gap: 8px; align-items: center; margin: 4px 0; }
+.interplab .il-row label { display: inline-flex; gap: 4px; align-items: center; }
+.interplab button { font-size: 12px; padding: 2px 8px; cursor: pointer; }
+.interplab .il-edits { list-style: none; padding: 0; margin: 4px 0; }
+.interplab .il-edits li { display: flex; gap: 6px; align-items: center; padding: 1px 0; }
+.interplab .il-edits li.off .il-edit-label { color: #999; text-decoration: line-through; }
+.interplab .il-edit-remove { border: none; background: none; color: #a00; font-size: 15px; padding: 0 4px; }
+.interplab .il-metric { font-family: monospace; white-space: pre-wrap; margin: 4px 0; }
+.interplab .il-generated { font-family: monospace; white-space: pre-wrap; background: #f7f7f7;
+  border: 1px solid #ddd; border-radius: 4px; padding: 6px; min-height: 1.5em; margin: 4px 0; }
+.interplab textarea { font-family: monospace; font-size: 12px; width: 100%; box-sizing: border-box; }
+.interplab .il-cols { display: flex; gap: 8px; }
+.interplab .il-cols > div { flex: 1; }
+.interplab input[type=range] { width: 260px; }
+`;
+
+function ensureCss() {
+  if (document.getElementById("interplab-css")) return;
+  const style = document.createElement("style");
+  style.id = "interplab-css";
+  style.textContent = CSS;
+  document.head.appendChild(style);
+}
+
+// ---------------------------------------------------------------- plotly
+// RdBu as in ARENA's px.imshow (plotly.express diverging RdBu): red = low, white = 0, blue = high.
+export const RDBU = [
+  [0.0, "rgb(103,0,31)"],
+  [0.1, "rgb(178,24,43)"],
+  [0.2, "rgb(214,96,77)"],
+  [0.3, "rgb(244,165,130)"],
+  [0.4, "rgb(253,219,199)"],
+  [0.5, "rgb(247,247,247)"],
+  [0.6, "rgb(209,229,240)"],
+  [0.7, "rgb(146,197,222)"],
+  [0.8, "rgb(67,147,195)"],
+  [0.9, "rgb(33,102,172)"],
+  [1.0, "rgb(5,48,97)"],
+];
+
+export const BLUES = [
+  [0.0, "rgb(247,251,255)"],
+  [0.25, "rgb(198,219,239)"],
+  [0.5, "rgb(107,174,214)"],
+  [0.75, "rgb(33,113,181)"],
+  [1.0, "rgb(8,48,107)"],
+];
+
+export const SERIES_COLORS = ["#4c78a8", "#e45756", "#54a24b", "#f58518", "#b279a2", "#72b7b2"];
+
+export const PLOT_CONFIG = {
+  displaylogo: false,
+  responsive: true,
+  typesetMath: false, // a token like "$x$" must not become LaTeX
+  modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],
+  toImageButtonOptions: { format: "svg", filename: "interplab" },
+};
+
+export function baseLayout(extra = {}) {
+  return {
+    margin: { l: 80, r: 30, t: 50, b: 80 },
+    font: { family: "system-ui, sans-serif", size: 12 },
+    hoverlabel: { align: "left" },
+    dragmode: false,
+    paper_bgcolor: "white",
+    ...extra,
+  };
+}
+
+/** Numeric axis with token tick labels (tokens repeat, so never a categorical axis). */
+export function tokenAxis(labels, extra = {}) {
+  const n = labels.length;
+  return {
+    tickmode: "array",
+    tickvals: labels.map((_, i) => i),
+    ticktext: labels.map((s) => tick(s)),
+    range: [-0.5, n - 0.5],
+    showgrid: false,
+    zeroline: false,
+    fixedrange: true,
+    ...extra,
+  };
+}
+
+/** Horizontal bar subplots, one per series: [{name, tokens, probs}] -> {data, layout}. */
+export function barSeries(series, { title = "", height } = {}) {
+  const list = Array.isArray(series) ? series : [];
+  const n = Math.max(list.length, 1);
+  const gap = 0.06;
+  const w = (1 - gap * (n - 1)) / n;
+  const data = [];
+  const layout = baseLayout({
+    title: { text: esc(title) },
+    showlegend: false,
+    margin: { l: 10, r: 20, t: title ? 60 : 40, b: 40 },
+    annotations: [],
+  });
+  let kmax = 1;
+  list.forEach((s, i) => {
+    const tokens = Array.isArray(s?.tokens) ? s.tokens : [];
+    const probs = Array.isArray(s?.probs) ? s.probs : [];
+    kmax = Math.max(kmax, tokens.length);
+    const ax = i === 0 ? "" : String(i + 1);
+    const x0 = i * (w + gap);
+    data.push({
+      type: "bar",
+      orientation: "h",
+      x: probs,
+      y: tokens.map((_, j) => j),
+      xaxis: "x" + ax,
+      yaxis: "y" + ax,
+      marker: { color: SERIES_COLORS[i % SERIES_COLORS.length] },
+      text: probs.map((p) => fmt(p)),
+      textposition: "auto",
+      customdata: tokens.map((t) => quoted(t)),
+      hovertemplate: `${esc(s?.name ?? "")}<br>%{customdata}: %{x:.4f}<extra></extra>`,
+      name: esc(s?.name ?? ""),
+    });
+    layout["xaxis" + ax] = {
+      domain: [x0 + 0.12 * w, x0 + w],
+      range: [0, Math.max(1e-9, ...probs.filter(Number.isFinite)) * 1.15],
+      fixedrange: true,
+      zeroline: false,
+      tickformat: ".2f",
+      anchor: "y" + ax,
+    };
+    layout["yaxis" + ax] = {
+      ...tokenAxis(tokens, { autorange: false }),
+      range: [tokens.length - 0.5, -0.5], // most likely on top
+      anchor: "x" + ax,
+      automargin: false,
+    };
+    // token labels as tick labels of the bars sit inside the subplot's left part
+    layout.annotations.push({
+      text: `<b>${esc(s?.name ?? "")}</b>`,
+      x: x0 + w / 2,
+      y: 1.0,
+      xref: "paper",
+      yref: "paper",
+      xanchor: "center",
+      yanchor: "bottom",
+      showarrow: false,
+    });
+  });
+  layout.height = height ?? Math.max(220, 90 + 22 * kmax);
+  return { data, layout };
+}
+
+/** Repaint with Plotly.react and push a paint event for tests/benchmarks. Returns a promise. */
+export function paint(state, data, layout) {
+  const gd = state.plot;
+  if (!state.alive) return Promise.resolve(gd);
+  return Plotly.react(gd, data, layout, PLOT_CONFIG).then(() => {
+    if (!state.alive) return gd;
+    state.paints += 1;
+    (window.__interplab_paints ||= []).push({ widget: state.kind, t: performance.now(), n: state.paints });
+    return gd;
+  }).catch((err) => {
+    console.error("interplab: paint failed", err);
+    state.displayError(`display error: ${err?.message ?? err}`);
+    return gd;
+  });
+}
+
+// ---------------------------------------------------------------- the shell every widget uses
+/**
+ * Builds the common frame: error box, status line, optional progress bar, plot div.
+ * Returns a state object with helpers; `state.cleanup()` removes listeners and purges plotly.
+ */
+export function shell(model, el, kind, { progress = false } = {}) {
+  ensureCss();
+  const root = h("div", { class: `interplab interplab-${kind}` });
+  const error = h("div", { class: "il-error", role: "alert" });
+  const status = h("div", { class: "il-status" });
+  const bar = h("div");
+  const cancel = h("button", { class: "il-cancel", type: "button", text: "Cancel" });
+  const progressRow = h("div", { class: "il-progress" }, h("div", { class: "il-bar" }, bar), cancel);
+  const plot = h("div", { class: "il-plot" });
+  root.append(error, status);
+  if (progress) root.append(progressRow);
+  root.append(plot);
+  el.appendChild(root);
+
+  const offs = [];
+  const timers = new Set();
+  const state = {
+    kind,
+    model,
+    el,
+    root,
+    plot,
+    cancel,
+    paints: 0,
+    alive: true,
+    /** model.on(event, fn) that is undone by cleanup */
+    on(event, fn) {
+      model.on(event, fn);
+      offs.push(() => model.off(event, fn));
+    },
+    /** listen to "change:<name>" for several traits */
+    watch(names, fn) {
+      for (const n of names) state.on(`change:${n}`, fn);
+    },
+    get(name, fallback) {
+      const v = model.get(name);
+      return v === undefined || v === null ? fallback : v;
+    },
+    send(msg) {
+      model.send(msg);
+    },
+    timeout(fn, ms) {
+      const id = setTimeout(() => {
+        timers.delete(id);
+        fn();
+      }, ms);
+      timers.add(id);
+      return id;
+    },
+    clearTimeout(id) {
+      clearTimeout(id);
+      timers.delete(id);
+    },
+    cleanup() {
+      state.alive = false;
+      for (const off of offs.splice(0)) off();
+      for (const id of timers) clearTimeout(id);
+      timers.clear();
+      try {
+        Plotly.purge(plot);
+      } catch (_) {
+        /* already gone */
+      }
+      root.remove();
+    },
+  };
+
+  let localError = "";
+  state.displayError = (text) => {
+    localError = String(text ?? "");
+    showError();
+  };
+  const showError = () => {
+    const text = [String(model.get("error") ?? ""), localError].filter(Boolean).join("\n");
+    error.textContent = text;
+    error.classList.toggle("on", text.length > 0);
+  };
+  const showStatus = () => {
+    status.textContent = String(model.get("status") ?? "");
+  };
+  const showProgress = () => {
+    const p = Number(model.get("progress"));
+    const on = Number.isFinite(p) && p > 0 && p < 1;
+    progressRow.classList.toggle("on", on);
+    bar.style.width = `${Math.round((Number.isFinite(p) ? Math.min(Math.max(p, 0), 1) : 0) * 100)}%`;
+  };
+  showError();
+  showStatus();
+  state.watch(["error"], showError);
+  state.watch(["status"], showStatus);
+  if (progress) {
+    showProgress();
+    state.watch(["progress"], showProgress);
+    cancel.addEventListener("click", () => state.send({ type: "cancel" }));
+  }
+  return state;
+}
+
+/** Coalesce many change events into one repaint per animation frame (or timeout when hidden). */
+export function scheduler(state, fn) {
+  let pending = false;
+  return () => {
+    if (pending) return;
+    pending = true;
+    const run = () => {
+      pending = false;
+      if (state.alive) fn();
+    };
+    if (typeof requestAnimationFrame === "function" && document.visibilityState !== "hidden") {
+      requestAnimationFrame(run);
+    } else {
+      state.timeout(run, 0);
+    }
+  };
+}
+
+/** 2-D array of numbers (null for not computed / non-finite) */
+export function grid(values) {
+  if (!Array.isArray(values)) return [];
+  return values.map((row) =>
+    Array.isArray(row) ? row.map((v) => (typeof v === "number" && Number.isFinite(v) ? v : null)) : [],
+  );
+}
+
+export function strGrid(values, rows, cols) {
+  const out = [];
+  for (let r = 0; r < rows; r++) {
+    const src = Array.isArray(values) && Array.isArray(values[r]) ? values[r] : [];
+    const row = [];
+    for (let c = 0; c < cols; c++) row.push(src[c] === undefined || src[c] === null ? "" : String(src[c]));
+    out.push(row);
+  }
+  return out;
+}
+
+/**
+ * The (row, col) cell under a mouse event on a heatmap drawn with numeric axes 0..n-1.
+ * Computed from the event's pixels, not from plotly's hover data (which lags ~50 ms behind fast clicks).
+ */
+export function cellAt(gd, event, rows, cols) {
+  const fl = gd?._fullLayout;
+  if (!fl || !event) return null;
+  const box = gd.getBoundingClientRect();
+  const xa = fl.xaxis;
+  const ya = fl.yaxis;
+  const col = Math.round(xa.p2d(event.clientX - box.left - xa._offset));
+  const row = Math.round(ya.p2d(event.clientY - box.top - ya._offset));
+  if (!Number.isInteger(row) || !Number.isInteger(col)) return null;
+  if (row < 0 || col < 0 || row >= rows || col >= cols) return null;
+  return { row, col };
+}
+
+/** Cell from plotly's click data, preferring the event's pixels. */
+export function clickedCell(gd, ev, rows, cols) {
+  const fromPixels = cellAt(gd, ev?.event, rows, cols);
+  if (fromPixels) return fromPixels;
+  const p = ev?.points?.[0];
+  if (!p) return null;
+  const row = Math.round(Number(p.y));
+  const col = Math.round(Number(p.x));
+  if (!Number.isInteger(row) || !Number.isInteger(col) || row < 0 || col < 0 || row >= rows || col >= cols) return null;
+  return { row, col };
+}

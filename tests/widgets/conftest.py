@@ -1,0 +1,124 @@
+"""Bare-page browser fixtures: Debian's Chromium driven by python playwright, the bundle served via page.route.
+
+No network, no `playwright install`: CI installs Chromium with `apt-get install -y chromium`.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUNDLE = ROOT / "interplab" / "static" / "widgets.js"
+HARNESS = pathlib.Path(__file__).with_name("harness.html")
+CHROMIUM = os.environ.get("INTERPLAB_CHROMIUM", "/usr/bin/chromium")
+ORIGIN = "http://interplab.test"
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not pathlib.Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's Chromium (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="session")
+def bundle_bytes():
+    assert BUNDLE.exists(), f"{BUNDLE} is missing: run `cd js && npm ci && npm run build`"
+    return BUNDLE.read_bytes()
+
+
+@pytest.fixture
+def page(browser, bundle_bytes):
+    """A fresh page with the harness loaded; every request outside ORIGIN is refused (offline check)."""
+    context = browser.new_context(viewport={"width": 1000, "height": 900})
+    pg = context.new_page()
+    errors: list[str] = []
+    requests: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+
+    def route(r):
+        url = r.request.url
+        requests.append(url)
+        if url == f"{ORIGIN}/" or url == f"{ORIGIN}/index.html":
+            return r.fulfill(status=200, content_type="text/html", body=HARNESS.read_text())
+        if url == f"{ORIGIN}/static/widgets.js":
+            return r.fulfill(status=200, content_type="text/javascript", body=bundle_bytes)
+        return r.abort()
+
+    pg.route("**/*", route)
+    pg.goto(f"{ORIGIN}/index.html")
+    pg.wait_for_function("window.__harness_ready === true", timeout=15000)
+    pg.errors = errors
+    pg.requests = requests
+    try:
+        yield pg
+    finally:
+        context.close()
+    foreign = [u for u in requests if not u.startswith(ORIGIN) and not u.startswith("data:")]
+    assert not foreign, f"the page tried to reach the network: {foreign}"
+    assert not errors, f"JS errors on the page: {errors}"
+
+
+class Mounted:
+    """A widget rendered on the bare page with a fake model."""
+
+    def __init__(self, page, kind: str, traits: dict):
+        self.page = page
+        self.kind = kind
+        self.i = page.evaluate("([k, t]) => window.mount(k, t)", [kind, traits])
+
+    def js(self, body: str, arg=None):
+        """Evaluate `body` as a function of (w, arg) where w = {model, el}."""
+        return self.page.evaluate(f"([i, arg]) => {{ const w = window.W(i); return ({body})(w, arg); }}", [self.i, arg])
+
+    @property
+    def sent(self) -> list[dict]:
+        return self.js("(w) => w.model.sent")
+
+    def clear_sent(self):
+        self.js("(w) => { w.model.sent.length = 0; }")
+
+    def set(self, **traits):
+        self.js("(w, t) => { for (const [k, v] of Object.entries(t)) w.model.set(k, v); }", traits)
+
+    def paints(self) -> int:
+        return self.page.evaluate("(k) => window.paintsOf(k)", self.kind)
+
+    def wait_paints(self, n: int, timeout: float = 10000):
+        self.page.wait_for_function("([k, n]) => window.paintsOf(k) >= n", arg=[self.kind, n], timeout=timeout)
+
+    def wait_sent(self, n: int, timeout: float = 5000):
+        self.page.wait_for_function(
+            "([i, n]) => window.W(i).model.sent.length >= n", arg=[self.i, n], timeout=timeout
+        )
+
+    def sel(self, css: str) -> str:
+        """A CSS selector scoped to this widget's mount element."""
+        return f".mount:nth-child({self.i + 1}) {css}"
+
+
+@pytest.fixture
+def mount(page):
+    def _mount(kind: str, **traits) -> Mounted:
+        return Mounted(page, kind, traits)
+
+    return _mount
