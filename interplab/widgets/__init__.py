@@ -4,7 +4,11 @@ They never import torch or the controller; ``interplab.lab`` sets their traits a
 All of them render from one bundled ESM, ``interplab/static/widgets.js`` (plotly included, works offline).
 """
 
+from .attention import AttentionView
 from .base import LabWidget, MessageError
 from .heatmap import PatchingHeatmap
+from .lens import LensView
+from .logits import LogitPanel
+from .steering import SteeringPanel
 
-__all__ = ["LabWidget", "MessageError", "PatchingHeatmap"]
+__all__ = ["AttentionView", "LabWidget", "LensView", "LogitPanel", "MessageError", "PatchingHeatmap", "SteeringPanel"]

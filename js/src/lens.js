@@ -1,1 +1,69 @@
-export function render({ model, el }) { el.textContent = 'lens: todo'; return () => {}; }
+// LensView (logit lens): layers x positions; the cell text is the top token, the colour its probability.
+// Message to Python (optional): {type:"select", row, col} on a cell click.
+import { BLUES, baseLayout, clickedCell, esc, fmt, grid, hoverLines, paint, quoted, scheduler, shell, strGrid, tick, tokenAxis } from "./plot.js";
+
+export function render({ model, el }) {
+  const state = shell(model, el, "lens");
+
+  function draw() {
+    const z = grid(model.get("probs"));
+    const xl = Array.isArray(model.get("x_labels")) ? model.get("x_labels").map(String) : [];
+    const yl = Array.isArray(model.get("y_labels")) ? model.get("y_labels").map(String) : [];
+    const rows = Math.max(z.length, yl.length);
+    const cols = Math.max(z.reduce((m, r) => Math.max(m, r.length), 0), xl.length);
+    const top = strGrid(model.get("top_tokens"), rows, cols);
+    const extra = strGrid(model.get("hover"), rows, cols);
+    const xLabels = Array.from({ length: cols }, (_, i) => xl[i] ?? String(i));
+    const yLabels = Array.from({ length: rows }, (_, i) => yl[i] ?? String(i));
+    const zz = Array.from({ length: rows }, (_, r) => Array.from({ length: cols }, (_, c) => z[r]?.[c] ?? null));
+    const cellText = top.map((row) => row.map((t) => tick(t, 10)));
+    const hover = [];
+    for (let r = 0; r < rows; r++) {
+      const line = [];
+      for (let c = 0; c < cols; c++) {
+        let t = `${esc(yLabels[r])}, position ${c} ${quoted(xLabels[c])}<br>top: ${quoted(top[r][c])} (p = ${fmt(zz[r][c])})`;
+        if (extra[r][c]) t += `<br>${hoverLines(extra[r][c])}`;
+        line.push(t);
+      }
+      hover.push(line);
+    }
+    const trace = {
+      type: "heatmap",
+      z: zz,
+      x: xLabels.map((_, i) => i),
+      y: yLabels.map((_, i) => i),
+      text: cellText,
+      texttemplate: "%{text}",
+      textfont: { size: 10 },
+      customdata: hover,
+      hovertemplate: "%{customdata}<extra></extra>",
+      colorscale: BLUES,
+      zmin: 0,
+      zmax: 1,
+      xgap: 1,
+      ygap: 1,
+      colorbar: { title: { text: "p(top)", side: "right" }, thickness: 14 },
+    };
+    const layout = baseLayout({
+      title: { text: esc(state.get("title", "")) },
+      margin: { l: 70, r: 30, t: 50, b: 90 },
+      plot_bgcolor: "#d9d9d9",
+      height: Math.min(1000, Math.max(300, 150 + 24 * rows)),
+      xaxis: tokenAxis(xLabels, { title: { text: "position" }, tickangle: -45 }),
+      yaxis: tokenAxis(yLabels, { title: { text: "layer" } }), // layer 0 at the bottom, the output on top
+    });
+    return paint(state, [trace], layout).then((gd) => {
+      if (gd.__interplab_click) return;
+      gd.__interplab_click = true;
+      gd.on("plotly_click", (ev) => {
+        const zNow = gd._fullData?.[0]?.z ?? [];
+        const cell = clickedCell(gd, ev, zNow.length, zNow[0]?.length ?? 0);
+        if (cell) state.send({ type: "select", row: cell.row, col: cell.col });
+      });
+    });
+  }
+
+  state.watch(["x_labels", "y_labels", "top_tokens", "probs", "hover", "title"], scheduler(state, draw));
+  draw();
+  return () => state.cleanup();
+}

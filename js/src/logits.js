@@ -1,1 +1,31 @@
-export function render({ model, el }) { el.textContent = 'logits: todo'; return () => {}; }
+// LogitPanel: top-k next-token bars per series (e.g. clean / corrupt / patched), side by side, plus a metric line.
+// No messages to Python.
+import { barSeries, fmt, h, paint, scheduler, shell } from "./plot.js";
+
+export function render({ model, el }) {
+  const state = shell(model, el, "logits");
+  const metric = h("div", { class: "il-metric" });
+  state.root.insertBefore(metric, state.plot);
+
+  function showMetric() {
+    const m = model.get("metric");
+    const vals = m && typeof m === "object" && m.values && typeof m.values === "object" ? m.values : {};
+    const entries = Object.entries(vals);
+    metric.textContent = entries.length
+      ? `${String(m.name ?? "metric")}: ` + entries.map(([k, v]) => `${k} = ${fmt(v, 4)}`).join("   ")
+      : "";
+  }
+
+  function draw() {
+    showMetric();
+    const { data, layout } = barSeries(model.get("series"), {
+      title: String(state.get("title", "")),
+      width: state.plot.clientWidth || 800,
+    });
+    return paint(state, data, layout);
+  }
+
+  state.watch(["series", "title", "metric"], scheduler(state, draw));
+  draw();
+  return () => state.cleanup();
+}

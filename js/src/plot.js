@@ -164,26 +164,28 @@ export function tokenAxis(labels, extra = {}) {
   };
 }
 
-/** Horizontal bar subplots, one per series: [{name, tokens, probs}] -> {data, layout}. */
-export function barSeries(series, { title = "", height } = {}) {
+/**
+ * Horizontal bar subplots side by side, one per series: [{name, tokens, probs}] -> {data, layout}.
+ * Token labels sit left of each subplot; `width` (px) sizes the room they get.
+ */
+export function barSeries(series, { title = "", height, width = 800 } = {}) {
   const list = Array.isArray(series) ? series : [];
   const n = Math.max(list.length, 1);
-  const gap = 0.06;
+  const margin = { l: 10, r: 20, t: title ? 70 : 45, b: 40 };
+  const plotW = Math.max(200, width - margin.l - margin.r);
+  const gap = Math.min(0.05, 20 / plotW);
   const w = (1 - gap * (n - 1)) / n;
+  const labelFrac = Math.min(0.45 * w, 105 / plotW);
   const data = [];
-  const layout = baseLayout({
-    title: { text: esc(title) },
-    showlegend: false,
-    margin: { l: 10, r: 20, t: title ? 60 : 40, b: 40 },
-    annotations: [],
-  });
+  const layout = baseLayout({ title: { text: esc(title) }, showlegend: false, margin, annotations: [] });
   let kmax = 1;
   list.forEach((s, i) => {
-    const tokens = Array.isArray(s?.tokens) ? s.tokens : [];
-    const probs = Array.isArray(s?.probs) ? s.probs : [];
+    const tokens = Array.isArray(s?.tokens) ? s.tokens.map(String) : [];
+    const probs = (Array.isArray(s?.probs) ? s.probs : []).map((p) => (Number.isFinite(p) ? p : 0));
     kmax = Math.max(kmax, tokens.length);
     const ax = i === 0 ? "" : String(i + 1);
     const x0 = i * (w + gap);
+    const name = esc(s?.name ?? "");
     data.push({
       type: "bar",
       orientation: "h",
@@ -195,27 +197,26 @@ export function barSeries(series, { title = "", height } = {}) {
       text: probs.map((p) => fmt(p)),
       textposition: "auto",
       customdata: tokens.map((t) => quoted(t)),
-      hovertemplate: `${esc(s?.name ?? "")}<br>%{customdata}: %{x:.4f}<extra></extra>`,
-      name: esc(s?.name ?? ""),
+      hovertemplate: `${name}<br>%{customdata}: %{x:.4f}<extra></extra>`,
+      name,
     });
     layout["xaxis" + ax] = {
-      domain: [x0 + 0.12 * w, x0 + w],
-      range: [0, Math.max(1e-9, ...probs.filter(Number.isFinite)) * 1.15],
+      domain: [x0 + labelFrac, x0 + w],
+      range: [0, Math.max(1e-9, ...probs) * 1.15],
       fixedrange: true,
       zeroline: false,
       tickformat: ".2f",
+      nticks: 4,
       anchor: "y" + ax,
     };
     layout["yaxis" + ax] = {
-      ...tokenAxis(tokens, { autorange: false }),
-      range: [tokens.length - 0.5, -0.5], // most likely on top
+      ...tokenAxis(tokens),
+      range: [Math.max(tokens.length, 1) - 0.5, -0.5], // most likely on top
       anchor: "x" + ax,
-      automargin: false,
     };
-    // token labels as tick labels of the bars sit inside the subplot's left part
     layout.annotations.push({
-      text: `<b>${esc(s?.name ?? "")}</b>`,
-      x: x0 + w / 2,
+      text: `<b>${name}</b>`,
+      x: x0 + (labelFrac + w) / 2,
       y: 1.0,
       xref: "paper",
       yref: "paper",
@@ -224,7 +225,7 @@ export function barSeries(series, { title = "", height } = {}) {
       showarrow: false,
     });
   });
-  layout.height = height ?? Math.max(220, 90 + 22 * kmax);
+  layout.height = height ?? Math.max(220, 100 + 22 * kmax);
   return { data, layout };
 }
 

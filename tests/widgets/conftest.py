@@ -46,9 +46,9 @@ def bundle_bytes():
     return BUNDLE.read_bytes()
 
 
-@pytest.fixture
-def page(browser, bundle_bytes):
-    """A fresh page with the harness loaded; every request outside ORIGIN is refused (offline check)."""
+@pytest.fixture(scope="session")
+def _harness(browser, bundle_bytes):
+    """One page with the harness and the bundle loaded, shared by the tests (loading plotly costs ~3 s)."""
     context = browser.new_context(viewport={"width": 1000, "height": 900})
     pg = context.new_page()
     errors: list[str] = []
@@ -66,16 +66,27 @@ def page(browser, bundle_bytes):
 
     pg.route("**/*", route)
     pg.goto(f"{ORIGIN}/index.html")
-    pg.wait_for_function("window.__harness_ready === true", timeout=15000)
+    pg.wait_for_function("window.__harness_ready === true", timeout=30000)
     pg.errors = errors
     pg.requests = requests
     try:
         yield pg
     finally:
         context.close()
-    foreign = [u for u in requests if not u.startswith(ORIGIN) and not u.startswith("data:")]
+
+
+@pytest.fixture
+def page(_harness):
+    """The shared page, reset (all widgets unmounted) before each test; fails the test on JS errors or network use."""
+    pg = _harness
+    pg.evaluate("window.__reset()")
+    pg.mouse.move(0, 0)
+    pg.errors.clear()
+    pg.requests.clear()
+    yield pg
+    foreign = [u for u in pg.requests if not u.startswith(ORIGIN) and not u.startswith("data:")]
     assert not foreign, f"the page tried to reach the network: {foreign}"
-    assert not errors, f"JS errors on the page: {errors}"
+    assert not pg.errors, f"JS errors on the page: {pg.errors}"
 
 
 class Mounted:
@@ -107,9 +118,7 @@ class Mounted:
         self.page.wait_for_function("([k, n]) => window.paintsOf(k) >= n", arg=[self.kind, n], timeout=timeout)
 
     def wait_sent(self, n: int, timeout: float = 5000):
-        self.page.wait_for_function(
-            "([i, n]) => window.W(i).model.sent.length >= n", arg=[self.i, n], timeout=timeout
-        )
+        self.page.wait_for_function("([i, n]) => window.W(i).model.sent.length >= n", arg=[self.i, n], timeout=timeout)
 
     def sel(self, css: str) -> str:
         """A CSS selector scoped to this widget's mount element."""

@@ -14,7 +14,7 @@ BOLD = "<b>bold</b>"
 IOI = ["<|endoftext|>", "When", " Mary", " and", " John", " went", " to", " the", " store", ",", " John", " gave"]
 
 
-def heatmap_traits(rows=4, cols=len(IOI), **kw):
+def heatmap_traits(rows=4, cols=12, **kw):
     values = [[round((r - c / cols) / rows, 3) for c in range(cols)] for r in range(rows)]
     values[0][0] = None  # not computed yet
     t = dict(
@@ -165,5 +165,191 @@ def test_heatmap_xss_labels_are_literal_text(page, mount):
     page.mouse.move(p["x"], p["y"])
     page.wait_for_selector(".hoverlayer .hovertext", timeout=3000)
     hover = page.evaluate("document.querySelector('.hoverlayer .hovertext').textContent")
-    assert BOLD in hover and "\"<b>bold</b>\"" in hover
+    assert BOLD in hover and '"<b>bold</b>"' in hover
     assert page.evaluate("document.querySelectorAll('#root img').length") == 0
+
+
+# ---------------------------------------------------------------------------------------------------- logits
+def series(names=("clean", "corrupt", "patched")):
+    toks = [" Mary", " John", " the", XSS, BOLD]
+    return [{"name": n, "tokens": toks, "probs": [0.5 - 0.1 * i, 0.2, 0.1, 0.05, 0.01]} for i, n in enumerate(names)]
+
+
+def test_logits_paints_series_and_metric(page, mount):
+    w = mount(
+        "logits",
+        series=series(),
+        metric={"name": "logit diff", "values": {"clean": 3.25, "corrupt": -3.0, "patched": 1.5}},
+        title="next token",
+    )
+    w.wait_paints(1)
+    assert w.js("(w) => w.el.querySelectorAll('.js-plotly-plot .barlayer .trace').length") == 3
+    assert page.locator(w.sel(".il-metric")).text_content() == (
+        "logit diff: clean = 3.2500   corrupt = -3.0000   patched = 1.5000"
+    )
+    ticks = w.js("(w) => [...w.el.querySelectorAll('.ytick text')].map((t) => t.textContent)")
+    assert "␣Mary" in ticks and "<b>bold</b>" in ticks and any(t.startswith("<img") for t in ticks)
+    n = w.paints()
+    w.set(series=series(("clean", "patched")))
+    w.wait_paints(n + 1)
+    assert w.js("(w) => w.el.querySelectorAll('.js-plotly-plot .barlayer .trace').length") == 2
+    assert page.evaluate("window.__xss") is None
+    assert w.js("(w) => w.el.querySelectorAll('img, b').length") == 0
+
+
+# ---------------------------------------------------------------------------------------------------- steering
+def steering_traits(**kw):
+    t = dict(
+        n_layers=12,
+        sites=["resid_pre", "resid_post", "mlp_out"],
+        site="resid_pre",
+        layer=6,
+        alpha=0.0,
+        alpha_min=-10.0,
+        alpha_max=10.0,
+        positions="all",
+        prompt=f"I think that {XSS}",
+        positive="Love\nI adore you",
+        negative="Hate\nI despise you",
+        dist=[
+            {"name": "base", "tokens": [" the", " a", XSS], "probs": [0.3, 0.2, 0.1]},
+            {"name": "steered", "tokens": [" love", BOLD, " the"], "probs": [0.4, 0.2, 0.1]},
+        ],
+        generated=f"I think that {BOLD} is great",
+        max_new_tokens=20,
+        busy=False,
+        title="",
+    )
+    t.update(kw)
+    return t
+
+
+def test_steering_slider_drag_sends_throttled_previews(page, mount):
+    w = mount("steering", **steering_traits())
+    w.wait_paints(1)
+    # ten input events in one go (a fast drag): throttled to a few previews, the latest value wins
+    w.js(
+        """(w) => { const s = w.el.querySelector('.il-alpha');
+           for (let i = 1; i <= 10; i++) { s.value = String(i * 0.5); s.dispatchEvent(new Event('input')); } }"""
+    )
+    w.wait_sent(1)
+    page.wait_for_timeout(120)
+    sent = w.sent
+    assert 1 <= len(sent) < 10, sent
+    assert sent[-1] == {"type": "preview", "alpha": 5.0, "layer": 6, "site": "resid_pre", "positions": "all"}
+    # a real mouse drag along the slider: previews while moving, then one for the final value on release
+    w.clear_sent()
+    box = page.locator(w.sel(".il-alpha")).bounding_box()
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * 0.5, y)
+    page.mouse.down()
+    for i in range(1, 9):
+        page.mouse.move(box["x"] + box["width"] * (0.5 + 0.05 * i), y)
+        page.wait_for_timeout(25)
+    page.mouse.up()
+    page.wait_for_timeout(100)
+    sent = w.sent
+    final = w.js("(w) => Number(w.el.querySelector('.il-alpha').value)")
+    assert final > 5.0
+    assert len(sent) >= 2 and all(m["type"] == "preview" for m in sent), sent
+    assert sent[-1]["alpha"] == pytest.approx(final)
+    assert w.js("(w) => w.model.get('alpha')") == pytest.approx(final)  # written back on change
+    assert w.js("(w) => w.model.saves") >= 1
+
+
+def test_steering_buttons_and_selectors(page, mount):
+    w = mount("steering", **steering_traits())
+    w.wait_paints(1)
+    page.locator(w.sel(".il-layer")).select_option("3")
+    page.locator(w.sel(".il-site")).select_option("mlp_out")
+    page.locator(w.sel(".il-positions")).select_option("last")
+    page.locator(w.sel(".il-max-new-tokens")).fill("7")
+    page.locator(w.sel(".il-generate")).click()
+    page.locator(w.sel(".il-positive")).fill("Joy\n\nHappy")
+    page.locator(w.sel(".il-set-vector")).click()
+    sent = w.sent
+    assert sent[-2] == {
+        "type": "generate",
+        "alpha": 0.0,
+        "layer": 3,
+        "site": "mlp_out",
+        "positions": "last",
+        "max_new_tokens": 7,
+    }
+    assert sent[-1] == {"type": "set_vector", "positive": "Joy\n\nHappy", "negative": "Hate\nI despise you"}
+    assert [m["type"] for m in sent[:-2]] == ["preview"] * 3  # each selector change previews once
+    assert w.js("(w) => [w.model.get('layer'), w.model.get('site'), w.model.get('positions')]") == [
+        3,
+        "mlp_out",
+        "last",
+    ]
+    # busy from the kernel disables the buttons; generated text and prompts are literal text
+    w.set(busy=True)
+    assert page.locator(w.sel(".il-generate")).is_disabled()
+    assert page.locator(w.sel(".il-generated")).text_content() == f"I think that {BOLD} is great"
+    assert page.locator(w.sel(".il-prompt")).input_value() == f"I think that {XSS}"
+    n = w.paints()
+    w.set(dist=[{"name": "steered", "tokens": [" x"], "probs": [0.9]}])
+    w.wait_paints(n + 1)
+    assert page.evaluate("window.__xss") is None
+    assert w.js("(w) => w.el.querySelectorAll('img, b').length") == 0
+
+
+# ---------------------------------------------------------------------------------------------------- lens
+def test_lens_paints_cell_text_literally_and_selects(page, mount):
+    toks = ["When", " Mary", XSS, BOLD]
+    w = mount(
+        "lens",
+        x_labels=toks,
+        y_labels=["L0", "L1", "L2"],
+        top_tokens=[[" the", XSS, BOLD, " John"]] * 3,
+        probs=[[0.1, 0.5, 0.9, 0.3]] * 3,
+        hover=[[f"{XSS} 0.5\n the 0.1"] * 4] * 3,
+        title="logit lens",
+    )
+    w.wait_paints(1)
+    cell_text = w.js("(w) => [...w.el.querySelectorAll('.js-plotly-plot text')].map((t) => t.textContent)")
+    assert "␣the" in cell_text and "<b>bold</b>" in cell_text
+    assert any(t.startswith("<img") for t in cell_text)
+    p = w.js("(w) => window.cellPixel(window.__mounted.indexOf(w), 2, 1)")
+    page.mouse.click(p["x"], p["y"])
+    w.wait_sent(1)
+    assert w.sent == [{"type": "select", "row": 2, "col": 1}]
+    n = w.paints()
+    w.set(probs=[[0.2, 0.2, 0.2, 0.2]] * 3)
+    w.wait_paints(n + 1)
+    assert page.evaluate("window.__xss") is None
+    assert w.js("(w) => w.el.querySelectorAll('img, b').length") == 0
+
+
+# ---------------------------------------------------------------------------------------------------- attention
+def test_attention_paints_and_select_sends(page, mount):
+    toks = ["<|endoftext|>", "When", " Mary", " and", " John", XSS]
+    n = len(toks)
+    pattern = [[(1.0 / (q + 1) if k <= q else 0.0) for k in range(n)] for q in range(n)]
+    w = mount("attention", tokens=toks, n_layers=4, n_heads=8, layer=1, head=2, pattern=pattern, title="")
+    w.wait_paints(1)
+    assert w.js("(w) => w.el.querySelector('.il-layer').value") == "1"
+    assert w.js("(w) => w.el.querySelector('.il-head').options.length") == 8
+    page.locator(w.sel(".il-head")).select_option("5")
+    page.locator(w.sel(".il-layer")).select_option("3")
+    assert w.sent == [{"type": "select", "layer": 1, "head": 5}, {"type": "select", "layer": 3, "head": 5}]
+    c = w.paints()
+    w.set(layer=3, head=5, pattern=[[1.0] * n] * n)
+    w.wait_paints(c + 1)
+    assert "layer 3 head 5" in w.js("(w) => w.el.querySelector('.gtitle').textContent")
+    yt = w.js("(w) => [...w.el.querySelectorAll('.ytick text')].map((t) => t.textContent)")
+    assert yt[0].startswith("<|endoft") and any(t.startswith("<img") for t in yt)
+    assert page.evaluate("window.__xss") is None
+    assert w.js("(w) => w.el.querySelectorAll('img').length") == 0
+
+
+def test_unknown_kind_shows_error_and_cleanup_detaches(page, mount):
+    w = mount("nope")
+    assert "unknown widget kind" in page.locator(w.sel(".il-error")).text_content()
+    h = mount("heatmap", **heatmap_traits())
+    h.wait_paints(1)
+    assert h.js("(w) => w.model.listeners()") > 0
+    h.js("(w) => w.cleanup()")
+    assert h.js("(w) => w.model.listeners()") == 0
+    assert h.js("(w) => w.el.children.length") == 0

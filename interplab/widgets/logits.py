@@ -1,0 +1,60 @@
+"""LogitPanel: next-token top-k bars per series (e.g. clean / corrupt / patched), side by side, and a metric line.
+
+Traits:
+    series  list[{name: str, tokens: list[str], probs: list[float]}]   one bar subplot per entry
+    metric  {name: str, values: {label: float}}   shown as text, e.g. {"name": "logit diff",
+            "values": {"clean": 3.2, "corrupt": -3.1, "patched": 1.0}}
+    title, status, error   str
+No messages from the frontend.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import traitlets as t
+
+from .base import LabWidget, plain
+
+__all__ = ["LogitPanel", "clean_series"]
+
+
+def clean_series(value: Any) -> list[dict[str, Any]]:
+    """Validate/normalise a list of {name, tokens, probs}; tensors accepted, non-finite probs become 0."""
+    out = []
+    for s in plain(value) or []:
+        if not isinstance(s, dict):
+            raise t.TraitError(f"each series must be a dict {{name, tokens, probs}}, got {type(s).__name__}")
+        tokens = [str(x) for x in plain(s.get("tokens", []))]
+        probs = [float(p) for p in plain(s.get("probs", []))]
+        if len(tokens) != len(probs):
+            raise t.TraitError(
+                f"series {s.get('name', '')!r}: {len(tokens)} tokens but {len(probs)} probs (they must match)"
+            )
+        probs = [p if math.isfinite(p) else 0.0 for p in probs]
+        out.append({**s, "name": str(s.get("name", "")), "tokens": tokens, "probs": probs})
+    return out
+
+
+class LogitPanel(LabWidget):
+    _view_kind = t.Unicode("logits").tag(sync=True)
+
+    series = t.List().tag(sync=True)
+    metric = t.Dict().tag(sync=True)
+    title = t.Unicode("").tag(sync=True)
+
+    @t.validate("series")
+    def _v_series(self, proposal):
+        return clean_series(proposal["value"])
+
+    @t.validate("metric")
+    def _v_metric(self, proposal):
+        m = dict(proposal["value"] or {})
+        if not m:
+            return {}
+        vals = {}
+        for k, v in dict(m.get("values", {})).items():
+            f = float(plain(v))
+            vals[str(k)] = f if math.isfinite(f) else None
+        return {"name": str(m.get("name", "metric")), "values": vals}
