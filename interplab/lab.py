@@ -297,6 +297,8 @@ class Lab:
             name, layer = item
             return [((name, layer), self.sites.resolve(name, layer))]
         if item in LAYERED:
+            if self.sites.arch is None:
+                self.sites.point(item, 0)  # unknown architecture: raises UnsupportedSiteError with the how-to
             return [((item, l), self.sites.resolve(item, l)) for l in range(self.n_layers)]
         return [(item, self.sites.resolve(item, None))]
 
@@ -304,6 +306,8 @@ class Lab:
         if not isinstance(e, Edit):
             raise InterplabError(f"edits must be ilab edits (ilab.patch, ilab.zero, ...), got {type(e).__name__}.")
         canonical = e.site in SITE_NAMES
+        if canonical and self.sites.arch is None:
+            self.sites.point(e.site, 0)  # unknown architecture: raises UnsupportedSiteError with the how-to
         if canonical and e.site not in LAYERED and e.layer is not None:
             raise InterplabError(f"site {e.site!r} has no layers: drop layer={e.layer!r}.")
         layers = self.sites.layers_of(e.layer) if canonical and e.site in LAYERED else [e.layer]
