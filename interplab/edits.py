@@ -10,9 +10,22 @@ An edit names a site, which layers / positions / heads / batch rows it touches, 
     project  (I - P) h + coeff * P h, P the projection onto a direction (coeff=0 ablates it)
     clamp    clamp the coefficient of h along a direction into [lo, hi]
     set      set to a given vector or tensor
+    ban_expert  set one MoE expert's router logit to -inf (re-routing happens in interplab.steering's router hook)
 
 Selections: an int, a list, a slice, or None (= all). Positions count within each prompt's own tokens, so -1 is the
 last real token of every row even when prompts of different lengths are padded into one batch.
+
+During generation (lab.generate, bound edits) positions may also be a word (POS_SELECTORS), and `steps` limits an
+edit to the tokens fed in at some decoding steps (step 0 = the prefill, i.e. the prompt; step s >= 1 = the token
+sampled at step s-1). Every selection is a function of the absolute position of a token, so the same tokens are
+edited with and without a KV cache:
+
+    None / "all"  every token (prompt and generated)
+    "prompt"      the prompt's tokens only (the prefill)
+    "generated"   generated tokens only (decode steps)
+    "newest"      the newest token of every step: the prompt's last token, then each generated token
+    "content"     tokens that are not special tokens (BOS, EOS, pad ...)
+    int/list/slice  index the prompt, exactly as in lab.run (-1 = the prompt's last token)
 """
 
 from __future__ import annotations
@@ -26,7 +39,8 @@ import torch
 
 from .errors import InterplabError, OutOfRangeError, UnsupportedSiteError, VectorError
 
-OPS = ("patch", "zero", "mean", "scale", "steer", "project", "clamp", "set")
+OPS = ("patch", "zero", "mean", "scale", "steer", "project", "clamp", "set", "ban_expert")
+POS_SELECTORS = ("all", "prompt", "generated", "newest", "content")
 
 
 @dataclass(frozen=True)
@@ -56,10 +70,17 @@ class Edit:
     label: str | None = None
     enabled: bool = True
     meta: dict = field(default_factory=dict)
+    steps: Any = None  # decoding steps whose tokens are edited (None = all; 0 = prefill); int, list, range, slice
 
     def __post_init__(self):
         if self.op not in OPS:
             raise InterplabError(f"unknown edit op {self.op!r}: allowed {', '.join(OPS)}.")
+        if isinstance(self.pos, str) and self.pos not in POS_SELECTORS:
+            raise InterplabError(
+                f"unknown position selector {self.pos!r}: allowed {', '.join(POS_SELECTORS)}, an int, a list, a "
+                f"slice or None (= all).")
+        if self.steps is not None:
+            _check_steps(self.steps)
         if self.vector is not None:
             self.vector = _as_tensor(self.vector, what=f"{self.op} vector")
 
@@ -81,6 +102,10 @@ class Edit:
             parts.append(f"alpha {self.alpha:g}")
         if self.op == "project":
             parts.append(f"coeff {self.coeff:g}")
+        if self.op == "ban_expert":
+            parts.append(f"expert {_sel_str(self.meta.get('experts'))}")
+        if self.steps is not None:
+            parts.append(f"steps {_sel_str(self.steps)}")
         return " ".join(parts)
 
     def with_(self, **changes) -> Edit:
@@ -186,10 +211,19 @@ class ApplyContext:
     n_heads: int | None = None
     offset: int = 0  # absolute position of column 0 (non-zero on decode steps)
     source: torch.Tensor | None = None  # resolved patch / mean value for this site and layer
+    # Generation (all optional; None keeps the plain-run behaviour above):
+    positions: torch.Tensor | None = None  # [batch, pos] absolute position of each column in its row (-1 = pad)
+    prompt_lengths: list[int] | None = None  # set while generating: ints/slices index the prompt, words apply
+    special: torch.Tensor | None = None  # [batch, pos] True where the token is a special token (for "content")
+    step: int | None = None  # the decoding step being computed (0 = prefill); informational
 
 
 def apply_edit(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
     """Return h with `edit` applied where its selection holds. h is [batch, pos, width]; never modified in place."""
+    if edit.op == "ban_expert":
+        raise UnsupportedSiteError(
+            "ban_expert re-routes tokens, which a tensor edit cannot do: use it with lab.generate(...), "
+            "`with lab.edit([...]): lab.run(...)` or lab.bind([...]).")
     b, t = h.shape[0], h.shape[1]
     heads = edit.head is not None
     if heads:
@@ -213,16 +247,92 @@ def apply_edit(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
 def selection_mask(edit: Edit, b: int, t: int, ctx: ApplyContext) -> torch.Tensor:
     rows = torch.zeros(b, dtype=torch.bool)
     rows[_as_list(edit.batch, b)] = True
+    simple = ctx.positions is None and ctx.prompt_lengths is None and edit.steps is None and not isinstance(
+        edit.pos, str)
+    if simple:  # a plain run: columns are positions offset..offset+t-1, right padding
+        cols = torch.zeros(b, t, dtype=torch.bool)
+        for r in range(b):
+            if not rows[r]:
+                continue
+            n = ctx.lengths[r] if r < len(ctx.lengths) else t + ctx.offset
+            for p in _positions(edit.pos, n):
+                c = p - ctx.offset
+                if 0 <= c < t:
+                    cols[r, c] = True
+        return cols
+    positions = ctx.positions
+    if positions is None:
+        positions = torch.full((b, t), -1, dtype=torch.long)
+        for r in range(b):
+            n = ctx.lengths[r] if r < len(ctx.lengths) else t + ctx.offset
+            k = max(0, min(t, n - ctx.offset))
+            positions[r, :k] = torch.arange(ctx.offset, ctx.offset + k)
+    positions = positions.detach().cpu().long()
+    if tuple(positions.shape) != (b, t):
+        raise InterplabError(f"internal: position map {tuple(positions.shape)} does not fit a [{b}, {t}] tensor.")
     cols = torch.zeros(b, t, dtype=torch.bool)
     for r in range(b):
         if not rows[r]:
             continue
-        n = ctx.lengths[r] if r < len(ctx.lengths) else t + ctx.offset
-        for p in _positions(edit.pos, n):
-            c = p - ctx.offset
-            if 0 <= c < t:
-                cols[r, c] = True
+        p = positions[r]
+        n = ctx.lengths[r] if r < len(ctx.lengths) else int(p.max()) + 1
+        n = max(n, int(p.max()) + 1)
+        prompt_len = ctx.prompt_lengths[r] if ctx.prompt_lengths is not None else None
+        sel = torch.zeros(n, dtype=torch.bool)
+        sel[_select(edit.pos, n, prompt_len)] = True
+        if edit.steps is not None:
+            birth = torch.zeros(n, dtype=torch.long)  # the step at which each position is fed in
+            if prompt_len is not None:
+                birth = (torch.arange(n) - prompt_len + 1).clamp(min=0)
+            sel &= _steps_mask(edit.steps, birth)
+        valid = p >= 0
+        cols[r, valid] = sel[p[valid]]
+    if edit.pos == "content":
+        if ctx.special is None:
+            raise InterplabError(
+                "pos='content' needs the token ids to find special tokens: use it with lab.generate or bound edits "
+                "(lab.edit / lab.bind), or give explicit positions in lab.run.")
+        cols &= ~ctx.special.detach().cpu().bool()
     return cols
+
+
+def _select(pos, n: int, prompt_len: int | None) -> list[int]:
+    """Positions (of 0..n-1) selected by pos; while generating, ints/lists/slices index the prompt."""
+    if pos is None or pos in ("all", "content"):
+        return list(range(n))
+    if isinstance(pos, str):
+        if prompt_len is None:  # a plain forward: the whole input is the prompt
+            return {"prompt": list(range(n)), "generated": [], "newest": [n - 1] if n else []}[pos]
+        return {"prompt": list(range(min(prompt_len, n))), "generated": list(range(prompt_len, n)),
+                "newest": list(range(max(prompt_len - 1, 0), n))}[pos]
+    return _positions(pos, prompt_len if prompt_len is not None else n)
+
+
+def _check_steps(steps) -> None:
+    if isinstance(steps, slice):
+        items = [x for x in (steps.start, steps.stop) if x is not None]
+        if steps.step is not None and steps.step <= 0:
+            raise OutOfRangeError(f"steps={_sel_str(steps)}: a slice of steps needs a positive step.")
+    elif isinstance(steps, (list, tuple, range)):
+        items = list(steps)
+    else:
+        items = [steps]
+    for s in items:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise OutOfRangeError(
+                f"steps={steps!r}: decoding steps are ints >= 0 (0 = the prefill, 1 = the first generated token "
+                f"fed back in ...); negative steps are not allowed because the number of steps is open-ended.")
+
+
+def _steps_mask(steps, birth: torch.Tensor) -> torch.Tensor:
+    if isinstance(steps, slice):
+        start = steps.start or 0
+        stop = steps.stop
+        step = steps.step or 1
+        m = (birth >= start) & ((birth - start) % step == 0)
+        return m if stop is None else m & (birth < stop)
+    items = list(steps) if isinstance(steps, (list, tuple, range)) else [steps]
+    return torch.isin(birth, torch.tensor(items, dtype=torch.long))
 
 
 def _positions(pos, n: int) -> list[int]:

@@ -1,0 +1,484 @@
+"""Steering during generation, and edits bound to every call of the plain model.
+
+    out = lab.generate("The capital of France is", [ilab.steer("resid_post", 1, v, alpha=8)], max_new_tokens=16)
+    out.text
+
+    with lab.edit([ilab.project("resid_post", 1, u)]):      # every lab.model(...) / lab.model.generate(...)
+        text = lab.model.generate(ids, max_new_tokens=8)
+
+Edits are active at every decoding step. Which tokens an edit touches is a function of each token's absolute
+position only (see interplab.edits: pos words "prompt", "generated", "newest", "content" and `steps`), so greedy
+output is identical with and without a KV cache. Every hook goes through interplab's HookManager: it is removed
+when generation ends, by success, an exception or KeyboardInterrupt, and the user's own hooks are never touched.
+
+Sampler edits act on what the sampler draws from: ban_token(t) sets the logit of t to -inf at every step;
+force_token(t, step) makes the token drawn at `step` (0 = the first new token) be t, and the next step continues
+from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from . import engine
+from .edits import ApplyContext, Edit, POS_SELECTORS, selection_mask
+from .errors import InterplabError, OutOfRangeError, UnknownSiteError, UnsupportedSiteError
+from .sites import HookPoint
+
+DEFAULT_NORM_PROMPTS = [
+    "The capital of France is Paris.",
+    "When Mary and John went to the store, John gave a drink to Mary.",
+    "After the party, Alice gave a book to Bob.",
+]
+
+
+# ---- edit constructors specific to generation ---------------------------------------------------------------
+
+def ban_expert(layer, expert, pos=None, steps=None, site: str = "router", **kw) -> Edit:
+    """Set the router logit of `expert` (int or list) to -inf at `layer` of a mixture-of-experts model, so no token
+    is routed to it (each token's next-best expert takes its place). site: 'router' (found on the layer), or a raw
+    module path such as 'model.layers.{layer}.mlp.gate'."""
+    experts = [int(e) for e in (expert if isinstance(expert, (list, tuple, range)) else [expert])]
+    meta = {**kw.pop("meta", {}), "experts": experts}
+    return Edit("ban_expert", site, layer, pos, steps=steps, meta=meta, **kw)
+
+
+@dataclass(frozen=True)
+class SamplerEdit:
+    """An edit of what the sampler draws from: 'ban' a token at every step, or 'force' a token at one step."""
+
+    op: str  # "ban" | "force"
+    token: int | str
+    step: int | None = None  # force: the generation step (0 = the first new token)
+
+    def describe(self) -> str:
+        return f"ban {self.token!r}" if self.op == "ban" else f"force {self.token!r} at step {self.step}"
+
+
+def ban_token(token) -> SamplerEdit:
+    """Never sample `token` (a single-token string or an id): its logit is -inf at every step."""
+    return SamplerEdit("ban", token)
+
+
+def force_token(token, step: int) -> SamplerEdit:
+    """Make the token drawn at `step` (0 = the first new token) be `token`; later steps continue from it."""
+    if not isinstance(step, int) or step < 0:
+        raise OutOfRangeError(f"force_token step must be an int >= 0 (0 = the first new token), got {step!r}.")
+    return SamplerEdit("force", token, step)
+
+
+# ---- per-forward position state --------------------------------------------------------------------------------
+
+class _State:
+    """What the current forward of the model holds: set by a pre-hook on the model before any edit hook runs."""
+
+    def __init__(self, special_ids: list[int], prompt_lengths: list[int] | None = None):
+        self.special_ids = torch.tensor(sorted(set(special_ids)), dtype=torch.long)
+        self.prompt_lengths = prompt_lengths
+        self.positions: torch.Tensor | None = None
+        self.lengths: list[int] = []
+        self.special: torch.Tensor | None = None
+        self.step = -1
+        self.shape: tuple[int, int] | None = None
+
+    def pre_hook(self, module, args, kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is None and args and isinstance(args[0], torch.Tensor):
+            ids = args[0]
+        x = ids if ids is not None else kwargs.get("inputs_embeds")
+        if x is None:
+            self.positions = None
+            return None
+        b, t = x.shape[0], x.shape[1]
+        mask = kwargs.get("attention_mask")
+        if mask is None and len(args) > 1 and isinstance(args[1], torch.Tensor):
+            mask = args[1]
+        pos_ids = kwargs.get("position_ids")
+        if isinstance(mask, torch.Tensor) and mask.dim() == 2 and mask.shape[0] == b and mask.shape[1] >= t:
+            mask = mask.detach().cpu().long()  # covers cache + this input: padding anywhere, real positions counted
+            cur = (mask.cumsum(1) - 1)[:, -t:].clone()
+            cur[mask[:, -t:] == 0] = -1
+        elif isinstance(pos_ids, torch.Tensor) and pos_ids.dim() == 2 and tuple(pos_ids.shape) == (b, t):
+            cur = pos_ids.detach().cpu().long().clone()  # generate drops an all-ones mask but passes positions
+        else:
+            offset = _past_length(kwargs)
+            cur = torch.arange(offset, offset + t).expand(b, t).clone()
+        self.positions = cur
+        self.lengths = (cur.max(1).values + 1).clamp(min=0).tolist()
+        self.special = torch.isin(ids.detach().cpu(), self.special_ids) if ids is not None else None
+        self.shape = (b, t)
+        self.step += 1
+        return None
+
+    def post_hook(self, module, args, output):
+        self.positions = None
+        self.shape = None
+        return None
+
+    def ctx_for(self, n_heads):
+        def ctx_for(pe) -> ApplyContext:
+            heads = n_heads if pe is not None and pe.site.heads else None
+            source = pe.source if pe is not None else None
+            if self.positions is None:  # a submodule called on its own: plain positions 0..t-1
+                return ApplyContext(lengths=[], n_heads=heads, source=source)
+            return ApplyContext(lengths=self.lengths, n_heads=heads, source=source, positions=self.positions,
+                                prompt_lengths=self.prompt_lengths, special=self.special, step=self.step)
+        return ctx_for
+
+
+def _past_length(kwargs) -> int:
+    cp = kwargs.get("cache_position")
+    if isinstance(cp, torch.Tensor) and cp.numel():
+        return int(cp.reshape(-1)[0])
+    past = kwargs.get("past_key_values", kwargs.get("cache"))
+    if past is not None and hasattr(past, "get_seq_length"):
+        try:
+            return int(past.get_seq_length())
+        except Exception:  # noqa: BLE001 - an exotic cache: assume none
+            return 0
+    return 0
+
+
+# ---- planning ------------------------------------------------------------------------------------------------
+
+@dataclass
+class _Planned:
+    plan: engine.Plan = field(default_factory=engine.Plan)
+    routers: dict = field(default_factory=dict)  # module path -> [Edit]
+
+
+def _plan(lab, edits: list, lengths: list[int], *, generating: bool) -> _Planned:
+    out = _Planned()
+    for e in edits:
+        if not isinstance(e, Edit):
+            raise InterplabError(
+                f"edits must be ilab edits (ilab.steer, ilab.zero, ilab.ban_expert ...), got {type(e).__name__}. "
+                f"Sampler edits (ban_token / force_token) work in lab.generate only.")
+        if not generating:
+            if e.steps is not None:
+                raise InterplabError(
+                    f"{e.describe()}: steps= needs to know where the prompt ends, which only lab.generate does. "
+                    f"Bound edits apply to every forward; use pos= (e.g. pos='newest') instead.")
+            if e.pos in ("prompt", "generated"):
+                raise InterplabError(
+                    f"{e.describe()}: pos={e.pos!r} needs to know where the prompt ends, which only lab.generate "
+                    f"does. Bound edits take None, ints, slices, 'newest' or 'content'.")
+        if e.op == "ban_expert":
+            for layer in lab.sites.layers_of(e.layer):
+                path = _router_path(lab, e.site, layer)
+                out.routers.setdefault(path, []).append(e)
+            continue
+        probe = e.with_(pos=None) if isinstance(e.pos, str) else e
+        if isinstance(e.pos, str) and e.pos not in POS_SELECTORS:
+            raise InterplabError(f"unknown position selector {e.pos!r}: allowed {', '.join(POS_SELECTORS)}.")
+        if not generating:
+            probe = e.with_(pos=None, batch=None)  # bound: positions and rows are checked per call
+        for pe in lab._plan_edit(probe, len(lengths), lengths):
+            pe.edit = e
+            out.plan.edits.append(pe)
+    return out
+
+
+def _router_path(lab, site: str, layer: int) -> str:
+    if site != "router":
+        path = site.replace("{layer}", str(layer))
+        for suffix in (".output", ".input"):
+            path = path.removesuffix(suffix)
+        try:
+            lab.model.get_submodule(path)
+        except AttributeError:
+            raise UnknownSiteError(f"ban_expert: no module {path!r} in this model; see lab.module_names().") from None
+        return path
+    arch = lab.sites.arch
+    if arch is None:
+        raise UnsupportedSiteError("ban_expert: unknown architecture; pass site='<path to the router>.{layer}...'.")
+    block = f"{arch.layers}.{layer}"
+    for name, mod in lab.model.get_submodule(block).named_modules():
+        if name and name.split(".")[-1] in ("gate", "router") and hasattr(mod, "top_k"):
+            return f"{block}.{name}"
+    raise UnsupportedSiteError(
+        f"ban_expert: layer {layer} has no mixture-of-experts router (a 'gate' or 'router' module with top_k). "
+        f"Is this an MoE model, and is layer {layer} sparse? Pass site= with a raw module path otherwise.")
+
+
+def _router_hook(edits: list[Edit], state: _State):
+    """Set banned experts' logits to -inf for the selected tokens, then redo the router's top-k on them."""
+
+    def hook(module, args, output):
+        logits = output if isinstance(output, torch.Tensor) else output[0]
+        n_exp = logits.shape[-1]
+        flat = logits.reshape(-1, n_exp)
+        if state.positions is not None and state.shape[0] * state.shape[1] == flat.shape[0]:
+            b, t = state.shape
+            ctx = ApplyContext(lengths=state.lengths, positions=state.positions, prompt_lengths=state.prompt_lengths,
+                               special=state.special, step=state.step)
+        else:
+            b, t = 1, flat.shape[0]
+            ctx = ApplyContext(lengths=[t])
+        ban = torch.zeros_like(flat, dtype=torch.bool)
+        for e in edits:
+            if not e.enabled:
+                continue
+            rows = selection_mask(e, b, t, ctx).reshape(-1).to(flat.device)
+            cols = torch.zeros(n_exp, dtype=torch.bool, device=flat.device)
+            try:
+                cols[e.meta["experts"]] = True
+            except IndexError:
+                raise OutOfRangeError(
+                    f"ban_expert: expert {e.meta['experts']} out of range: this router has {n_exp} experts "
+                    f"(0..{n_exp - 1}).") from None
+            ban |= rows[:, None] & cols
+        new = flat.masked_fill(ban, float("-inf")).reshape(logits.shape)
+        if isinstance(output, torch.Tensor):  # a plain linear gate: routing happens after it
+            return new
+        if len(output) < 3 or not hasattr(module, "top_k"):
+            raise UnsupportedSiteError(
+                f"ban_expert: router {type(module).__name__} returns {len(output)} values; interplab knows "
+                f"routers that return logits (a linear gate) or (logits, scores, indices) with a top_k attribute.")
+        probs = torch.softmax(new.reshape(-1, n_exp).float(), dim=-1)
+        top_v, top_i = torch.topk(probs, module.top_k, dim=-1)
+        if getattr(module, "norm_topk_prob", True):
+            top_v = top_v / top_v.sum(dim=-1, keepdim=True)
+        top_v = top_v.to(output[1].dtype)
+        return (new, top_v, top_i.to(output[2].dtype), *output[3:])
+
+    return hook
+
+
+def _install(hm: engine.HookManager, lab, planned: _Planned, state: _State) -> None:
+    hm.add(HookPoint("", "input"), state.pre_hook)  # first: every edit hook reads what it sets
+    engine.install(hm, planned.plan, state.ctx_for(lab.n_heads), {})
+    for path, edits in planned.routers.items():
+        hm.add(HookPoint(path, "output"), _router_hook(edits, state))
+    hm.add(HookPoint("", "output"), state.post_hook)
+
+
+def _special_ids(lab) -> list[int]:
+    return list(getattr(lab.tokenizer, "all_special_ids", None) or [])
+
+
+# ---- generation -------------------------------------------------------------------------------------------------
+
+@dataclass
+class Generation:
+    """What lab.generate returns. For one prompt `.text` is a string; for several, a list (also in `.texts`)."""
+
+    prompts: list[str]
+    texts: list[str]  # the new text of each prompt
+    ids: torch.Tensor  # [batch, new] new token ids (rows that stopped early are padded)
+    sequences: torch.Tensor  # [batch, prompt + new] (left-padded prompts)
+    prompt_lengths: list[int]
+    edits: list = field(default_factory=list)
+    tokens_list: list[list[str]] = field(default_factory=list)
+
+    @property
+    def text(self):
+        return self.texts[0] if len(self.texts) == 1 else self.texts
+
+    @property
+    def full_text(self):
+        full = [p + t for p, t in zip(self.prompts, self.texts)]
+        return full[0] if len(full) == 1 else full
+
+    @property
+    def tokens(self):
+        """The new tokens as strings (a list of lists for several prompts)."""
+        return self.tokens_list[0] if len(self.tokens_list) == 1 else self.tokens_list
+
+    @property
+    def new_ids(self) -> list[int]:
+        return self.ids[0].tolist()
+
+    def __str__(self) -> str:
+        return self.texts[0] if len(self.texts) == 1 else "\n".join(self.texts)
+
+    def __repr__(self) -> str:
+        return f"Generation({self.text!r}, edits={len(self.edits)})"
+
+
+class _SamplerProcessor:
+    """A logits processor: edits what the sampler draws from at every step."""
+
+    def __init__(self, bans: list[int], forces: dict[int, int], prompt_width: int,
+                 on_logits: Callable | None = None):
+        self.bans, self.forces, self.prompt_width, self.on_logits = bans, forces, prompt_width, on_logits
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        step = input_ids.shape[1] - self.prompt_width
+        scores = scores.clone()
+        if self.on_logits is not None:
+            new = self.on_logits(step, scores)
+            scores = scores if new is None else new
+        if self.bans:
+            scores[:, self.bans] = float("-inf")
+        if step in self.forces:
+            tok = self.forces[step]
+            scores[:] = float("-inf")
+            scores[:, tok] = 0.0
+        return scores
+
+
+def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool | None = None,
+             temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+             seed: int | None = None, use_cache: bool = True, stop_at_eos: bool = True,
+             on_logits: Callable | None = None, logits_processor=None, **generate_kwargs) -> Generation:
+    """Generate from `prompt` (a string or a list) with `edits` active at every decoding step.
+
+    edits: ilab edits (steer, project, clamp, zero, scale, set, patch, ban_expert ...) and sampler edits
+    (ban_token, force_token), applied in program order. Greedy unless temperature/top_k/top_p is given or
+    greedy=False; seed makes sampling reproducible without touching the global RNG. on_logits(step, logits) may
+    return edited logits (what the sampler draws from). Other keyword arguments go to model.generate.
+    """
+    from transformers import LogitsProcessorList
+
+    prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+    if not prompts or not all(isinstance(p, str) and p for p in prompts):
+        raise InterplabError("generate needs a non-empty prompt string (or a list of them).")
+    edits = list(edits or [])
+    model_edits = [e for e in edits if isinstance(e, Edit)]
+    sampler = [e for e in edits if isinstance(e, SamplerEdit)]
+    others = [e for e in edits if not isinstance(e, (Edit, SamplerEdit))]
+    if others:
+        raise InterplabError(f"generate: unknown edit {others[0]!r}; use ilab edits or ban_token/force_token.")
+    if greedy is None:
+        greedy = temperature is None and top_k is None and top_p is None
+    if max_new_tokens < 1:
+        raise OutOfRangeError(f"max_new_tokens must be >= 1, got {max_new_tokens}.")
+
+    tok = lab.tokenizer
+    rows = [tok(p)["input_ids"] for p in prompts]
+    if any(not r for r in rows):
+        raise InterplabError("a prompt tokenizes to nothing: give some text.")
+    width = max(len(r) for r in rows)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):  # left padding: every row's new tokens start in the same column
+        ids[i, width - len(r):] = torch.tensor(r)
+        mask[i, width - len(r):] = 1
+    lengths = [len(r) for r in rows]
+
+    bans = [lab.token_id(s.token) for s in sampler if s.op == "ban"]
+    forces = {s.step: lab.token_id(s.token) for s in sampler if s.op == "force"}
+    processors = LogitsProcessorList(list(logits_processor or []))
+    if bans or forces or on_logits is not None:
+        processors.append(_SamplerProcessor(bans, forces, width, on_logits))
+
+    planned = _plan(lab, model_edits, lengths, generating=True)
+    state = _State(_special_ids(lab), prompt_lengths=lengths)
+    kw = dict(max_new_tokens=max_new_tokens, do_sample=not greedy, use_cache=use_cache, pad_token_id=pad,
+              logits_processor=processors)
+    if not greedy:
+        kw.update(temperature=1.0 if temperature is None else temperature, top_k=top_k, top_p=top_p)
+    else:
+        kw.update(temperature=None, top_k=None, top_p=None)
+    if not stop_at_eos:
+        kw["eos_token_id"] = None
+    kw.update(generate_kwargs)
+    model = lab.model
+    dev = lab.device
+    with engine._RUN_LOCK, engine.HookManager(model, "interplab.generate") as hm, _seeded(seed):
+        _install(hm, lab, planned, state)
+        with torch.no_grad():
+            out = model.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), **kw)
+    seqs = out if isinstance(out, torch.Tensor) else out.sequences
+    seqs = seqs.cpu()
+    new = seqs[:, width:]
+    texts, toks = [], []
+    specials = set(_special_ids(lab))
+    for row in new.tolist():
+        real = []
+        for t in row:
+            if stop_at_eos and t in specials and t == _eos(lab, model):
+                break
+            real.append(t)
+        texts.append(tok.decode(real, skip_special_tokens=True))
+        toks.append([tok.decode([t]) for t in real])
+    return Generation(prompts, texts, new, seqs, lengths, edits, toks)
+
+
+def _eos(lab, model):
+    e = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(e, (list, tuple)):
+        e = e[0] if e else None
+    return e if e is not None else lab.tokenizer.eos_token_id
+
+
+@contextlib.contextmanager
+def _seeded(seed):
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+# ---- sizing vectors --------------------------------------------------------------------------------------------
+
+def residual_norm(lab, site: str = "resid_post", layer: int = 0, prompts=None) -> float:
+    """Mean L2 norm of the activation at (site, layer) over every real token of `prompts`: the scale to size a
+    steering vector against (alpha = 4 * norm is a strong steer)."""
+    prompts = DEFAULT_NORM_PROMPTS if prompts is None else prompts
+    run = lab.run(prompts, cache=[(site, layer)], log=False)
+    acts = run.cache[site, layer]
+    norms = [acts[i, :n].float().norm(dim=-1) for i, n in enumerate(run.lengths)]
+    return torch.cat(norms).mean().item()
+
+
+# ---- persistent edits ----------------------------------------------------------------------------------------------
+
+def bind(lab, edits) -> None:
+    """Apply `edits` to every call of the plain model (lab.model(...), lab.model.generate(...), lab.run ...) until
+    unbind(). Adds to the edits already bound. Positions count within each forward's input (plus its KV cache):
+    None, ints, slices, 'newest' (the last token of each forward) and 'content' work; 'prompt', 'generated' and
+    steps= need lab.generate."""
+    _rebind(lab, lab.bound + list(edits))
+
+
+def unbind(lab) -> None:
+    """Remove every bound edit (and only interplab's hooks)."""
+    _rebind(lab, [])
+
+
+@contextlib.contextmanager
+def edit_context(lab, edits):
+    """`with lab.edit([...]):` the edits are bound inside the block and removed on exit, exception or not."""
+    before = lab.bound
+    _rebind(lab, before + list(edits))
+    try:
+        yield lab
+    finally:
+        _rebind(lab, before)
+
+
+def _rebind(lab, edits: list) -> None:
+    hm = getattr(lab, "_bound_hooks", None)
+    if hm is not None:
+        hm.remove_all()
+    lab._bound_edits = []
+    lab.clear_memo()  # memoised runs were computed without (or with other) bound edits
+    if not edits:
+        return
+    for e in edits:
+        if isinstance(e, SamplerEdit):
+            raise InterplabError(f"{e.describe()}: sampler edits work in lab.generate only, not bound to the model.")
+    planned = _plan(lab, edits, [1], generating=False)  # resolves patch sources before any hook is on
+    hm = engine.HookManager(lab.model, "interplab.bound")
+    try:
+        _install(hm, lab, planned, _State(_special_ids(lab)))
+    except BaseException:
+        hm.remove_all()
+        raise
+    lab._bound_hooks = hm
+    lab._bound_edits = list(edits)
+    lab.clear_memo()
+
+
+__all__ = ["generate", "Generation", "residual_norm", "bind", "unbind", "edit_context", "ban_expert", "ban_token",
+           "force_token", "SamplerEdit"]
