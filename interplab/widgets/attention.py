@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import traitlets as t
 
-from .base import Int, LabWidget, plain, plain_grid
+from .base import Int, Labels, LabWidget, NumberGrid
 
 __all__ = ["AttentionView"]
 
@@ -23,21 +23,13 @@ __all__ = ["AttentionView"]
 class AttentionView(LabWidget):
     _view_kind = t.Unicode("attention").tag(sync=True)
 
-    tokens = t.List(t.Unicode()).tag(sync=True)
+    tokens = Labels().tag(sync=True)
     n_layers = t.Int(1).tag(sync=True)
     n_heads = t.Int(1).tag(sync=True)
     layer = t.Int(0).tag(sync=True)
     head = t.Int(0).tag(sync=True)
-    pattern = t.List().tag(sync=True)
+    pattern = NumberGrid().tag(sync=True)
     title = t.Unicode("").tag(sync=True)
-
-    @t.validate("pattern")
-    def _v_pattern(self, proposal):
-        return plain_grid(proposal["value"])
-
-    @t.validate("tokens")
-    def _v_tokens(self, proposal):
-        return [str(s) for s in plain(proposal["value"])]
 
     def _schema(self):
         return {"select": {"layer": Int(0, self.n_layers - 1), "head": Int(0, self.n_heads - 1)}}

@@ -31,6 +31,10 @@ __all__ = [
     "Choice",
     "plain",
     "plain_grid",
+    "str_grid",
+    "NumberGrid",
+    "TextGrid",
+    "Labels",
 ]
 
 log = logging.getLogger("interplab.widgets")
@@ -175,6 +179,43 @@ def str_grid(x: Any) -> list[list[str]]:
     if not isinstance(x, list):
         raise t.TraitError(f"expected a list of rows of strings, got {type(x).__name__}")
     return [[("" if v is None else str(v)) for v in plain(row)] for row in x]
+
+
+class _Converted(t.TraitType):
+    """A list trait that first converts its value (tensors/arrays accepted) with `convert`."""
+
+    info_text = "a list"
+
+    def __init__(self, convert: Callable[[Any], Any], info: str, **kwargs: Any):
+        self._convert = convert
+        self.info_text = info
+        super().__init__(**kwargs)
+
+    def make_dynamic_default(self):
+        return []
+
+    def validate(self, obj, value):
+        try:
+            return self._convert(value)
+        except t.TraitError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise t.TraitError(f"{self.name}: expected {self.info_text}: {type(e).__name__}: {e}") from e
+
+
+def NumberGrid(**kwargs: Any) -> t.TraitType:  # noqa: N802 - reads like a trait type
+    """2-D list of float | None (NaN/inf -> None); tensors and arrays accepted."""
+    return _Converted(plain_grid, "a 2-D list of numbers (None = missing)", default_value=[], **kwargs)
+
+
+def TextGrid(**kwargs: Any) -> t.TraitType:  # noqa: N802
+    """2-D list of str (None -> "")."""
+    return _Converted(str_grid, "a 2-D list of strings", default_value=[], **kwargs)
+
+
+def Labels(**kwargs: Any) -> t.TraitType:  # noqa: N802
+    """list[str]; any iterable of strings (or tensor-like) accepted."""
+    return _Converted(lambda v: [str(s) for s in (plain(v) or [])], "a list of strings", default_value=[], **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------- the base widget

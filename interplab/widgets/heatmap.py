@@ -27,7 +27,7 @@ from typing import Any
 
 import traitlets as t
 
-from .base import Bool, Choice, Int, LabWidget, plain, plain_grid, str_grid
+from .base import Bool, Choice, Int, Labels, LabWidget, NumberGrid, TextGrid, plain
 
 __all__ = ["PatchingHeatmap"]
 
@@ -35,17 +35,17 @@ __all__ = ["PatchingHeatmap"]
 class PatchingHeatmap(LabWidget):
     _view_kind = t.Unicode("heatmap").tag(sync=True)
 
-    values = t.List().tag(sync=True)
-    x_labels = t.List(t.Unicode()).tag(sync=True)
-    y_labels = t.List(t.Unicode()).tag(sync=True)
+    values = NumberGrid().tag(sync=True)
+    x_labels = Labels().tag(sync=True)
+    y_labels = Labels().tag(sync=True)
     x_title = t.Unicode("position").tag(sync=True)
     y_title = t.Unicode("layer").tag(sync=True)
     title = t.Unicode("").tag(sync=True)
     direction = t.Unicode("denoise").tag(sync=True)
     metric_name = t.Unicode("normalised metric").tag(sync=True)
-    hover = t.List().tag(sync=True)
-    selected = t.List().tag(sync=True)
-    active_edits = t.List().tag(sync=True)
+    hover = TextGrid().tag(sync=True)
+    selected = t.Any([]).tag(sync=True)
+    active_edits = t.Any([]).tag(sync=True)
     progress = t.Float(0.0).tag(sync=True)
     zmin = t.Float(None, allow_none=True).tag(sync=True)
     zmax = t.Float(None, allow_none=True).tag(sync=True)
@@ -56,18 +56,6 @@ class PatchingHeatmap(LabWidget):
         super().__init__(**kwargs)
 
     # -- trait validation: accept tensors/arrays, keep JSON-safe ------------------------------------------------------
-    @t.validate("values")
-    def _v_values(self, proposal):
-        return plain_grid(proposal["value"])
-
-    @t.validate("hover")
-    def _v_hover(self, proposal):
-        return str_grid(proposal["value"])
-
-    @t.validate("x_labels", "y_labels")
-    def _v_labels(self, proposal):
-        return [str(s) for s in plain(proposal["value"])]
-
     @t.validate("direction")
     def _v_direction(self, proposal):
         v = proposal["value"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import traitlets as t
 
-from .base import Int, LabWidget, plain, plain_grid, str_grid
+from .base import Int, Labels, LabWidget, NumberGrid, TextGrid
 
 __all__ = ["LensView"]
 
@@ -24,25 +24,13 @@ __all__ = ["LensView"]
 class LensView(LabWidget):
     _view_kind = t.Unicode("lens").tag(sync=True)
 
-    x_labels = t.List(t.Unicode()).tag(sync=True)
-    y_labels = t.List(t.Unicode()).tag(sync=True)
-    top_tokens = t.List().tag(sync=True)
-    probs = t.List().tag(sync=True)
-    hover = t.List().tag(sync=True)
+    x_labels = Labels().tag(sync=True)
+    y_labels = Labels().tag(sync=True)
+    top_tokens = TextGrid().tag(sync=True)
+    probs = NumberGrid().tag(sync=True)
+    hover = TextGrid().tag(sync=True)
     selected = t.List().tag(sync=True)
     title = t.Unicode("").tag(sync=True)
-
-    @t.validate("probs")
-    def _v_probs(self, proposal):
-        return plain_grid(proposal["value"])
-
-    @t.validate("top_tokens", "hover")
-    def _v_text(self, proposal):
-        return str_grid(proposal["value"])
-
-    @t.validate("x_labels", "y_labels")
-    def _v_labels(self, proposal):
-        return [str(s) for s in plain(proposal["value"])]
 
     @property
     def n_rows(self) -> int:

@@ -15,9 +15,9 @@ from typing import Any
 
 import traitlets as t
 
-from .base import LabWidget, plain
+from .base import LabWidget, _Converted, plain
 
-__all__ = ["LogitPanel", "clean_series"]
+__all__ = ["LogitPanel", "Series", "clean_series"]
 
 
 def clean_series(value: Any) -> list[dict[str, Any]]:
@@ -37,16 +37,17 @@ def clean_series(value: Any) -> list[dict[str, Any]]:
     return out
 
 
+def Series(**kwargs: Any) -> t.TraitType:  # noqa: N802 - reads like a trait type
+    """list[{name, tokens, probs}] validated by `clean_series`."""
+    return _Converted(clean_series, "a list of {name, tokens, probs}", default_value=[], **kwargs)
+
+
 class LogitPanel(LabWidget):
     _view_kind = t.Unicode("logits").tag(sync=True)
 
-    series = t.List().tag(sync=True)
+    series = Series().tag(sync=True)
     metric = t.Dict().tag(sync=True)
     title = t.Unicode("").tag(sync=True)
-
-    @t.validate("series")
-    def _v_series(self, proposal):
-        return clean_series(proposal["value"])
 
     @t.validate("metric")
     def _v_metric(self, proposal):

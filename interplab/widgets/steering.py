@@ -35,7 +35,7 @@ from typing import Any
 import traitlets as t
 
 from .base import MAX_NAME, Choice, Float, Int, LabWidget, Str
-from .logits import clean_series
+from .logits import Series
 
 __all__ = ["SteeringPanel", "POSITIONS", "prompt_lines"]
 
@@ -63,15 +63,11 @@ class SteeringPanel(LabWidget):
     prompt = t.Unicode("").tag(sync=True)
     positive = t.Unicode("").tag(sync=True)
     negative = t.Unicode("").tag(sync=True)
-    dist = t.List().tag(sync=True)
+    dist = Series().tag(sync=True)
     generated = t.Unicode("").tag(sync=True)
     max_new_tokens = t.Int(20).tag(sync=True)
     busy = t.Bool(False).tag(sync=True)
     title = t.Unicode("").tag(sync=True)
-
-    @t.validate("dist")
-    def _v_dist(self, proposal):
-        return clean_series(proposal["value"])
 
     @t.validate("positions")
     def _v_positions(self, proposal):
