@@ -295,7 +295,8 @@ class Lab:
     def _plan_cache(self, item) -> list[tuple]:
         if isinstance(item, (tuple, list)):
             name, layer = item
-            return [((name, layer), self.sites.resolve(name, layer))]
+            key = (name, layer) if layer is not None else name  # ("embed", None) is stored as "embed", as read
+            return [(key, self.sites.resolve(name, layer))]
         if item in LAYERED:
             if self.sites.arch is None:
                 self.sites.point(item, 0)  # unknown architecture: raises UnsupportedSiteError with the how-to
@@ -364,6 +365,13 @@ class Lab:
         from .edits import Edit as _E
         rerun = self.run(list(ref.prompts), [_E.from_dict(d) for d in ref.edits], cache=[key], log=False)
         return rerun.cache[key]
+
+    def patch_sweep(self, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
+                    direction: str = "denoise", method: str = "exact", **kw):
+        """Activation-patching heatmap values for every cell (see interplab.patching.patch_sweep)."""
+        from .patching import patch_sweep
+
+        return patch_sweep(self, clean, corrupt, site, by, metric, direction, method, **kw)
 
     # ---- generation and persistent edits: implemented in interplab.steering -------------------------------
     def generate(self, prompt, edits=None, **kw):

@@ -1,0 +1,402 @@
+"""Patching sweeps: every (layer, position) or (layer, head) cell of an activation-patching heatmap.
+
+The exact method does what a hook loop does - patch one cell, run forward, read the metric - but
+  * runs many patched variants as one batch (chunked to max_batch rows),
+  * resumes each variant from the cached residual at the patched layer (the layers below see nothing new),
+  * unembeds only the final position, which is all the metric reads.
+The attribution method estimates every cell at once from one forward and one backward pass:
+  effect(cell) ~ (source - base activation) . d metric / d activation.
+
+Values are normalised so that 1 = clean behaviour, 0 = corrupted behaviour: (patched - corrupt) / (clean - corrupt),
+for denoising (clean patched into corrupt) and noising (corrupt patched into clean) alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from . import engine
+from .errors import InterplabError, LengthMismatchError
+from .lab import Lab, _as_prompts
+from .metrics import Custom, Metric, as_metric
+from .sites import LAYERED
+
+SWEEP_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
+AXES = {
+    ("layer", "pos"): SWEEP_SITES,
+    ("layer",): SWEEP_SITES,
+    ("layer", "head"): ("z",),
+    ("layer", "head", "pos"): ("z",),
+}
+
+
+class SweepCancelled(InterplabError):
+    """The sweep was cancelled (from a widget or code) before every cell was computed."""
+
+
+@dataclass
+class SweepResult:
+    values: torch.Tensor  # normalised: 1 = clean restored, 0 = corrupted
+    raw: torch.Tensor  # the metric per cell
+    by: tuple[str, ...]
+    labels: dict[str, list]  # axis name -> tick labels (layer numbers, token strings, head numbers)
+    site: str
+    metric_name: str
+    direction: str
+    method: str
+    clean_value: float
+    corrupt_value: float
+    clean: list[str] = field(default_factory=list)
+    corrupt: list[str] = field(default_factory=list)
+
+    @property
+    def shape(self):
+        return tuple(self.values.shape)
+
+    def describe(self) -> str:
+        what = "clean into corrupt (denoising)" if self.direction == "denoise" else "corrupt into clean (noising)"
+        return (f"{self.site} patched {what}, by {' x '.join(self.by)}, {self.method}; "
+                f"{self.metric_name}: clean {self.clean_value:.3f}, corrupt {self.corrupt_value:.3f}; "
+                f"1 = clean behaviour, 0 = corrupted")
+
+    def figure(self):
+        """A static plotly heatmap (RdBu centred at 0), for reports and when widgets are unavailable."""
+        import plotly.graph_objects as go
+
+        v = self.values if self.values.dim() == 2 else self.values.reshape(self.values.shape[0], -1)
+        ylab = [f"L{x}" for x in self.labels["layer"]]
+        xkey = self.by[1] if len(self.by) > 1 else None
+        xlab = ([f"{i}: {t}" for i, t in enumerate(self.labels[xkey])] if xkey == "pos"
+                else [f"H{h}" for h in self.labels.get("head", [])] if xkey == "head" else ["all"])
+        if len(self.by) == 3:
+            xlab = [f"H{h} p{p}" for h in self.labels["head"] for p in range(len(self.labels["pos"]))]
+        fig = go.Figure(go.Heatmap(z=v.tolist(), x=list(range(len(xlab))), y=list(range(len(ylab))),
+                                   colorscale="RdBu", zmid=0, colorbar={"title": "restored"}))
+        fig.update_layout(title=self.describe(), xaxis={"tickvals": list(range(len(xlab))), "ticktext": xlab},
+                          yaxis={"tickvals": list(range(len(ylab))), "ticktext": ylab, "autorange": "reversed"})
+        return fig
+
+    def show(self, lab: Lab | None = None):
+        """The heatmap: the interactive widget when available, else a static plotly figure."""
+        try:
+            from .widgets.controller import heatmap_for
+        except ImportError:
+            return self.figure()
+        return heatmap_for(self, lab)
+
+
+# ---- resuming a forward from a cached residual ---------------------------------------------------------
+
+@contextlib.contextmanager
+def _start_at(lab: Lab, layer: int, hidden: torch.Tensor, hm: engine.HookManager):
+    """Within the block, the model skips layers < `layer` and feeds `hidden` into layer `layer` (or, at n_layers,
+    into the final norm). Hooks for later layers must be attached before entering (paths shift inside)."""
+    arch = lab.sites.arch
+    parent_path, _, attr = arch.layers.rpartition(".")
+    parent = lab.model.get_submodule(parent_path)
+    layers = getattr(parent, attr)
+    cfg = lab.model.config
+    target = layers[layer] if layer < len(layers) else lab.model.get_submodule(arch.final_norm)
+
+    def feed(module, args, kwargs):
+        if args:
+            return (hidden, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": hidden}
+
+    handle = target.register_forward_pre_hook(feed, with_kwargs=True)
+    hm._handles.append((f"{arch.layers}.{layer}", "input", handle))
+    layer_types = getattr(cfg, "layer_types", None)
+    try:
+        setattr(parent, attr, nn.ModuleList(list(layers)[layer:]))
+        if isinstance(layer_types, list):  # some models index per-layer mask types by loop position
+            cfg.layer_types = layer_types[layer:]
+        yield
+    finally:
+        setattr(parent, attr, layers)
+        if isinstance(layer_types, list):
+            cfg.layer_types = layer_types
+
+
+def _last_logits(lab: Lab, hidden: torch.Tensor, last_idx: torch.Tensor) -> torch.Tensor:
+    h = hidden[torch.arange(hidden.shape[0], device=hidden.device), last_idx]
+    logits = lab.model.get_output_embeddings()(h)
+    cap = getattr(lab.model.config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def resumed_last_logits(lab: Lab, start: int, hidden: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor,
+                        last_idx: torch.Tensor, hooks: list[tuple] = ()) -> torch.Tensor:
+    """Final-position logits of a forward that starts at layer `start` from `hidden` [rows, pos, d].
+
+    hooks: (HookPoint, fn) pairs attached for this forward (e.g. a per-row patch of z in layer `start`).
+    """
+    base = lab.model.base_model
+    with engine._RUN_LOCK, engine.HookManager(lab.model, "interplab.sweep") as hm:
+        for point, fn in hooks:
+            hm.add(point, fn)
+        with _start_at(lab, start, hidden, hm):
+            out = base(input_ids=ids, attention_mask=mask, use_cache=False)
+    return _last_logits(lab, out.last_hidden_state, last_idx)
+
+
+def _row_patch_hook(index: int, io: str, src: torch.Tensor, row_mask: torch.Tensor, n_heads: int | None):
+    """A hook that writes src where row_mask holds: row_mask [rows, pos] or [rows, pos, heads]."""
+    def edit(t):
+        if n_heads is not None and row_mask.dim() == 3:
+            x = t.view(*t.shape[:2], n_heads, -1)
+            return torch.where(row_mask[..., None], src.view_as(x), x).reshape(t.shape)
+        return torch.where(row_mask[..., None], src, t)
+
+    if io == "output":
+        def hook(module, args, output):
+            return edit(output) if isinstance(output, torch.Tensor) else engine._put(output, index,
+                                                                                    edit(output[index]))
+    else:
+        def hook(module, args, kwargs):
+            where, t = engine._input_tensor(args, kwargs)
+            t = edit(t)
+            return ((t, *args[1:]), kwargs) if where == "arg" else (args, {**kwargs, where: t})
+    return hook
+
+
+# ---- the sweep ------------------------------------------------------------------------------------------
+
+@dataclass
+class _Pairs:
+    base: list[str]
+    source: list[str]
+    base_ids: torch.Tensor
+    mask: torch.Tensor
+    lengths: list[int]
+
+
+def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
+                direction: str = "denoise", method: str = "exact", *, max_batch: int = 64,
+                progress: bool | Callable[[int, int], None] = True, cancel: threading.Event | None = None,
+                on_partial: Callable[[SweepResult], None] | None = None, layers=None) -> SweepResult:
+    """Patch every cell of (site, by) from source into base and measure the metric; see the module docstring.
+
+    clean / corrupt: a prompt each, or lists of N pairs (the metric is averaged over pairs, as the IOI papers do).
+    metric: ilab.logit_diff(" Mary", " John") (per pair: lists of answers), prob, logprob, or a callable on
+            [rows, vocab] last-position logits. direction: "denoise" (clean into corrupt) or "noise".
+    """
+    by = tuple([by] if isinstance(by, str) else by)
+    if by not in AXES:
+        raise InterplabError(f"by={by!r} is not a sweep layout: choose one of {', '.join(map(str, AXES))}.")
+    if site not in AXES[by]:
+        raise InterplabError(f"site {site!r} cannot be swept by {by}: allowed sites {', '.join(AXES[by])}.")
+    if direction not in ("denoise", "noise"):
+        raise InterplabError(f"direction={direction!r}: use 'denoise' (clean into corrupt) or 'noise'.")
+    if method not in ("exact", "attribution"):
+        raise InterplabError(f"method={method!r}: use 'exact' or 'attribution'.")
+    if metric is None:
+        raise InterplabError("metric= is required, e.g. ilab.logit_diff(' Mary', ' John').")
+    if lab.sites.arch is None:
+        raise InterplabError("patch_sweep needs a known architecture (see ilab.sites.ARCHS); use lab.run with "
+                             "raw-path edits on this model.")
+    clean, corrupt = _as_prompts(clean), _as_prompts(corrupt)
+    if len(clean) != len(corrupt):
+        raise LengthMismatchError(f"{len(clean)} clean prompts but {len(corrupt)} corrupt: give them in pairs.")
+    lab.check_pair(clean, corrupt)
+    metric = as_metric(metric).bind(lab.token_id)
+    pairs = _pairs(lab, clean, corrupt, direction, by)
+    layer_list = lab.sites.layers_of(layers)
+
+    clean_run = lab.run(clean, log=False)
+    corrupt_run = lab.run(corrupt, log=False)
+    pair_idx = torch.arange(len(clean))
+    clean_value = _metric_mean(metric, clean_run.last_logits, pair_idx)
+    corrupt_value = _metric_mean(metric, corrupt_run.last_logits, pair_idx)
+    if abs(clean_value - corrupt_value) < 1e-6:
+        raise InterplabError(
+            f"clean and corrupt give the same {metric.name} ({clean_value:.4f}): there is nothing to restore, so the "
+            f"normalised values would divide by zero. Pick a corrupt prompt that changes the answer."
+        )
+    labels = {"layer": layer_list, "pos": lab.to_str_tokens(clean[0]), "head": list(range(lab.n_heads))}
+    shape = [len(layer_list)] + [len(labels[a]) for a in by[1:]]
+    raw = torch.full(shape, float("nan"))
+    result = SweepResult(raw.clone(), raw, by, labels, site, metric.name, direction, method, clean_value,
+                         corrupt_value, clean, corrupt)
+
+    def finish():
+        result.values = (result.raw - corrupt_value) / (clean_value - corrupt_value)
+        return result
+
+    if method == "attribution":
+        result.raw = _attribution(lab, pairs, site, by, metric, layer_list, shape)
+        return finish()
+
+    jobs = _jobs(lab, site, by, layer_list, pairs)
+    total = sum(len(cells) for _, _, cells in jobs)
+    bar = _progress_bar(total, progress)
+    done = 0
+    try:
+        for li, layer, cells in jobs:
+            for chunk_start in range(0, len(cells), max(1, max_batch // len(pairs.base))):
+                if cancel is not None and cancel.is_set():
+                    raise SweepCancelled(f"sweep cancelled after {done} of {total} cells; no result returned.")
+                chunk = cells[chunk_start: chunk_start + max(1, max_batch // len(pairs.base))]
+                vals = _run_cells_adaptive(lab, site, layer, chunk, pairs, metric)
+                for (cell_index, _), v in zip(chunk, vals):
+                    result.raw[(li, *cell_index)] = v
+                done += len(chunk)
+                _advance(bar, progress, done, total, len(chunk))
+                if on_partial is not None:
+                    on_partial(finish())
+    finally:
+        if bar is not None:
+            bar.close()
+    return finish()
+
+
+def _pairs(lab: Lab, clean, corrupt, direction, by) -> _Pairs:
+    base, source = (corrupt, clean) if direction == "denoise" else (clean, corrupt)
+    ids, mask, lengths = lab.encode(base)
+    if "pos" in by and len(set(lengths)) > 1:
+        raise LengthMismatchError(
+            f"a sweep by position needs every prompt pair to have the same token length; got lengths "
+            f"{sorted(set(lengths))}. Sweep by ('layer',) or ('layer', 'head'), or use one template."
+        )
+    return _Pairs(base, source, ids, mask, lengths)
+
+
+def _jobs(lab: Lab, site: str, by, layer_list, pairs: _Pairs):
+    """Per layer, the cells to patch: (cell index within the layer, selector (pos, head) or None = all)."""
+    n_pos = pairs.base_ids.shape[1]
+    jobs = []
+    for li, layer in enumerate(layer_list):
+        if by == ("layer",):
+            cells = [((), (None, None))]
+        elif by == ("layer", "pos"):
+            cells = [((p,), (p, None)) for p in range(n_pos)]
+        elif by == ("layer", "head"):
+            cells = [((h,), (None, h)) for h in range(lab.n_heads)]
+        else:
+            cells = [((h, p), (p, h)) for h in range(lab.n_heads) for p in range(n_pos)]
+        jobs.append((li, layer, cells))
+    return jobs
+
+
+def _run_cells_adaptive(lab, site, layer, chunk, pairs, metric) -> list[float]:
+    """Run a chunk; on out-of-memory, halve it and retry."""
+    try:
+        return _run_cells(lab, site, layer, chunk, pairs, metric)
+    except torch.OutOfMemoryError:
+        if len(chunk) == 1:
+            raise
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        half = len(chunk) // 2
+        return (_run_cells_adaptive(lab, site, layer, chunk[:half], pairs, metric)
+                + _run_cells_adaptive(lab, site, layer, chunk[half:], pairs, metric))
+
+
+def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Metric) -> list[float]:
+    """One batched, resumed forward for a chunk of cells of one layer; returns the mean metric per cell."""
+    dev = lab.device
+    n_pairs, n_pos = pairs.base_ids.shape
+    n_cells = len(chunk)
+    rows = n_cells * n_pairs  # cell-major: rows [c * n_pairs + i] = cell c, pair i
+    site_point = lab.sites.point(site, layer)
+    start = layer + 1 if site == "resid_post" else layer
+    cache_key = ("resid_pre", start) if start < lab.n_layers else ("resid_post", lab.n_layers - 1)
+    base_hidden = lab.run(pairs.base, cache=[cache_key], log=False).cache[cache_key]
+    src = lab.run(pairs.source, cache=[(site, layer)], log=False).cache[(site, layer)]
+
+    heads = site == "z"
+    mask = torch.zeros(n_cells, n_pairs, n_pos, *( [lab.n_heads] if heads else []), dtype=torch.bool)
+    for c, (_, (p, h)) in enumerate(chunk):
+        sel_pos = slice(None) if p is None else slice(p, p + 1)
+        if heads:
+            mask[c, :, sel_pos, slice(None) if h is None else slice(h, h + 1)] = True
+        else:
+            mask[c, :, sel_pos] = True
+    real = pairs.mask.bool()[None, :, :]  # never patch padding
+    mask &= real.reshape(1, n_pairs, n_pos, *([1] if heads else []))
+    mask = mask.reshape(rows, n_pos, *([lab.n_heads] if heads else [])).to(dev)
+    src_rows = src.to(dev).repeat(n_cells, 1, 1)
+    hidden = base_hidden.to(dev).repeat(n_cells, 1, 1)
+    hooks = []
+    if site in ("resid_pre", "resid_post"):
+        hidden = torch.where(mask[..., None], src_rows, hidden)
+    else:
+        hooks.append((site_point, _row_patch_hook(site_point.index, site_point.io, src_rows, mask,
+                                                 lab.n_heads if heads else None)))
+    ids = pairs.base_ids.to(dev).repeat(n_cells, 1)
+    attn = pairs.mask.to(dev).repeat(n_cells, 1)
+    last = (torch.tensor(pairs.lengths) - 1).repeat(n_cells).to(dev)
+    with torch.no_grad():
+        logits = resumed_last_logits(lab, start, hidden, ids, attn, last, hooks)
+    pair_idx = torch.arange(n_pairs).repeat(n_cells)
+    if isinstance(metric, Custom):
+        return [float(metric(logits[c * n_pairs:(c + 1) * n_pairs]).mean()) for c in range(n_cells)]
+    per_row = metric(logits.float(), pair_idx).reshape(n_cells, n_pairs)
+    return per_row.mean(1).tolist()
+
+
+def _metric_mean(metric: Metric, logits: torch.Tensor, pair_idx: torch.Tensor) -> float:
+    return float(metric(logits.float(), pair_idx).mean())
+
+
+# ---- attribution patching -------------------------------------------------------------------------------
+
+def _attribution(lab: Lab, pairs: _Pairs, site: str, by, metric: Metric, layer_list, shape) -> torch.Tensor:
+    """(source - base) . grad of the metric at base, summed within each cell; added to the base metric."""
+    keys = [(site, l) for l in layer_list]
+    src = lab.run(pairs.source, cache=keys, log=False).cache
+    base_run = lab.run(pairs.base, cache=keys, grad=True, log=False)
+    pair_idx = torch.arange(len(pairs.base))
+    value = metric(base_run.last_logits.float(), pair_idx).sum()  # per-pair contributions add up
+    acts = [base_run.cache[k] for k in keys]
+    grads = torch.autograd.grad(value, acts, allow_unused=True)  # param .grad is never touched
+    real = pairs.mask.bool()
+    base_value = float(metric(base_run.last_logits.detach().float(), pair_idx).mean())
+    out = torch.zeros(shape)
+    for li, (k, a, g) in enumerate(zip(keys, acts, grads)):
+        if g is None:
+            continue
+        delta = (src[k].to(a.device) - a.detach()) * g  # [pairs, pos, width]
+        delta = delta * real[..., None].to(delta.device)
+        if site == "z":
+            delta = delta.view(*delta.shape[:2], lab.n_heads, -1).sum(-1)  # [pairs, pos, heads]
+        else:
+            delta = delta.sum(-1)  # [pairs, pos]
+        n = len(pairs.base)
+        if by == ("layer",):
+            out[li] = delta.sum() / n
+        elif by == ("layer", "pos"):
+            out[li] = delta.sum(0).cpu() / n
+        elif by == ("layer", "head"):
+            out[li] = delta.sum((0, 1)).cpu() / n
+        else:
+            out[li] = delta.sum(0).T.cpu() / n  # [heads, pos]
+    lab.model.zero_grad(set_to_none=True)
+    return base_value + out
+
+
+# ---- progress --------------------------------------------------------------------------------------------
+
+def _progress_bar(total: int, progress):
+    if progress is True and total > 1:
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc="patch sweep", unit="cell", leave=False)
+    return None
+
+
+def _advance(bar, progress, done, total, n):
+    if bar is not None:
+        bar.update(n)
+    if callable(progress):
+        progress(done, total)
+
+
+__all__ = ["patch_sweep", "SweepResult", "SweepCancelled", "resumed_last_logits", "LAYERED"]

@@ -1,0 +1,218 @@
+"""Patching sweeps equal a plain one-forward-per-cell hook loop (written here with bare PyTorch hooks)."""
+
+import threading
+
+import pytest
+import torch
+
+import interplab as ilab
+from interplab.patching import SweepCancelled
+
+CLEAN = "When Mary and John went to the store, John gave a drink to"
+CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
+
+# Hook points written out by hand per architecture: (module path template, "in"/"out").
+POINTS = {
+    "gpt2": {"resid_pre": ("transformer.h.{}", "in"), "resid_post": ("transformer.h.{}", "out"),
+             "resid_mid": ("transformer.h.{}.ln_2", "in"), "attn_out": ("transformer.h.{}.attn", "out"),
+             "mlp_out": ("transformer.h.{}.mlp", "out"), "z": ("transformer.h.{}.attn.c_proj", "in")},
+    "llama": {"resid_pre": ("model.layers.{}", "in"), "resid_post": ("model.layers.{}", "out"),
+              "resid_mid": ("model.layers.{}.post_attention_layernorm", "in"),
+              "attn_out": ("model.layers.{}.self_attn", "out"), "mlp_out": ("model.layers.{}.mlp", "out"),
+              "z": ("model.layers.{}.self_attn.o_proj", "in")},
+    "gpt_neox": {"resid_pre": ("gpt_neox.layers.{}", "in"), "resid_post": ("gpt_neox.layers.{}", "out"),
+                 "resid_mid": ("gpt_neox.layers.{}.post_attention_layernorm", "in"),
+                 "attn_out": ("gpt_neox.layers.{}.attention", "out"), "mlp_out": ("gpt_neox.layers.{}.mlp", "out"),
+                 "z": ("gpt_neox.layers.{}.attention.dense", "in")},
+}
+
+
+def _first(x):
+    return x[0] if isinstance(x, tuple) else x
+
+
+def _replace(x, new):
+    return (new, *x[1:]) if isinstance(x, tuple) else new
+
+
+def plain_loop(model, ids_clean, ids_corrupt, point, n_layers, cells, metric, n_heads=None):
+    """The reference: record the clean activation, then one hooked forward of corrupt per cell."""
+    path, io = point
+    saved = {}
+    handles = []
+    for l in range(n_layers):
+        mod = model.get_submodule(path.format(l))
+        if io == "in":
+            handles.append(mod.register_forward_pre_hook(lambda m, a, l=l: saved.__setitem__(l, a[0].clone())))
+        else:
+            handles.append(mod.register_forward_hook(lambda m, a, o, l=l: saved.__setitem__(l, _first(o).clone())))
+    with torch.no_grad():
+        model(ids_clean)
+    for h in handles:
+        h.remove()
+    out = {}
+    for l in range(n_layers):
+        for key, (pos, head) in cells.items():
+            def edit(x, l=l, pos=pos, head=head):
+                x = x.clone()
+                src = saved[l]
+                p = slice(None) if pos is None else pos
+                if head is None:
+                    x[:, p] = src[:, p]
+                else:
+                    d = x.shape[-1] // n_heads
+                    x[:, p, head * d:(head + 1) * d] = src[:, p, head * d:(head + 1) * d]
+                return x
+            mod = model.get_submodule(path.format(l))
+            if io == "in":
+                h = mod.register_forward_pre_hook(lambda m, a, edit=edit: (edit(a[0]), *a[1:]))
+            else:
+                h = mod.register_forward_hook(lambda m, a, o, edit=edit: _replace(o, edit(_first(o))))
+            try:
+                with torch.no_grad():
+                    logits = model(ids_corrupt).logits[0, -1]
+            finally:
+                h.remove()
+            out[(l, *key)] = metric(logits)
+    return out
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "gpt_neox"])
+@pytest.mark.parametrize("site,by", [
+    ("resid_pre", ("layer", "pos")), ("resid_post", ("layer", "pos")), ("resid_mid", ("layer", "pos")),
+    ("attn_out", ("layer", "pos")), ("mlp_out", ("layer", "pos")), ("resid_pre", ("layer",)),
+    ("mlp_out", ("layer",)), ("z", ("layer", "head")), ("z", ("layer", "head", "pos")),
+])
+def test_exact_sweep_equals_hook_loop(models, tokenizer, arch, site, by):
+    model = models[arch]
+    lab = ilab.Lab(model, tokenizer)
+    a, w = 5, 9  # token ids: any pair works for equality
+    metric = ilab.logit_diff(a, w)
+    res = lab.patch_sweep(CLEAN, CORRUPT, site=site, by=by, metric=metric, progress=False, max_batch=16)
+    n = len(lab.to_str_tokens(CLEAN))
+    if by == ("layer",):
+        cells = {(): (None, None)}
+    elif by == ("layer", "pos"):
+        cells = {(p,): (p, None) for p in range(n)}
+    elif by == ("layer", "head"):
+        cells = {(h,): (None, h) for h in range(lab.n_heads)}
+    else:
+        cells = {(h, p): (p, h) for h in range(lab.n_heads) for p in range(n)}
+    ids_c = tokenizer(CLEAN, return_tensors="pt")["input_ids"]
+    ids_k = tokenizer(CORRUPT, return_tensors="pt")["input_ids"]
+    ref = plain_loop(model, ids_c, ids_k, POINTS[arch][site], lab.n_layers, cells,
+                     lambda lg: float(lg[a] - lg[w]), lab.n_heads)
+    expected = torch.zeros_like(res.raw)
+    for k, v in ref.items():
+        expected[k] = v
+    assert torch.allclose(res.raw, expected, atol=1e-4), (res.raw - expected).abs().max()
+    # normalisation: (patched - corrupt) / (clean - corrupt), with clean/corrupt from plain forwards
+    with torch.no_grad():
+        lc, lk = model(ids_c).logits[0, -1], model(ids_k).logits[0, -1]
+    clean_v, corrupt_v = float(lc[a] - lc[w]), float(lk[a] - lk[w])
+    assert torch.allclose(res.values, (expected - corrupt_v) / (clean_v - corrupt_v), atol=1e-3)
+
+
+def test_noising_patches_corrupt_into_clean(models, tokenizer):
+    model = models["gpt2"]
+    lab = ilab.Lab(model, tokenizer)
+    res = lab.patch_sweep(CLEAN, CORRUPT, site="resid_pre", by=("layer", "pos"), metric=ilab.logit_diff(5, 9),
+                          direction="noise", progress=False)
+    n = len(lab.to_str_tokens(CLEAN))
+    ids_c = tokenizer(CLEAN, return_tensors="pt")["input_ids"]
+    ids_k = tokenizer(CORRUPT, return_tensors="pt")["input_ids"]
+    # noising = the same loop with the roles swapped
+    ref = plain_loop(model, ids_k, ids_c, POINTS["gpt2"]["resid_pre"], lab.n_layers,
+                     {(p,): (p, None) for p in range(n)}, lambda lg: float(lg[5] - lg[9]))
+    for k, v in ref.items():
+        assert abs(res.raw[k].item() - v) < 1e-4
+
+
+def test_dataset_of_pairs_averages_metric(models, tokenizer):
+    """Several pairs at once, per-pair answers: equals the mean of single-pair sweeps."""
+    lab = ilab.Lab(models["llama"], tokenizer)
+    clean = [CLEAN, "When John and Mary went to the store, Mary gave a drink to"]
+    corrupt = [CORRUPT, "When John and Mary went to the store, John gave a drink to"]
+    metric = ilab.logit_diff([5, 9], [9, 5])
+    res = lab.patch_sweep(clean, corrupt, site="resid_pre", metric=metric, progress=False, max_batch=7)
+    singles = [lab.patch_sweep(c, k, site="resid_pre", metric=ilab.logit_diff(a, w), progress=False).raw
+               for c, k, a, w in zip(clean, corrupt, [5, 9], [9, 5])]
+    assert torch.allclose(res.raw, (singles[0] + singles[1]) / 2, atol=1e-5)
+
+
+def test_custom_metric_prob_and_logprob(models, tokenizer):
+    lab = ilab.Lab(models["gpt2"], tokenizer)
+    for metric, fn in [(ilab.prob(5), lambda lg: lg.softmax(-1)[5]), (ilab.logprob(5), lambda lg: lg.log_softmax(-1)[5]),
+                       (lambda lg: lg[:, 5] * 2, lambda lg: lg[5] * 2)]:
+        res = lab.patch_sweep(CLEAN, CORRUPT, site="resid_pre", by=("layer",), metric=metric, progress=False)
+        ids_c = tokenizer(CLEAN, return_tensors="pt")["input_ids"]
+        ids_k = tokenizer(CORRUPT, return_tensors="pt")["input_ids"]
+        ref = plain_loop(lab.model, ids_c, ids_k, POINTS["gpt2"]["resid_pre"], lab.n_layers, {(): (None, None)},
+                         lambda lg: float(fn(lg)))
+        for k, v in ref.items():
+            assert abs(res.raw[k].item() - v) < 1e-5
+
+
+def test_attribution_correlates_with_exact(models, tokenizer):
+    lab = ilab.Lab(models["gpt2"], tokenizer)
+    m = ilab.logit_diff(5, 9)
+    exact = lab.patch_sweep(CLEAN, CORRUPT, site="resid_pre", metric=m, progress=False)
+    attr = lab.patch_sweep(CLEAN, CORRUPT, site="resid_pre", metric=m, method="attribution")
+    assert attr.values.shape == exact.values.shape
+    corr = torch.corrcoef(torch.stack([attr.raw.flatten(), exact.raw.flatten()]))[0, 1]
+    assert corr > 0.8, corr
+    # the gradient pass never leaves grads on parameters and never changes a weight
+    assert all(p.grad is None for p in lab.model.parameters())
+
+
+def test_cancel_returns_no_partial_result_and_leaves_no_hooks(models, tokenizer):
+    lab = ilab.Lab(models["gpt2"], tokenizer)
+    cancel = threading.Event()
+    seen = []
+
+    def on_partial(res):
+        seen.append(res.raw.isnan().sum().item())
+        cancel.set()
+
+    with pytest.raises(SweepCancelled):
+        lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), progress=False, max_batch=4,
+                        cancel=cancel, on_partial=on_partial)
+    assert seen and seen[0] > 0  # the partial view had cells still missing
+    assert ilab.engine.attached_hooks() == []
+    layers = lab.model.transformer.h
+    assert len(layers) == lab.n_layers  # the layer list was restored
+    for mod in lab.model.modules():
+        assert not mod._forward_hooks and not mod._forward_pre_hooks
+
+
+def test_keyboard_interrupt_mid_sweep_restores_model(models, tokenizer):
+    lab = ilab.Lab(models["llama"], tokenizer)
+    before = [p.detach().clone() for p in lab.model.parameters()]
+    calls = {"n": 0}
+
+    def progress(done, total):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), progress=progress, max_batch=4)
+    assert len(lab.model.model.layers) == lab.n_layers
+    layer_types = getattr(lab.model.config, "layer_types", None)
+    assert layer_types is None or len(layer_types) == lab.n_layers
+    for mod in lab.model.modules():
+        assert not mod._forward_hooks and not mod._forward_pre_hooks
+    assert all(torch.equal(a, b) for a, b in zip(before, lab.model.parameters()))
+
+
+def test_sweep_errors(models, tokenizer):
+    lab = ilab.Lab(models["gpt2"], tokenizer)
+    m = ilab.logit_diff(5, 9)
+    with pytest.raises(ilab.InterplabError, match="by="):
+        lab.patch_sweep(CLEAN, CORRUPT, by=("pos",), metric=m)
+    with pytest.raises(ilab.InterplabError, match="cannot be swept"):
+        lab.patch_sweep(CLEAN, CORRUPT, site="resid_pre", by=("layer", "head"), metric=m)
+    with pytest.raises(ilab.LengthMismatchError, match="clean:"):
+        lab.patch_sweep(CLEAN, "When Mary went to the store, Mary gave a drink to", metric=m)
+    with pytest.raises(ilab.InterplabError, match="nothing to restore"):
+        lab.patch_sweep(CLEAN, CLEAN, metric=m)
