@@ -380,6 +380,8 @@ def _transform(edit: Edit, x: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
 
 def _broadcast_source(src: torch.Tensor, x: torch.Tensor, edit: Edit) -> torch.Tensor:
     """Align a cached source activation with x: equal shape, or batch 1 / no batch broadcast over rows."""
+    if src.dim() == x.dim() - 2:  # one vector for every row and position (e.g. a mean over every real token)
+        return src.expand_as(x)
     if src.dim() == x.dim() - 1:
         src = src.unsqueeze(0)
     if src.shape[1:] != x.shape[1:] and src.dim() == x.dim():
@@ -457,7 +459,7 @@ def _encode(v):
         return {"__source__": list(v.prompts), "edits": list(v.edits)}
     if hasattr(v, "source_ref"):  # a Run: serialised as what produced it
         return _encode(v.source_ref())
-    if isinstance(v, (list, tuple)) and v and hasattr(v[0], "source_ref"):
+    if isinstance(v, (list, tuple)) and v and (hasattr(v[0], "source_ref") or isinstance(v[0], SourceRef)):
         return [_encode(r) for r in v]
     if isinstance(v, range):
         return list(v)
