@@ -138,7 +138,7 @@ from interplab import patching
 name, mode, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
 model, tok = random_model(name)
 lab = ilab.Lab(model, tok)
-clean, corrupt = %r, %r
+clean, corrupt = CLEAN_PROMPT, CORRUPT_PROMPT
 ids, mask, lengths = lab.encode([corrupt] * rows)
 cached = lab.run(corrupt, cache=[("resid_pre", 0)]).cache["resid_pre", 0].repeat(rows, 1, 1)
 def status(key):
@@ -156,7 +156,7 @@ with torch.no_grad():
         last = torch.tensor(lengths) - 1
         out = patching.resumed_last_logits(lab, 0, cached, ids, mask, last)
 print(json.dumps({"peak": status("VmHWM") - before}))
-""" % (CLEAN, CORRUPT)
+""".replace("CLEAN_PROMPT", repr(CLEAN)).replace("CORRUPT_PROMPT", repr(CORRUPT))
 
 
 def peak_memory(name: str, rows: int) -> dict:

@@ -142,13 +142,14 @@ def test_dataset_of_pairs_averages_metric(models, tokenizer):
 
 def test_custom_metric_prob_and_logprob(models, tokenizer):
     lab = ilab.Lab(models["gpt2"], tokenizer)
-    for metric, fn in [(ilab.prob(5), lambda lg: lg.softmax(-1)[5]), (ilab.logprob(5), lambda lg: lg.log_softmax(-1)[5]),
-                       (lambda lg: lg[:, 5] * 2, lambda lg: lg[5] * 2)]:
+    cases = [(ilab.prob(5), lambda lg: lg.softmax(-1)[5]), (ilab.logprob(5), lambda lg: lg.log_softmax(-1)[5]),
+             (lambda lg: lg[:, 5] * 2, lambda lg: lg[5] * 2)]
+    for metric, fn in cases:
         res = lab.patch_sweep(CLEAN, CORRUPT, site="resid_pre", by=("layer",), metric=metric, progress=False)
         ids_c = tokenizer(CLEAN, return_tensors="pt")["input_ids"]
         ids_k = tokenizer(CORRUPT, return_tensors="pt")["input_ids"]
         ref = plain_loop(lab.model, ids_c, ids_k, POINTS["gpt2"]["resid_pre"], lab.n_layers, {(): (None, None)},
-                         lambda lg: float(fn(lg)))
+                         lambda lg, fn=fn: float(fn(lg)))
         for k, v in ref.items():
             assert abs(res.raw[k].item() - v) < 1e-5
 

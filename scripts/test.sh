@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Every test: sets up the venv, node deps and Debian's Chromium (browser tests), then runs pytest.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/setup.sh
+. .venv/bin/activate
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "warning: could not install chromium; browser tests will be skipped"
+  else
+    echo "warning: chromium missing (sudo apt-get install chromium); browser tests will be skipped"
+  fi
+fi
+if command -v npm >/dev/null 2>&1; then
+  (cd js && npm ci --no-audit --no-fund --loglevel=error)   # the staleness check rebuilds from these
+fi
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+mkdir -p artifacts
+python -m pytest -q -p no:cacheprovider "$@"
