@@ -118,8 +118,7 @@ def test_patch_from_run(arch_lab):
     # per-head z patch: heads [0, 3], every position, one layer
     srcz = _capture(lab, arch, P2, "z", [1])[1]
     check(lab, arch, P1, [ilab.patch("z", 1, head=[0, 3], source=src_run)],
-          [("z", 1, lambda t: edit_rows(t, lambda v, b, p: None, head=None) if False else
-            _patch_heads(t, srcz, [0, 3]))],
+          [("z", 1, lambda t: _patch_heads(t, srcz, [0, 3]))],
           [("z", 1)])
 
 
