@@ -28,7 +28,7 @@ from .errors import (
     UnknownSiteError,
     format_tokens,
 )
-from .sites import LAYERED, SITE_NAMES, SiteMap
+from .sites import LAYERED, READ_ONLY, SITE_NAMES, SiteMap
 
 
 class Cache(dict):
@@ -292,7 +292,21 @@ class Lab:
                                 source=pe.source if pe is not None else None)
         return ctx_for
 
+    def _ensure_eager_attention(self) -> None:
+        """Attention patterns exist only under eager attention (sdpa/flash never materialise them)."""
+        cfg = getattr(self.model, "config", None)
+        if cfg is not None and getattr(cfg, "_attn_implementation", "eager") != "eager":
+            import warnings
+
+            warnings.warn(f"switching the model from {cfg._attn_implementation!r} to eager attention so that "
+                          f"'pattern' can be read (load with attn_implementation='eager' to avoid this).",
+                          stacklevel=3)
+            self.model.set_attn_implementation("eager")
+
     def _plan_cache(self, item) -> list[tuple]:
+        name = item[0] if isinstance(item, (tuple, list)) else item
+        if name == "pattern":
+            self._ensure_eager_attention()
         if isinstance(item, (tuple, list)):
             name, layer = item
             key = (name, layer) if layer is not None else name  # ("embed", None) is stored as "embed", as read
@@ -319,7 +333,7 @@ class Lab:
         out = []
         for layer in layers:
             site = self.sites.resolve(e.site, layer)
-            if e.head is not None and not site.heads:
+            if e.head is not None and not site.heads and e.site not in READ_ONLY:  # pattern: 'read-only' wins
                 raise InterplabError(
                     f"head={e.head!r} given for site {e.site!r}, which has no heads: per-head edits go on 'z'."
                 )
@@ -372,6 +386,13 @@ class Lab:
         from .patching import patch_sweep
 
         return patch_sweep(self, clean, corrupt, site, by, metric, direction, method, **kw)
+
+    def show(self, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre", by=("layer", "pos"),
+             direction: str = "denoise", sweep: bool = True):
+        """The dashboard: clickable patching heatmap + logits, steering slider, logit lens, attention."""
+        from .widgets.controller import Dashboard
+
+        return Dashboard(self, clean, corrupt, answer, wrong, site, by, direction, sweep)
 
     # ---- generation and persistent edits: implemented in interplab.steering -------------------------------
     def generate(self, prompt, edits=None, **kw):

@@ -54,6 +54,8 @@ class SweepResult:
     corrupt_value: float
     clean: list[str] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)
+    lab: Lab | None = field(default=None, repr=False)  # for show(): clicking a cell re-runs on this lab
+    metric: Metric | None = field(default=None, repr=False)
 
     @property
     def shape(self):
@@ -83,12 +85,12 @@ class SweepResult:
         return fig
 
     def show(self, lab: Lab | None = None):
-        """The heatmap: the interactive widget when available, else a static plotly figure."""
+        """The clickable heatmap with its logit panel (a static plotly figure if widgets cannot load)."""
         try:
             from .widgets.controller import heatmap_for
         except ImportError:
             return self.figure()
-        return heatmap_for(self, lab)
+        return heatmap_for(self, lab or self.lab)
 
 
 # ---- resuming a forward from a cached residual ---------------------------------------------------------
@@ -224,7 +226,7 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
     shape = [len(layer_list)] + [len(labels[a]) for a in by[1:]]
     raw = torch.full(shape, float("nan"))
     result = SweepResult(raw.clone(), raw, by, labels, site, metric.name, direction, method, clean_value,
-                         corrupt_value, clean, corrupt)
+                         corrupt_value, clean, corrupt, lab, metric)
 
     def finish():
         result.values = (result.raw - corrupt_value) / (clean_value - corrupt_value)

@@ -1,0 +1,182 @@
+"""What the views show, as plain numbers: the logic behind the heatmap, logit panel, steering, lens and attention.
+
+Everything here returns lists, dicts, floats and strings; the widgets (interplab.widgets) only display them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .edits import Edit, patch, steer
+from .lab import Lab
+from .lens import logit_lens
+from .metrics import as_metric, logit_diff
+from .patching import SweepResult
+
+TOP_K = 8
+
+
+def top_k(lab: Lab, logits: torch.Tensor, k: int = TOP_K) -> tuple[list[str], list[float]]:
+    """Top-k next tokens and probabilities of one row of last-position logits."""
+    probs = logits.float().softmax(-1)
+    p, i = probs.topk(k)
+    return [lab.tokenizer.decode([t]) for t in i.tolist()], [round(float(x), 6) for x in p]
+
+
+@dataclass
+class PatchSession:
+    """A clean/corrupt pair, a metric, and the edits a user has clicked on."""
+
+    lab: Lab
+    clean: str
+    corrupt: str
+    answer: str | int | None
+    wrong: str | int | None
+    site: str = "resid_pre"
+    by: tuple = ("layer", "pos")
+    direction: str = "denoise"
+    result: SweepResult | None = None
+    metric: object = None  # any ilab metric; default logit_diff(answer, wrong)
+
+    def __post_init__(self):
+        self.lab.check_pair(self.clean, self.corrupt)
+        self.metric = as_metric(self.metric or logit_diff(self.answer, self.wrong)).bind(self.lab.token_id)
+
+    @property
+    def base(self) -> str:
+        return self.corrupt if self.direction == "denoise" else self.clean
+
+    @property
+    def source(self) -> str:
+        return self.clean if self.direction == "denoise" else self.corrupt
+
+    def tokens(self) -> list[str]:
+        return self.lab.to_str_tokens(self.clean)
+
+    # ---- the sweep -------------------------------------------------------------------------------------------
+    def sweep(self, **kw) -> SweepResult:
+        self.result = self.lab.patch_sweep(self.clean, self.corrupt, self.site, self.by, self.metric,
+                                           self.direction, **kw)
+        return self.result
+
+    def grid(self, result: SweepResult | None = None) -> dict:
+        """Heatmap traits for a result: values as rows x cols, axis labels and titles."""
+        res = result or self.result
+        v = res.values
+        if v.dim() == 1:
+            v = v[:, None]
+        elif v.dim() == 3:  # (layer, head, pos) -> columns head-major
+            v = v.reshape(v.shape[0], -1)
+        return {"values": v.tolist(), "x_labels": self.col_labels(res),
+                "y_labels": [f"L{l}" for l in res.labels["layer"]],
+                "x_title": self.col_title(), "y_title": "layer", "direction": res.direction,
+                "metric_name": f"normalised {res.metric_name}",
+                "title": f"{res.site}: {res.direction} ({res.method})"}
+
+    def col_labels(self, res: SweepResult) -> list[str]:
+        if res.by == ("layer",):
+            return ["all positions"]
+        if res.by == ("layer", "pos"):
+            return list(res.labels["pos"])
+        if res.by == ("layer", "head"):
+            return [f"H{h}" for h in res.labels["head"]]
+        return [f"H{h}:{t}" for h in res.labels["head"] for t in res.labels["pos"]]
+
+    def col_title(self) -> str:
+        return {("layer",): "", ("layer", "pos"): "position", ("layer", "head"): "head",
+                ("layer", "head", "pos"): "head : position"}[tuple(self.by)]
+
+    # ---- clicked cells -> edits ------------------------------------------------------------------------------
+    def cell_edit(self, row: int, col: int) -> Edit:
+        """The patch a heatmap cell stands for (source -> base at that layer / position / head)."""
+        n_pos = len(self.tokens())
+        layer = self.result.labels["layer"][row] if self.result is not None else row
+        pos = head = None
+        if self.by == ("layer", "pos"):
+            pos = col
+        elif self.by == ("layer", "head"):
+            head = col
+        elif self.by == ("layer", "head", "pos"):
+            head, pos = divmod(col, n_pos)
+        label = f"patch {self.site} L{layer}" + (f" H{head}" if head is not None else "") + (
+            f" pos {pos} {self.tokens()[pos]!r}" if pos is not None else "")
+        return patch(self.site, layer, pos=pos, head=head, source=self.lab.run(self.source, log=False), label=label)
+
+    @staticmethod
+    def cell_id(row: int, col: int) -> str:
+        return f"r{row}c{col}"
+
+    # ---- the logit panel ---------------------------------------------------------------------------------------
+    def logits_view(self, edits: list[Edit]) -> dict:
+        """Top-k bars for clean / corrupt / patched and the metric values (patched = base with the edits)."""
+        lab = self.lab
+        clean = lab.run(self.clean, log=False).last_logits[0]
+        corrupt = lab.run(self.corrupt, log=False).last_logits[0]
+        series, values = [], {}
+        for name, lg in (("clean", clean), ("corrupt", corrupt)):
+            toks, probs = top_k(lab, lg)
+            series.append({"name": name, "tokens": toks, "probs": probs})
+            values[name] = float(self.metric(lg[None])[0])
+        if edits:
+            patched = lab.run(self.base, edits=edits).last_logits[0]
+            toks, probs = top_k(lab, patched)
+            series.append({"name": f"patched ({len(edits)} edit{'s' if len(edits) > 1 else ''})", "tokens": toks,
+                           "probs": probs})
+            values["patched"] = float(self.metric(patched[None])[0])
+            denom = values["clean"] - values["corrupt"]
+            if abs(denom) > 1e-9:
+                values["normalised"] = (values["patched"] - values["corrupt"]) / denom
+        return {"series": series, "metric": {"name": self.metric.name, "values": values}}
+
+    def hover(self, result: SweepResult | None = None) -> list[list[str]]:
+        res = result or self.result
+        rows = []
+        v = res.raw if res.raw.dim() == 2 else res.raw.reshape(res.raw.shape[0], -1)
+        for r in v.tolist():
+            rows.append([("not computed" if x != x else f"{res.metric_name}: {x:.3f}") for x in r])
+        return rows
+
+
+# ---- steering, lens, attention ---------------------------------------------------------------------------------
+
+def steering_preview(lab: Lab, prompt: str, vector: torch.Tensor | None, site: str, layer: int, alpha: float,
+                     positions: str) -> list[dict]:
+    """Next-token top-k without and with the steer (h + alpha * v) at the chosen positions."""
+    base = lab.run(prompt, log=False).last_logits[0]
+    toks, probs = top_k(lab, base)
+    out = [{"name": "base", "tokens": toks, "probs": probs}]
+    if vector is not None:
+        pos = {"all": None, "last": -1, "prompt": None}[positions]
+        steered = lab.run(prompt, edits=[steer(site, layer, vector, alpha=alpha, pos=pos)], log=False).last_logits[0]
+        toks, probs = top_k(lab, steered)
+        out.append({"name": f"steered (alpha {alpha:g})", "tokens": toks, "probs": probs})
+    return out
+
+
+def steering_generate(lab: Lab, prompt: str, vector: torch.Tensor | None, site: str, layer: int, alpha: float,
+                      positions: str, max_new_tokens: int) -> str:
+    edits = []
+    if vector is not None:
+        pos = {"all": None, "last": "newest", "prompt": "prompt"}[positions]
+        edits.append(steer(site, layer, vector, alpha=alpha, pos=pos))
+    return lab.generate(prompt, edits, max_new_tokens=max_new_tokens).text
+
+
+def lens_view(lab: Lab, prompt: str, k: int = 5) -> dict:
+    res = logit_lens(lab, prompt, k=k)
+    top = [[cell[0] for cell in layer] for layer in res.top_tokens]
+    probs = res.top_probs[..., 0].tolist()
+    hover = [[" | ".join(f"{t!r} {p:.2f}" for t, p in zip(cell, ps)) for cell, ps in zip(layer, lp)]
+             for layer, lp in zip(res.top_tokens, res.top_probs.tolist())]
+    return {"x_labels": res.tokens, "y_labels": [f"L{l}" for l in range(res.n_layers)], "top_tokens": top,
+            "probs": probs, "hover": hover, "title": f"logit lens ({res.site})"}
+
+
+def attention_view(lab: Lab, prompt: str, layer: int, head: int) -> dict:
+    lab.sites.check_layer(layer)
+    lab.sites.check_head(head)
+    run = lab.run(prompt, cache=[("pattern", layer)], log=False)
+    return {"tokens": lab.to_str_tokens(prompt), "pattern": run.cache["pattern", layer][0, head].tolist(),
+            "title": f"attention pattern L{layer} H{head}"}

@@ -1,0 +1,257 @@
+"""Wires the views to a Lab: clicks and drags become queued requests; results come back as traits.
+
+The views (heatmap.py, logits.py, ...) know nothing of models; interplab.session computes plain numbers; this module
+connects the two through the Lab's request queue, so the kernel's comm handler always returns at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import ipywidgets as W
+
+from ..lab import Lab
+from ..requests import LatestQueue
+from ..session import PatchSession, attention_view, lens_view, steering_generate, steering_preview
+from .attention import AttentionView
+from .heatmap import PatchingHeatmap
+from .lens import LensView
+from .logits import LogitPanel
+from .steering import SteeringPanel
+
+
+def _queue(lab: Lab) -> LatestQueue:
+    if getattr(lab, "queue", None) is None:
+        lab.queue = LatestQueue()
+    return lab.queue
+
+
+def _fail(widget):
+    def error(e: BaseException):
+        widget.error = f"{type(e).__name__}: {e}"
+    return error
+
+
+class PatchExplorer(W.VBox):
+    """The patching heatmap and the logit panel it drives. `explorer.heatmap.selected`, `.active_edits` and
+    `explorer.edits` are the shared state between clicks and code: set them from Python and the view follows."""
+
+    def __init__(self, session: PatchSession, result=None):
+        self.session = session
+        self.lab = session.lab
+        self.queue = _queue(self.lab)
+        self._edits: dict = {}
+        self._cancel = threading.Event()
+        self.heatmap = PatchingHeatmap()
+        self.logits = LogitPanel(title=f"next token after: {session.base[-60:]!r}")
+        super().__init__([self.heatmap, self.logits])
+        if result is not None:
+            session.result = result
+            self._show_result(result)
+        self.heatmap.observe(self._on_selected, "selected")
+        self.heatmap.observe(self._on_active, "active_edits")
+        self.heatmap.on_toggle(self._on_toggle)
+        self.heatmap.on_remove(self._on_remove)
+        self.heatmap.on_cancel(self._cancel.set)
+        self._refresh_logits()
+
+    # ---- the shared state ---------------------------------------------------------------------------------
+    @property
+    def edits(self) -> list:
+        """The ilab edits behind the enabled entries of the active set, in order."""
+        out = []
+        for entry in self.heatmap.active_edits:
+            if entry.get("enabled", True) and entry["id"] in self._edits:
+                out.append(self._edits[entry["id"]])
+        return out
+
+    def _on_selected(self, change) -> None:
+        old = {e["id"]: e for e in self.heatmap.active_edits}
+        entries = []
+        for row, col in self.heatmap.selected:
+            cid = PatchSession.cell_id(row, col)
+            if cid not in self._edits:
+                self._edits[cid] = self.session.cell_edit(row, col)
+            entries.append({"id": cid, "label": self._edits[cid].describe(), "row": row, "col": col,
+                            "enabled": old.get(cid, {}).get("enabled", True)})
+        self.heatmap.active_edits = entries
+
+    def _on_active(self, change) -> None:
+        for entry in self.heatmap.active_edits:  # entries set from code: make sure each has its edit
+            if entry["id"] not in self._edits and entry.get("row") is not None:
+                self._edits[entry["id"]] = self.session.cell_edit(entry["row"], entry["col"])
+        self._refresh_logits()
+
+    def _on_toggle(self, cid: str, enabled: bool) -> None:
+        self.heatmap.active_edits = [{**e, "enabled": enabled} if e["id"] == cid else e
+                                     for e in self.heatmap.active_edits]
+
+    def _on_remove(self, cid: str) -> None:
+        entry = next((e for e in self.heatmap.active_edits if e["id"] == cid), None)
+        if entry is not None and [entry.get("row"), entry.get("col")] in self.heatmap.selected:
+            self.heatmap.selected = [c for c in self.heatmap.selected if c != [entry["row"], entry["col"]]]
+        else:
+            self.heatmap.active_edits = [e for e in self.heatmap.active_edits if e["id"] != cid]
+
+    def _refresh_logits(self) -> None:
+        edits = self.edits
+        t0 = time.perf_counter()
+
+        def done(view):
+            self.logits.series = view["series"]
+            self.logits.metric = view["metric"]
+            self.logits.status = f"computed in {1000 * (time.perf_counter() - t0):.0f} ms"
+            self.logits.error = ""
+
+        self.queue.submit(f"logits:{id(self)}", lambda: self.session.logits_view(edits), done, _fail(self.logits))
+
+    # ---- the sweep ------------------------------------------------------------------------------------------
+    def _show_result(self, result) -> None:
+        for k, v in self.session.grid(result).items():
+            setattr(self.heatmap, k, v)
+        self.heatmap.hover = self.session.hover(result)
+
+    def sweep(self, wait: bool = False, **kw) -> None:
+        """Run the sweep on the request queue; the heatmap fills in as cells finish, Cancel stops it."""
+        self._cancel.clear()
+        self.heatmap.progress = 0.0
+        self.heatmap.status = "sweeping..."
+
+        def progress(done, total):
+            self.heatmap.progress = done / total if done < total else 0.0
+
+        def run():
+            return self.session.sweep(progress=progress, cancel=self._cancel, on_partial=self._show_result, **kw)
+
+        def done(res):
+            self._show_result(res)
+            self.heatmap.progress = 0.0
+            self.heatmap.status = res.describe()
+
+        def error(e):
+            self.heatmap.progress = 0.0
+            self.heatmap.status = ""
+            self.heatmap.error = f"{type(e).__name__}: {e}"
+
+        self.queue.submit(f"sweep:{id(self)}", run, done, error)
+        if wait:
+            self.queue.join(timeout=600)
+
+
+def heatmap_for(result, lab: Lab | None = None, answer=None, wrong=None):
+    """The explorer for a finished sweep (res.show())."""
+    lab = lab or getattr(result, "lab", None)
+    if lab is None:
+        return PatchingHeatmap(values=result.values.reshape(result.values.shape[0], -1).tolist())
+    metric = getattr(result, "metric", None)
+    answer = answer if answer is not None else getattr(metric, "answer", None)
+    wrong = wrong if wrong is not None else getattr(metric, "wrong", None)
+    session = PatchSession(lab, result.clean[0], result.corrupt[0], answer, wrong, result.site, result.by,
+                           result.direction, metric=metric if answer is None else None)
+    return PatchExplorer(session, result)
+
+
+class SteeringController:
+    """Drives a SteeringPanel: the vector from contrast prompts, a live preview while dragging, generation."""
+
+    def __init__(self, lab: Lab, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
+                 layer: int | None = None, alpha_range: tuple[float, float] = (-4.0, 4.0)):
+        from .. import vectors
+
+        self.lab, self._vectors = lab, vectors
+        self.queue = _queue(lab)
+        sites = [s for s in ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
+                 if "unavailable" not in lab.sites.describe()[s]]
+        self.panel = SteeringPanel(n_layers=lab.n_layers, sites=sites, site=site,
+                                   layer=lab.n_layers // 2 if layer is None else layer, alpha=0.0,
+                                   alpha_min=alpha_range[0], alpha_max=alpha_range[1], prompt=prompt,
+                                   positive="\n".join(positive), negative="\n".join(negative),
+                                   title="steering: h + alpha * (mean positive - mean negative)")
+        self.vector, self._vector_at = None, None
+        self.panel.on_set_vector(lambda pos, neg: self.set_vector(pos, neg))
+        self.panel.on_preview(lambda alpha, layer, site, positions: self.preview())
+        self.panel.on_generate(lambda alpha, layer, site, positions, n: self.generate())
+        self.set_vector(positive, negative)
+
+    def set_vector(self, positive, negative) -> None:
+        p = self.panel
+
+        where = (p.site, p.layer)
+
+        def run():
+            return self._vectors.diff_of_means(self.lab, positive, negative, *where)
+
+        def done(v):
+            self.vector, self._vector_at = v, where
+            p.status = f"vector from {len(positive)} vs {len(negative)} prompts at {p.site} L{p.layer}, " \
+                       f"norm {float(v.norm()):.2f}"
+            self.preview()
+
+        self.queue.submit(f"vector:{id(self)}", run, done, _fail(p))
+
+    def preview(self) -> None:
+        p = self.panel
+        if self.vector is not None and self._vector_at != (p.site, p.layer):  # layer/site moved: new vector
+            self.set_vector([s for s in p.positive.splitlines() if s.strip()],
+                            [s for s in p.negative.splitlines() if s.strip()])
+            return
+        args = (p.prompt, self.vector, p.site, p.layer, p.alpha, p.positions)
+
+        def done(dist):
+            p.dist = dist
+            p.error = ""
+
+        self.queue.submit(f"preview:{id(self)}", lambda: steering_preview(self.lab, *args), done, _fail(p))
+
+    def generate(self) -> None:
+        p = self.panel
+        p.busy = True
+        args = (p.prompt, self.vector, p.site, p.layer, p.alpha, p.positions, p.max_new_tokens)
+
+        def done(text):
+            p.generated = text
+            p.busy = False
+
+        def error(e):
+            p.busy = False
+            p.error = f"{type(e).__name__}: {e}"
+
+        self.queue.submit(f"generate:{id(self)}", lambda: steering_generate(self.lab, *args), done, error)
+
+
+def lens_widget(lab: Lab, prompt: str) -> LensView:
+    return LensView(**lens_view(lab, prompt))
+
+
+def attention_widget(lab: Lab, prompt: str, layer: int = 0, head: int = 0) -> AttentionView:
+    view = AttentionView(n_layers=lab.n_layers, n_heads=lab.n_heads, layer=layer, head=head,
+                         **attention_view(lab, prompt, layer, head))
+    queue = _queue(lab)
+
+    def select(layer, head):
+        def done(d):
+            view.pattern, view.title = d["pattern"], d["title"]
+        queue.submit(f"attention:{id(view)}", lambda: attention_view(lab, prompt, layer, head), done, _fail(view))
+
+    view.on_select(select)
+    return view
+
+
+class Dashboard(W.VBox):
+    """Heatmap + logits, steering, logit lens and attention for one clean/corrupt pair."""
+
+    def __init__(self, lab: Lab, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre",
+                 by=("layer", "pos"), direction: str = "denoise", sweep: bool = True):
+        session = PatchSession(lab, clean, corrupt, answer, wrong, site, tuple(by), direction)
+        self.explorer = PatchExplorer(session)
+        self.heatmap, self.logits = self.explorer.heatmap, self.explorer.logits
+        self.steering = SteeringController(lab, corrupt, [clean], [corrupt], site="resid_post")
+        self.lens = lens_widget(lab, clean)
+        self.attention = attention_widget(lab, clean)
+        tabs = W.Tab(children=[self.steering.panel, self.lens, self.attention])
+        for i, name in enumerate(["steering", "logit lens", "attention"]):
+            tabs.set_title(i, name)
+        super().__init__([self.explorer, tabs])
+        if sweep:
+            self.explorer.sweep()
