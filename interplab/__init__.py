@@ -1,5 +1,6 @@
 """interplab: click to patch, ablate and steer inside language models, from a Jupyter notebook."""
 
+from . import lens, vectors, zoo
 from .edits import (
     Edit,
     clamp,
@@ -13,6 +14,7 @@ from .edits import (
     steer,
     zero,
 )
+from .engine import attached_hooks
 from .errors import (
     EmptyPromptError,
     InterplabError,
@@ -26,7 +28,10 @@ from .errors import (
 )
 from .lab import Lab, Run
 from .metrics import logit_diff, logprob, prob
+from .patching import SweepCancelled, SweepResult
 from .sites import SITE_NAMES
+from .steering import ban_expert, ban_token, force_token
+from .vectors import SteeringVector
 
 __version__ = "0.1.0"
 
@@ -34,7 +39,8 @@ __all__ = [
     "Lab", "Run", "Edit", "SITE_NAMES",
     "patch", "zero", "mean_ablate", "scale", "steer", "project", "clamp", "set_value",
     "edits_to_json", "edits_from_json",
-    "logit_diff", "prob", "logprob",
+    "logit_diff", "prob", "logprob", "SweepResult", "SweepCancelled", "attached_hooks",
+    "ban_token", "force_token", "ban_expert", "SteeringVector", "vectors", "lens", "zoo",
     "InterplabError", "UnknownSiteError", "UnsupportedSiteError", "OutOfRangeError", "LengthMismatchError",
     "MultiTokenAnswerError", "VectorError", "EmptyPromptError", "LoadError",
 ]

@@ -255,3 +255,11 @@ class Dashboard(W.VBox):
         super().__init__([self.explorer, tabs])
         if sweep:
             self.explorer.sweep()
+
+
+def steering_panel(lab: Lab, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
+                   layer: int | None = None, alpha_range: tuple[float, float] = (-4.0, 4.0)) -> SteeringPanel:
+    """A SteeringPanel wired to the lab (its controller stays reachable as panel.controller)."""
+    ctrl = SteeringController(lab, prompt, positive, negative, site, layer, alpha_range)
+    ctrl.panel.controller = ctrl
+    return ctrl.panel
