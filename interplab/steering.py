@@ -23,10 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 
 from . import engine
-from .edits import ApplyContext, Edit, POS_SELECTORS, selection_mask
+from .edits import POS_SELECTORS, ApplyContext, Edit, selection_mask
 from .errors import InterplabError, OutOfRangeError, UnknownSiteError, UnsupportedSiteError
 from .sites import HookPoint
 

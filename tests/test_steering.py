@@ -60,6 +60,11 @@ def ours(lab, edits, n=N, prompt=PROMPT, **kw):
     return a
 
 
+def add_hook(vec):
+    """A block forward hook adding vec to the hidden state at every position."""
+    return lambda mod, a, o: on_hidden(o, lambda h: h + vec)
+
+
 def unit(d, seed):
     g = torch.Generator().manual_seed(seed)
     v = torch.randn(d, generator=g)
@@ -82,7 +87,7 @@ def test_steer_every_step_matches_plain_hook(lab, tokenizer):
     v = unit(d, 1)
     alpha = 4 * lab.residual_norm("resid_post", 1)
     plain = ours(lab, [])
-    ref = ref_generate(m, tokenizer, PROMPT, [(blocks(m)[1], "fwd", lambda mod, a, o: on_hidden(o, lambda h: h + alpha * v))])
+    ref = ref_generate(m, tokenizer, PROMPT, [(blocks(m)[1], "fwd", add_hook(alpha * v))])
     got = ours(lab, [ilab.steer("resid_post", 1, v, alpha=alpha)])
     assert got == ref
     assert got != plain  # a steer of 4x the residual norm changes greedy output
@@ -173,7 +178,8 @@ EDIT_KW = {"prompt": dict(pos="prompt"), "generated": dict(pos="generated"), "ne
 def test_positions_match_hand_written_cache_hooks(lab, tokenizer, case):
     m = lab.model
     v = 4 * lab.residual_norm("resid_post", 1) * unit(lab.d_model, 6)
-    ref = ref_generate(m, tokenizer, PROMPT, [(blocks(m)[1], "fwd", _counting(lambda i, h: POSITION_CASES[case](i, h, v)))])
+    hook = _counting(lambda i, h: POSITION_CASES[case](i, h, v))
+    ref = ref_generate(m, tokenizer, PROMPT, [(blocks(m)[1], "fwd", hook)])
     got = ours(lab, [ilab.steer("resid_post", 1, v, **EDIT_KW[case])])
     assert got == ref
 
@@ -196,7 +202,7 @@ def test_content_only_skips_special_tokens(lab, tokenizer):
     got = ours(lab, [ilab.steer("resid_post", 1, v, pos="content")], prompt=prompt)
     assert got == ref
     everywhere = ours(lab, [ilab.steer("resid_post", 1, v)], prompt=prompt)
-    ref_all = ref_generate(m, tokenizer, prompt, [(blocks(m)[1], "fwd", lambda mod, a, o: on_hidden(o, lambda h: h + v))])
+    ref_all = ref_generate(m, tokenizer, prompt, [(blocks(m)[1], "fwd", add_hook(v))])
     assert everywhere == ref_all
 
 
@@ -323,7 +329,7 @@ def test_bound_edits_apply_to_plain_model_and_unbind_cleanly(lab, tokenizer):
     try:
         before = hook_count(m)
         v = 4 * lab.residual_norm("resid_post", 1) * unit(lab.d_model, 9)
-        ref = ref_generate(m, tokenizer, PROMPT, [(blocks(m)[1], "fwd", lambda mod, a, o: on_hidden(o, lambda h: h + v))])
+        ref = ref_generate(m, tokenizer, PROMPT, [(blocks(m)[1], "fwd", add_hook(v))])
         e = ilab.steer("resid_post", 1, v)
         plain_run, edited_run = lab.run(PROMPT).logits, lab.run(PROMPT, edits=[e], log=False).logits
         lab.bind([e])
