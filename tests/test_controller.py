@@ -1,0 +1,167 @@
+"""The controller in Python (no browser): clicks become patches, the logit panel shows the patched run's numbers,
+and the shared state works both ways. Expected numbers come from plain PyTorch hooks."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+import interplab as ilab
+from interplab.lens import logit_lens
+from interplab.requests import LatestQueue
+from interplab.widgets.controller import PatchExplorer, attention_widget, lens_widget, steering_panel
+
+CLEAN = "When Mary and John went to the store, John gave a drink to"
+CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
+
+
+@pytest.fixture()
+def explorer(gpt2_lab):
+    res = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), progress=False)
+    ex = res.show()
+    assert isinstance(ex, PatchExplorer)
+    gpt2_lab.queue.join()
+    return ex
+
+
+def hooked_last_logits(model, tok, prompt_src, prompt_base, layer, pos):
+    """resid_pre patch at (layer, pos) by hand."""
+    saved = {}
+    h = model.transformer.h[layer].register_forward_pre_hook(lambda m, a: saved.__setitem__("x", a[0].clone()))
+    with torch.no_grad():
+        model(tok(prompt_src, return_tensors="pt")["input_ids"])
+    h.remove()
+
+    def hook(m, a):
+        x = a[0].clone()
+        x[:, pos] = saved["x"][:, pos]
+        return (x, *a[1:])
+    h = model.transformer.h[layer].register_forward_pre_hook(hook)
+    try:
+        with torch.no_grad():
+            return model(tok(prompt_base, return_tensors="pt")["input_ids"]).logits[0, -1]
+    finally:
+        h.remove()
+
+
+def test_click_applies_patch_and_repaints_logits(explorer, gpt2_lab, tokenizer):
+    explorer.heatmap.send_test_message({"type": "click", "row": 1, "col": 3, "shift": False})
+    gpt2_lab.queue.join()
+    assert explorer.heatmap.selected == [[1, 3]]
+    assert [e["id"] for e in explorer.heatmap.active_edits] == ["r1c3"]
+    expected = hooked_last_logits(gpt2_lab.model, tokenizer, CLEAN, CORRUPT, 1, 3)
+    patched = explorer.logits.metric["values"]["patched"]
+    assert abs(patched - float(expected[5] - expected[9])) < 1e-4
+    names = [s["name"] for s in explorer.logits.series]
+    assert names[:2] == ["clean", "corrupt"] and names[2].startswith("patched")
+    top = expected.softmax(-1).topk(8)
+    assert explorer.logits.series[2]["tokens"] == [tokenizer.decode([i]) for i in top.indices.tolist()]
+    assert explorer.logits.series[2]["probs"] == pytest.approx(top.values.tolist(), abs=1e-5)
+
+
+def test_shift_click_toggle_remove_and_code_side_state(explorer, gpt2_lab):
+    hm = explorer.heatmap
+    hm.send_test_message({"type": "click", "row": 2, "col": 10, "shift": False})
+    hm.send_test_message({"type": "click", "row": 1, "col": 4, "shift": True})
+    gpt2_lab.queue.join()
+    assert len(explorer.edits) == 2 and "2 edits" in explorer.logits.series[2]["name"]
+    hm.send_test_message({"type": "toggle", "id": "r2c10", "enabled": False})
+    gpt2_lab.queue.join()
+    assert len(explorer.edits) == 1 and explorer.edits[0].layer == 1 and explorer.edits[0].pos == 4
+    hm.send_test_message({"type": "remove", "id": "r1c4"})
+    gpt2_lab.queue.join()
+    assert hm.selected == [[2, 10]] and explorer.edits == []
+    assert len(explorer.logits.series) == 2  # nothing enabled: clean and corrupt only
+    # set from code: the view and the logits follow
+    hm.selected = [[0, 0]]
+    gpt2_lab.queue.join()
+    assert [e["id"] for e in hm.active_edits] == ["r0c0"] and len(explorer.logits.series) == 3
+
+
+def test_malformed_messages_keep_the_kernel_alive(explorer):
+    hm = explorer.heatmap
+    for bad in [{"type": "click", "row": 99, "col": 0, "shift": False}, {"type": "nope"}, "garbage", None,
+                {"type": "click", "row": "1", "col": 0, "shift": False}]:
+        hm.send_test_message(bad)
+        assert hm.error.startswith("bad message from the frontend")
+    assert hm.selected == []
+
+
+def test_queue_latest_wins_and_drops_stale():
+    q = LatestQueue()
+    gate = threading.Event()
+    ran = []
+    q.submit("x", lambda: (gate.wait(5), ran.append("first")))
+    time.sleep(0.05)  # the worker is now blocked inside the first job
+    for i in range(10):
+        q.submit("x", lambda i=i: ran.append(i))
+    gate.set()
+    assert q.join(5)
+    assert ran == ["first", 9] and q.dropped == 9
+    errors = []
+    q.submit("y", lambda: 1 / 0, error=errors.append)
+    assert q.join(5) and isinstance(errors[0], ZeroDivisionError)
+
+
+def test_steering_panel_preview_and_generate(gpt2_lab):
+    panel = steering_panel(gpt2_lab, CORRUPT, [CLEAN], [CORRUPT], site="resid_post", layer=1)
+    gpt2_lab.queue.join()
+    v = panel.controller.vector
+    assert v is not None and v.shape == (gpt2_lab.d_model,)
+    panel.send_test_message({"type": "preview", "alpha": 3.0, "layer": 1, "site": "resid_post", "positions": "last"})
+    gpt2_lab.queue.join()
+    assert panel.error == "" and panel.dist[1]["name"].startswith("steered")
+    # independent: add 3 v to the output of block 1 at the last position by hand
+    h = gpt2_lab.model.transformer.h[1].register_forward_hook(
+        lambda m, a, o: torch.cat([o[:, :-1], o[:, -1:] + 3.0 * v], dim=1))
+    try:
+        with torch.no_grad():
+            ref = gpt2_lab.model(gpt2_lab.to_tokens(CORRUPT)).logits[0, -1].softmax(-1)
+    finally:
+        h.remove()
+    assert panel.dist[1]["probs"] == pytest.approx(ref.topk(8).values.tolist(), abs=1e-5)
+    panel.send_test_message({"type": "generate", "alpha": 3.0, "layer": 1, "site": "resid_post",
+                             "positions": "all", "max_new_tokens": 4})
+    gpt2_lab.queue.join()
+    assert panel.error == "" and isinstance(panel.generated, str) and not panel.busy
+
+
+def test_lens_last_layer_equals_model_logits(gpt2_lab):
+    res = logit_lens(gpt2_lab, CLEAN)
+    with torch.no_grad():
+        ref = gpt2_lab.model(gpt2_lab.to_tokens(CLEAN)).logits[0].softmax(-1)
+    assert torch.allclose(res.probs[-1], ref, atol=1e-5)
+    # an earlier layer through ln_f and lm_head by hand
+    saved = {}
+    h = gpt2_lab.model.transformer.h[0].register_forward_hook(lambda m, a, o: saved.__setitem__("x", o))
+    with torch.no_grad():
+        gpt2_lab.model(gpt2_lab.to_tokens(CLEAN))
+        h.remove()
+        early = gpt2_lab.model.lm_head(gpt2_lab.model.transformer.ln_f(saved["x"]))[0].softmax(-1)
+    assert torch.allclose(res.probs[0], early, atol=1e-5)
+    view = lens_widget(gpt2_lab, CLEAN)
+    assert len(view.top_tokens) == gpt2_lab.n_layers and view.x_labels == gpt2_lab.to_str_tokens(CLEAN)
+
+
+def test_attention_widget_shows_the_pattern(gpt2_lab):
+    view = attention_widget(gpt2_lab, CLEAN, layer=0, head=0)
+    view.send_test_message({"type": "select", "layer": 2, "head": 3})
+    gpt2_lab.queue.join()
+    pattern = torch.tensor(view.pattern)
+    # independent: eager attention weights returned by the attention module itself
+    got = {}
+    h = gpt2_lab.model.transformer.h[2].attn.register_forward_hook(lambda m, a, o: got.__setitem__("w", o[1]))
+    with torch.no_grad():
+        gpt2_lab.model(gpt2_lab.to_tokens(CLEAN))
+    h.remove()
+    assert torch.allclose(pattern, got["w"][0, 3], atol=1e-6)
+    assert view.title.endswith("L2 H3")
+
+
+def test_dashboard_composes_every_view(gpt2_lab):
+    d = gpt2_lab.show(CLEAN, CORRUPT, answer=5, wrong=9)
+    gpt2_lab.queue.join(timeout=120)
+    assert all(v is not None for row in d.heatmap.values for v in row)
+    assert d.steering.panel.dist and d.lens.top_tokens and d.attention.pattern
+    assert ilab.attached_hooks() == []
