@@ -234,8 +234,15 @@ def apply_edit(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
         x = h.view(b, t, ctx.n_heads, h.shape[-1] // ctx.n_heads)
     else:
         x = h
+    valid = None
+    src = ctx.source if ctx.source is not None else edit.vector
+    if edit.op in ("patch", "mean") and ctx.positions is not None and src is not None and src.dim() == h.dim():
+        src, valid = _gather_source(src, ctx.positions, b)  # generation: take the source at each absolute position
+        ctx = replace(ctx, source=src)
     new = _transform(edit, x, ctx)
     mask = selection_mask(edit, b, t, ctx).to(h.device)  # [b, t]
+    if valid is not None:
+        mask &= valid.to(h.device)
     if heads:
         hm = torch.zeros(ctx.n_heads, dtype=torch.bool, device=h.device)
         hm[_as_list(edit.head, ctx.n_heads)] = True
@@ -376,6 +383,20 @@ def _transform(edit: Edit, x: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
     if op == "clamp":
         return x + (coef.clamp(edit.lo, edit.hi) - coef) * u
     raise AssertionError(op)
+
+
+def _gather_source(src: torch.Tensor, positions: torch.Tensor, b: int):
+    """A per-position source [1 or b, S, ...] read at absolute positions [b, t]; positions >= S are left alone."""
+    pos = positions.to(src.device).long()
+    n = src.shape[1]
+    idx = pos.clamp(0, n - 1)
+    if src.shape[0] == 1:
+        out = src[0][idx]
+    elif src.shape[0] == b:
+        out = src[torch.arange(b, device=src.device)[:, None], idx]
+    else:
+        raise OutOfRangeError(f"the patch source has {src.shape[0]} rows but this run has {b}; use 1 row or {b}.")
+    return out, ((pos >= 0) & (pos < n)).cpu()
 
 
 def _broadcast_source(src: torch.Tensor, x: torch.Tensor, edit: Edit) -> torch.Tensor:

@@ -427,3 +427,13 @@ def test_vector_save_load_round_trip(tmp_path, models, tokenizer):
     assert (p.site, p.layer, p.model_id) == ("resid_pre", 0, "x")
     with pytest.raises(ilab.LoadError):
         vectors.load(tmp_path / "missing.safetensors")
+
+
+def test_patch_from_a_run_during_generation(lab, tokenizer):
+    m = lab.model
+    other = "The capital of Italy is"
+    assert len(tokenizer(other)["input_ids"]) == len(tokenizer(PROMPT)["input_ids"])
+    src = lab.run(other, cache=[("resid_post", 1)]).cache["resid_post", 1]
+    ref = ref_generate(m, tokenizer, PROMPT, [(blocks(m)[1], "fwd", _counting(
+        lambda i, h: src.clone() if i == 0 else h))])  # prompt positions take the other run's activations
+    assert ours(lab, [ilab.patch("resid_post", 1, source=lab.run(other))]) == ref
