@@ -1,6 +1,6 @@
 """interplab: click to patch, ablate and steer inside language models, from a Jupyter notebook."""
 
-from . import lens, vectors, zoo
+from . import lens, steering, vectors, zoo
 from .edits import (
     Edit,
     clamp,
@@ -30,7 +30,7 @@ from .lab import Lab, Run
 from .metrics import logit_diff, logprob, prob
 from .patching import SweepCancelled, SweepResult
 from .sites import SITE_NAMES
-from .steering import ban_expert, ban_token, force_token
+from .steering import Generation, ban_expert, ban_token, force_token
 from .vectors import SteeringVector
 
 __version__ = "0.1.0"
@@ -40,7 +40,7 @@ __all__ = [
     "patch", "zero", "mean_ablate", "scale", "steer", "project", "clamp", "set_value",
     "edits_to_json", "edits_from_json",
     "logit_diff", "prob", "logprob", "SweepResult", "SweepCancelled", "attached_hooks",
-    "ban_token", "force_token", "ban_expert", "SteeringVector", "vectors", "lens", "zoo",
+    "ban_token", "force_token", "ban_expert", "Generation", "SteeringVector", "vectors", "lens", "steering", "zoo",
     "InterplabError", "UnknownSiteError", "UnsupportedSiteError", "OutOfRangeError", "LengthMismatchError",
     "MultiTokenAnswerError", "VectorError", "EmptyPromptError", "LoadError",
 ]

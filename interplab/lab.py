@@ -461,7 +461,7 @@ def _check_rows(batch, n_rows: int) -> None:
 
 
 def _check_positions(pos, lengths: list[int]) -> None:
-    if pos is None or isinstance(pos, slice):
+    if pos is None or isinstance(pos, (slice, str)):  # words ("prompt", "newest", ...) are checked by Edit
         return
     n = min(lengths)
     for p in pos if isinstance(pos, (list, tuple, range)) else [pos]:
