@@ -2,8 +2,8 @@
 
 The seed edits GPT-2's activations with nnsight: in-place zeroing, replacing the embedding with a scaled copy,
 editing specific positions, adding a steering vector, handling tuple outputs, and checking the downstream effect on
-the logits. Here each example is one interplab edit on a randomly initialised 8-layer GPT-2 with the real GPT-2
-tokenizer (vendored, offline), and each is checked against the same edit written as a plain PyTorch forward hook.
+the logits. Here each example is one interplab edit on a randomly initialised 8-layer GPT-2 with a small byte-level
+BPE tokenizer (offline), and each is checked against the same edit written as a plain PyTorch forward hook.
 Random weights say nothing about Paris; the checks hold whatever the weights are.
 
     python examples/seeds/000_setting_activations.py
@@ -24,24 +24,27 @@ PROMPT = "The Eiffel Tower is in the city of"
 ATOL = 1e-5
 
 
-def gpt2_tokenizer():
-    try:
-        from interplab.zoo import gpt2_tokenizer as vendored
-
-        return vendored()
-    except ImportError:  # older checkouts: the vendored tokenizer file itself
-        from pathlib import Path
-
-        path = Path(ilab.__file__).parent / "zoo" / "gpt2_tokenizer" / "tokenizer.json"
-        return tf.PreTrainedTokenizerFast(tokenizer_file=str(path), eos_token="<|endoftext|>",
-                                          pad_token="<|endoftext|>")
+CORPUS = ["The Eiffel Tower is in the city of Paris.", "The capital of France is Paris.",
+          "When Mary and John went to the store, John gave a drink to Mary.", "Rome is the capital of Italy."] * 20
 
 
-# GPT-2 shapes (vocab 50257) but 8 small layers, so the seed's layer numbers (0, 5, 6) exist.
+def small_tokenizer():
+    """A byte-level BPE like GPT-2's, trained here on a few sentences (vocab 400): a small vocabulary keeps this
+    script fast; the real GPT-2 tokenizer (interplab.zoo.gpt2_tokenizer()) works the same way, only bigger."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(CORPUS, vocab_size=400, min_frequency=1, special_tokens=["<|endoftext|>"])
+    return tf.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>",
+                                      bos_token="<|endoftext|>", pad_token="<|endoftext|>")
+
+
+# A GPT-2 with 8 small layers, so the seed's layer numbers (0, 5, 6) exist.
 torch.manual_seed(0)
-config = tf.GPT2Config(n_layer=8, n_head=4, n_embd=64, n_positions=128, attn_implementation="eager")
+config = tf.GPT2Config(vocab_size=400, n_layer=8, n_head=4, n_embd=64, n_positions=128, bos_token_id=0,
+                       eos_token_id=0, attn_implementation="eager")
 model = tf.GPT2LMHeadModel(config).eval()
-lab = ilab.Lab(model, gpt2_tokenizer(), model_id="random-gpt2-8L")
+lab = ilab.Lab(model, small_tokenizer(), model_id="random-gpt2-8L")
 ids = lab.to_tokens(PROMPT)
 print(lab)
 print("tokens:", lab.to_str_tokens(PROMPT))

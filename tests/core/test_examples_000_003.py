@@ -11,15 +11,26 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(p for pat in ("000_*.py", "003_*.py") for p in (ROOT / "examples" / "seeds").glob(pat))
 
 
+@pytest.fixture(scope="module")
+def procs():
+    """Start every script at once (most of each one's time is importing torch), then let each test wait for its own."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    started = {p.name: subprocess.Popen([sys.executable, str(p)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True) for p in SCRIPTS}
+    yield started
+    for proc in started.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_scripts_exist():
     assert {p.name[:3] for p in SCRIPTS} == {"000", "003"}
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
-def test_seed_script_runs(script):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, f"{script.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    assert "all checks passed" in proc.stdout
+def test_seed_script_runs(script, procs):
+    out, err = procs[script.name].communicate(timeout=300)
+    assert procs[script.name].returncode == 0, f"{script.name} failed:\n{out[-3000:]}\n{err[-3000:]}"
+    assert "all checks passed" in out
