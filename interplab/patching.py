@@ -56,6 +56,8 @@ class SweepResult:
     corrupt: list[str] = field(default_factory=list)
     lab: Lab | None = field(default=None, repr=False)  # for show(): clicking a cell re-runs on this lab
     metric: Metric | None = field(default=None, repr=False)
+    # exact sweeps: the patched run's top next tokens (first pair) per cell index, for the heatmap's hover
+    top_tokens: dict = field(default_factory=dict, repr=False)
 
     @property
     def shape(self):
@@ -247,8 +249,9 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
                     raise SweepCancelled(f"sweep cancelled after {done} of {total} cells; no result returned.")
                 chunk = cells[chunk_start: chunk_start + max(1, max_batch // len(pairs.base))]
                 vals = _run_cells_adaptive(lab, site, layer, chunk, pairs, metric)
-                for (cell_index, _), v in zip(chunk, vals):
+                for (cell_index, _), (v, top) in zip(chunk, vals):
                     result.raw[(li, *cell_index)] = v
+                    result.top_tokens[(li, *cell_index)] = [(lab.tokenizer.decode([i]), p) for i, p in top]
                 done += len(chunk)
                 _advance(bar, progress, done, total, len(chunk))
                 if on_partial is not None:
@@ -301,8 +304,10 @@ def _run_cells_adaptive(lab, site, layer, chunk, pairs, metric) -> list[float]:
                 + _run_cells_adaptive(lab, site, layer, chunk[half:], pairs, metric))
 
 
-def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Metric) -> list[float]:
-    """One batched, resumed forward for a chunk of cells of one layer; returns the mean metric per cell."""
+def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Metric) -> list[tuple]:
+    """One batched, resumed forward for a chunk of cells of one layer.
+
+    Returns per cell (mean metric over pairs, top-3 (token id, prob) of the first pair's patched run)."""
     dev = lab.device
     n_pairs, n_pos = pairs.base_ids.shape
     n_cells = len(chunk)
@@ -339,9 +344,12 @@ def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Me
         logits = resumed_last_logits(lab, start, hidden, ids, attn, last, hooks)
     pair_idx = torch.arange(n_pairs).repeat(n_cells)
     if isinstance(metric, Custom):
-        return [float(metric(logits[c * n_pairs:(c + 1) * n_pairs]).mean()) for c in range(n_cells)]
-    per_row = metric(logits.float(), pair_idx).reshape(n_cells, n_pairs)
-    return per_row.mean(1).tolist()
+        values = [float(metric(logits[c * n_pairs:(c + 1) * n_pairs]).mean()) for c in range(n_cells)]
+    else:
+        values = metric(logits.float(), pair_idx).reshape(n_cells, n_pairs).mean(1).tolist()
+    top_p, top_i = logits[::n_pairs].float().softmax(-1).topk(3)
+    tops = [list(zip(i, p)) for i, p in zip(top_i.tolist(), top_p.tolist())]
+    return list(zip(values, tops))
 
 
 def _metric_mean(metric: Metric, logits: torch.Tensor, pair_idx: torch.Tensor) -> float:

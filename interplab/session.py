@@ -134,8 +134,18 @@ class PatchSession:
         res = result or self.result
         rows = []
         v = res.raw if res.raw.dim() == 2 else res.raw.reshape(res.raw.shape[0], -1)
-        for r in v.tolist():
-            rows.append([("not computed" if x != x else f"{res.metric_name}: {x:.3f}") for x in r])
+        n_cols = v.shape[1]
+        for li, r in enumerate(v.tolist()):
+            row = []
+            for c, x in enumerate(r):
+                text = "not computed" if x != x else f"{res.metric_name}: {x:.3f}"
+                key = (li,) if res.by == ("layer",) else (li, *divmod(c, n_cols // len(res.labels["head"]))) \
+                    if len(res.by) == 3 else (li, c)
+                top = res.top_tokens.get(key)
+                if top:
+                    text += "\nnext: " + ", ".join(f"{t!r} {p:.2f}" for t, p in top)
+                row.append(text)
+            rows.append(row)
         return rows
 
 

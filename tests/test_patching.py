@@ -217,3 +217,26 @@ def test_sweep_errors(models, tokenizer):
         lab.patch_sweep(CLEAN, "When Mary went to the store, Mary gave a drink to", metric=m)
     with pytest.raises(ilab.InterplabError, match="nothing to restore"):
         lab.patch_sweep(CLEAN, CLEAN, metric=m)
+
+
+def test_out_of_memory_halves_the_chunk_and_retries(models, tokenizer, monkeypatch):
+    """A chunk that raises OutOfMemoryError is split in halves until it fits; the numbers do not change."""
+    from interplab import patching
+
+    lab = ilab.Lab(models["gpt2"], tokenizer)
+    m = ilab.logit_diff(5, 9)
+    expected = lab.patch_sweep(CLEAN, CORRUPT, metric=m, progress=False).raw
+    real = patching._run_cells
+    sizes = []
+
+    def limited(lab_, site, layer, chunk, pairs, metric):
+        sizes.append(len(chunk))
+        if len(chunk) > 3:
+            raise torch.OutOfMemoryError("simulated: chunk too large")
+        return real(lab_, site, layer, chunk, pairs, metric)
+
+    monkeypatch.setattr(patching, "_run_cells", limited)
+    lab.clear_memo()
+    got = lab.patch_sweep(CLEAN, CORRUPT, metric=m, progress=False, max_batch=16).raw
+    assert sizes[:4] == [16, 8, 4, 2]  # halved until it fits
+    assert torch.allclose(got, expected, atol=1e-6)
