@@ -6,13 +6,15 @@ per-head loops, so selection semantics (int, list, slice, None, negative positio
 independently of interplab's mask code.
 """
 
+import json
+
 import pytest
 import torch
 
 import interplab as ilab
 from interplab.edits import Edit, edits_from_json, edits_to_json
 
-from ._hand import encode, hand_run
+from ._hand import hand_run
 from .test_sites import MAPPING
 
 ATOL = 1e-5
@@ -301,5 +303,3 @@ def test_json_patch_source_with_its_own_edits(models, tokenizer):
     plain_src = lab.run(P1, edits=[ilab.patch("resid_pre", 2, source=lab.run(P2))]).logits
     assert not torch.allclose(plain_src, want)  # the source's own edit mattered
 
-
-import json  # noqa: E402

@@ -3,10 +3,10 @@ no weight changes. Checked on the module tree itself (every module's _forward_ho
 
 import pytest
 import torch
+from conftest import make_model
 
 import interplab as ilab
 import interplab.engine as engine
-from conftest import make_model
 
 from ._hand import hooks_everywhere, param_hash
 

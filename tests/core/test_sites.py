@@ -4,10 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import ARCHS
 from torch import nn
 
 import interplab as ilab
-from conftest import ARCHS
 
 from ._hand import encode, hand_run
 
