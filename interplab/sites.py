@@ -12,6 +12,8 @@ from torch import nn
 
 from .errors import OutOfRangeError, UnknownSiteError, UnsupportedSiteError
 
+# Notes: `embed` is the token embedding only (GPT-2 adds position embeddings inside the model's forward);
+# `logits` is the unembedding's output, before any final soft-capping (Gemma 2), while run.logits are the model's.
 SITE_NAMES = ("embed", "resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "pattern", "logits")
 LAYERED = {"resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "pattern"}
 HEADED = {"z", "pattern"}
@@ -47,7 +49,7 @@ class Arch:
 
 _GPT2 = Arch("gpt2", "transformer.h", "transformer.wte", "transformer.ln_f", "lm_head",
              attn="attn", mlp="mlp", o_proj="attn.c_proj", resid_mid="ln_2")
-_NEOX = Arch("gpt_neox", "gpt_neox.layers", "gpt_neox.embed_in", "gpt_neox.final_layer_norm", "embed_out",
+_NEOX = Arch("gpt_neox", "gpt_neox.layers", "gpt_neox.embed_in", "gpt_neox.final_layer_norm", "lm_head",
              attn="attention", mlp="mlp", o_proj="attention.dense", resid_mid="post_attention_layernorm")
 _NEOX_PARALLEL = Arch(**{**_NEOX.__dict__, "resid_mid": None, "notes": {
     "resid_mid": "this GPT-NeoX model uses a parallel residual (use_parallel_residual=True): attention and MLP "
