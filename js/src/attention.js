@@ -58,6 +58,7 @@ export function render({ model, el }) {
       title: { text: esc(title) },
       margin: { l: 100, r: 30, t: 50, b: 100 },
       height: size,
+      width: size + 60, // square cells: the colorbar sits next to the pattern
       xaxis: tokenAxis(labels, { title: { text: "key" }, tickangle: -45, constrain: "domain" }),
       yaxis: tokenAxis(labels, { title: { text: "query" }, range: [n - 0.5, -0.5], scaleanchor: "x" }),
     });

@@ -160,6 +160,7 @@ export function tokenAxis(labels, extra = {}) {
     showgrid: false,
     zeroline: false,
     fixedrange: true,
+    automargin: true,
     ...extra,
   };
 }
