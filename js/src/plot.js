@@ -237,7 +237,9 @@ export function paint(state, data, layout) {
   return Plotly.react(gd, data, layout, PLOT_CONFIG).then(() => {
     if (!state.alive) return gd;
     state.paints += 1;
-    (window.__interplab_paints ||= []).push({ widget: state.kind, t: performance.now(), n: state.paints });
+    const log = (window.__interplab_paints ||= []);
+    log.push({ widget: state.kind, t: performance.now(), n: state.paints });
+    if (log.length > 20000) log.splice(0, 10000); // long sessions: keep the log bounded
     return gd;
   }).catch((err) => {
     console.error("interplab: paint failed", err);

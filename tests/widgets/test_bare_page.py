@@ -312,6 +312,10 @@ def test_lens_paints_cell_text_literally_and_selects(page, mount):
     assert "␣the" in cell_text and "<b>bold</b>" in cell_text
     assert any(t.startswith("<img") for t in cell_text)
     p = w.js("(w) => window.cellPixel(window.__mounted.indexOf(w), 2, 1)")
+    page.mouse.move(p["x"], p["y"])
+    page.wait_for_selector(".hoverlayer .hovertext", timeout=3000)
+    hover = page.evaluate("document.querySelector('.hoverlayer .hovertext').textContent")
+    assert 'L2, position 1 "␣Mary"'.replace("␣", " ") in hover and f"{XSS} 0.5" in hover, hover
     page.mouse.click(p["x"], p["y"])
     w.wait_sent(1)
     assert w.sent == [{"type": "select", "row": 2, "col": 1}]
