@@ -165,7 +165,6 @@ with a property minus the mean on prompts without it. Adding `alpha * v` at one 
 the property; **projecting it out** tests whether the model *uses* that direction.
 """),
     code("""
-import torch
 import interplab as ilab
 from interplab.widgets.controller import steering_panel
 
