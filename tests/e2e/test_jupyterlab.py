@@ -43,9 +43,9 @@ def test_click_heatmap_cell_patches_and_repaints_logits(lab_server, chromium_bro
         before = nb.series_names(shown)
         assert not any(n.startswith("patched") for n in before), before
 
-        # click a cell in real pixels: the last layer at the second-to-last position
+        # click a cell in real pixels: the last layer at the final position (patching it restores the clean output)
         rows, cols = nb.heatmap_shape(shown)
-        row, col = rows - 1, cols - 2
+        row, col = rows - 1, cols - 1
         t_click = nb.click_heatmap_cell(shown, row, col)
 
         # (2) the logit panel repaints after the click, with the patched series
