@@ -238,8 +238,8 @@ def main() -> int:
             "paint (`window.__interplab_paints`), distinct cells, after 2 warm-up clicks. First render: executing "
             "`explorer = res.show(); explorer` -> the heatmap's first paint, bundle loaded cold in a fresh page. "
             "Baseline (ratio): `explorer.session.logits_view([edit])` for the same cells timed in the kernel, "
-            "memo cleared but for the clean and corrupt runs (the compute a click on a fresh cell triggers). gpt2-small = random weights, real GPT-2 tokenizer, 15-token IOI "
-            "pair.", ""]
+            "memo cleared but for the clean and corrupt runs (the compute a click on a fresh cell triggers). "
+            "gpt2-small = random weights, real GPT-2 tokenizer, 15-token IOI pair.", ""]
     lines = head + table(results, skipped)
     print("\n".join(lines))
     if not args.no_write:
