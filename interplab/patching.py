@@ -113,7 +113,7 @@ def _start_at(lab: Lab, layer: int, hidden: torch.Tensor, hm: engine.HookManager
             return (hidden, *args[1:]), kwargs
         return args, {**kwargs, "hidden_states": hidden}
 
-    handle = target.register_forward_pre_hook(feed, with_kwargs=True)
+    handle = target.register_forward_pre_hook(feed, with_kwargs=True, prepend=True)  # before any edit there
     hm._handles.append((f"{arch.layers}.{layer}", "input", handle))
     layer_types = getattr(cfg, "layer_types", None)
     try:
@@ -149,6 +149,31 @@ def resumed_last_logits(lab: Lab, start: int, hidden: torch.Tensor, ids: torch.T
         with _start_at(lab, start, hidden, hm):
             out = base(input_ids=ids, attention_mask=mask, use_cache=False)
     return _last_logits(lab, out.last_hidden_state, last_idx)
+
+
+def edited_last_logits(lab: Lab, prompts, edits) -> torch.Tensor:
+    """[rows, vocab] last-position logits of lab.run(prompts, edits), computed from the lowest edited layer up.
+
+    Layers below every edit see nothing new, so they come from the cached unedited run; only the final position
+    is unembedded. This is what makes a heatmap click cheap. Falls back to a full run where it cannot resume."""
+    prompts = _as_prompts(prompts)
+    edits = [e for e in edits if e.enabled]
+    layered = all(e.site in LAYERED and e.site != "pattern" and e.op != "ban_expert" for e in edits)
+    if not edits or lab.sites.arch is None or not layered:
+        return lab.run(prompts, edits, log=bool(edits)).last_logits
+    start = min(min(lab.sites.layers_of(e.layer)) for e in edits)
+    ids, mask, lengths = lab.encode(prompts)
+    plan = engine.Plan()
+    for e in edits:
+        plan.edits.extend(lab._plan_edit(e, len(prompts), lengths))
+    hidden = lab.run(prompts, cache=[("resid_pre", start)], log=False).cache["resid_pre", start].to(lab.device)
+    base = lab.model.base_model
+    with torch.no_grad(), engine._RUN_LOCK, engine.HookManager(lab.model, "interplab.run") as hm:
+        engine.install(hm, plan, lab._ctx_factory(lengths), {})
+        with _start_at(lab, start, hidden, hm):
+            out = base(input_ids=ids.to(lab.device), attention_mask=mask.to(lab.device), use_cache=False)
+    lab.log.record(prompts, edits, [])
+    return _last_logits(lab, out.last_hidden_state, torch.tensor(lengths, device=lab.device) - 1).float().cpu()
 
 
 def _row_patch_hook(index: int, io: str, src: torch.Tensor, row_mask: torch.Tensor, n_heads: int | None):

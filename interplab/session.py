@@ -13,7 +13,7 @@ from .edits import Edit, patch, steer
 from .lab import Lab
 from .lens import logit_lens
 from .metrics import as_metric, logit_diff
-from .patching import SweepResult
+from .patching import SweepResult, edited_last_logits
 
 TOP_K = 8
 
@@ -102,7 +102,9 @@ class PatchSession:
             head, pos = divmod(col, n_pos)
         label = f"patch {self.site} L{layer}" + (f" H{head}" if head is not None else "") + (
             f" pos {pos} {self.tokens()[pos]!r}" if pos is not None else "")
-        return patch(self.site, layer, pos=pos, head=head, source=self.lab.run(self.source, log=False), label=label)
+        # the source run caches the whole site once, so no click re-runs it
+        source = self.lab.run(self.source, cache=[self.site], log=False)
+        return patch(self.site, layer, pos=pos, head=head, source=source, label=label)
 
     @staticmethod
     def cell_id(row: int, col: int) -> str:
@@ -120,10 +122,10 @@ class PatchSession:
             series.append({"name": name, "tokens": toks, "probs": probs})
             values[name] = float(self.metric(lg[None])[0])
         if edits:
-            patched = lab.run(self.base, edits=edits).last_logits[0]
+            patched = edited_last_logits(lab, self.base, edits)[0]
             toks, probs = top_k(lab, patched)
-            series.append({"name": f"patched ({len(edits)} edit{'s' if len(edits) > 1 else ''})", "tokens": toks,
-                           "probs": probs})
+            what = edits[0].describe() if len(edits) == 1 else f"{len(edits)} edits"
+            series.append({"name": f"patched: {what}", "tokens": toks, "probs": probs})
             values["patched"] = float(self.metric(patched[None])[0])
             denom = values["clean"] - values["corrupt"]
             if abs(denom) > 1e-9:

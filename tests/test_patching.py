@@ -240,3 +240,27 @@ def test_out_of_memory_halves_the_chunk_and_retries(models, tokenizer, monkeypat
     got = lab.patch_sweep(CLEAN, CORRUPT, metric=m, progress=False, max_batch=16).raw
     assert sizes[:4] == [16, 8, 4, 2]  # halved until it fits
     assert torch.allclose(got, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "gpt_neox", "gemma2"])
+def test_edited_last_logits_resumes_exactly(models, tokenizer, arch):
+    """The click path (resume from the lowest edited layer, unembed the last position) equals a full edited run."""
+    from interplab.patching import edited_last_logits
+
+    lab = ilab.Lab(models[arch], tokenizer)
+    src = lab.run(CLEAN, cache=["resid_pre", "z", "attn_out"])
+    v = torch.randn(lab.d_model)
+    cases = [
+        [ilab.patch("resid_pre", 2, pos=3, source=src)],
+        [ilab.patch("resid_pre", 1, pos=-1, source=src), ilab.patch("z", 2, head=1, source=src)],
+        [ilab.zero("attn_out", 1, pos=[2, 4]), ilab.steer("resid_post", 2, v, alpha=2.0, pos=-1)],
+        [ilab.patch("resid_pre", 0, source=src)],
+        [ilab.scale("mlp_out", 2, 0.5)],
+    ]
+    for edits in cases:
+        got = edited_last_logits(lab, [CORRUPT, CLEAN[:30]], edits)
+        lab.clear_memo()
+        want = lab.run([CORRUPT, CLEAN[:30]], edits).last_logits
+        assert torch.allclose(got, want, atol=1e-4), (edits, (got - want).abs().max())
+    for mod in lab.model.modules():
+        assert not mod._forward_hooks and not mod._forward_pre_hooks
