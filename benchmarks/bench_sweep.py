@@ -271,8 +271,13 @@ def write_results(name, n_tok, lab, rows, split, mem, corr):
               f"one sweep chunk of the same rows (resumed, last-position unembedding): "
               f"{mem.get('chunk', 0) / 2**20:.1f} MiB; ratio {mem.get('ratio', float('nan')):.2f}.",
               "", f"Attribution vs exact correlation (residual sweep, random weights): {corr:.3f}.", ""]
+    keep = ""  # bench_click.py owns the sections from "## Click-to-paint" on: keep them
+    if os.path.exists(path):
+        old = open(path).read()
+        if "## Click-to-paint" in old:
+            keep = "\n" + old[old.index("## Click-to-paint"):]
     with open(path, "w") as f:
-        f.write("\n".join(lines))
+        f.write("\n".join(lines) + keep)
     print(f"wrote {path}")
 
 
