@@ -110,19 +110,27 @@ def nnsight_loop(model, tok):
         from nnsight import LanguageModel
     except ImportError:
         return None
+    import warnings
+
+    warnings.filterwarnings("ignore", message="LanguageModel is deprecated")
     lm = LanguageModel(model, tokenizer=tok)
     layers = lm.transformer.h
     a, w = tok(ANSWER)["input_ids"][0], tok(WRONG)["input_ids"][0]
     n = len(tok(CLEAN)["input_ids"])
+    # nnsight writes names assigned inside a trace back into the caller's frame, which a function's locals do not
+    # accept on Python 3.11: collect values in containers created outside the trace instead.
+    clean_h, got = [], []
     with lm.trace(CLEAN):
-        clean_h = [layers[l].inputs[0][0].save() for l in range(len(layers))]
+        for l in range(len(layers)):
+            clean_h.append(layers[l].inputs[0][0].clone().save())
     out = torch.zeros(len(layers), n)
     for l in range(len(layers)):
         for p in range(n):
             with lm.trace(CORRUPT):
                 layers[l].inputs[0][0][:, p] = clean_h[l][:, p]
-                logits = lm.lm_head.output.save()
-            out[l, p] = logits[0, -1, a] - logits[0, -1, w]
+                got.append(lm.lm_head.output[0, -1].save())
+            logits = got.pop()
+            out[l, p] = logits[a] - logits[w]
     return out
 
 
