@@ -172,8 +172,9 @@ def edited_last_logits(lab: Lab, prompts, edits) -> torch.Tensor:
         engine.install(hm, plan, lab._ctx_factory(lengths), {})
         with _start_at(lab, start, hidden, hm):
             out = base(input_ids=ids.to(lab.device), attention_mask=mask.to(lab.device), use_cache=False)
+        logits = _last_logits(lab, out.last_hidden_state, torch.tensor(lengths, device=lab.device) - 1)
     lab.log.record(prompts, edits, [])
-    return _last_logits(lab, out.last_hidden_state, torch.tensor(lengths, device=lab.device) - 1).float().cpu()
+    return logits.float().cpu()
 
 
 def _row_patch_hook(index: int, io: str, src: torch.Tensor, row_mask: torch.Tensor, n_heads: int | None):
