@@ -1,0 +1,193 @@
+"""Train the embedded model ``ioi-tiny`` from scratch (CPU, fixed seeds).
+
+    python -m interplab.zoo.train_ioi_tiny                      # writes interplab/zoo/ioi_tiny/
+    python -m interplab.zoo.train_ioi_tiny --steps 3 --out /tmp/x   # smoke test
+
+Steps: (1) train a byte-level BPE tokenizer on the synthetic corpus (every name/place/object one token with a
+leading space); (2) train a 4-layer, 4-head, d_model=128 GPT-2 on packed documents (IOI prompts + answer, narratives,
+copying sequences, capital-city facts) cut at random offsets, with extra loss weight on the IOI answer token;
+(3) save a standard ``GPT2LMHeadModel`` (safetensors) and a ``PreTrainedTokenizerFast`` in one folder.
+The card figures come from ``python -m interplab.zoo.evaluate_ioi_tiny``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+from interplab.zoo import corpus
+
+DEFAULT_OUT = Path(__file__).parent / "ioi_tiny"
+
+
+def train_tokenizer(vocab_size: int = 3000, seed: int = 0):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=[corpus.EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus.tokenizer_training_text(seed), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=corpus.EOS, eos_token=corpus.EOS, unk_token=corpus.EOS,
+        pad_token=corpus.EOS, clean_up_tokenization_spaces=False, model_max_length=128,
+    )
+    words = corpus.NAMES + corpus.PLACES + corpus.OBJECTS + list(corpus.FACTS) + list(corpus.FACTS.values())
+    bad = [w for w in words if len(fast.encode(" " + w)) != 1]
+    if bad:
+        raise RuntimeError(f"not single tokens with vocab_size={vocab_size}: {bad}; raise --vocab-size")
+    return fast
+
+
+def make_pool(tokenizer, n_docs: int, seed: int, p_ioi: float = 0.6):
+    """Encode ``n_docs`` training documents: list of (ids, answer_index or -1)."""
+    rng = random.Random(f"train-{seed}")
+    docs = [corpus.training_document(rng, p_ioi) for _ in range(n_docs)]
+    pre = tokenizer.backend_tokenizer.encode_batch([d[0] for d in docs])
+    rest = tokenizer.backend_tokenizer.encode_batch([d[1] for d in docs])
+    pool = []
+    for (p, r), a, b in zip(docs, pre, rest):
+        ids = a.ids + b.ids
+        pool.append((ids, len(a.ids) if r else -1))
+    return pool
+
+
+def make_batch(pool, rng: random.Random, batch: int, seq: int, eos: int, answer_weight: float):
+    """Packed rows: documents joined by EOS, starting at a random offset inside the first one."""
+    import torch
+
+    xs, ws = [], []
+    for _ in range(batch):
+        ids, wts = [], []
+        while len(ids) < seq + 1 + 12:
+            doc, ans = pool[rng.randrange(len(pool))]
+            w = [1.0] * len(doc)
+            if ans >= 0:
+                w[ans] = answer_weight
+            ids += [eos] + doc
+            wts += [1.0] + w
+        # most rows start at a document boundary (complete IOI prompts), the rest at a random offset
+        start = 0 if rng.random() < 0.8 else rng.randrange(0, 12)
+        xs.append(ids[start:start + seq + 1])
+        ws.append(wts[start:start + seq + 1])
+    x = torch.tensor(xs)
+    w = torch.tensor(ws)
+    return x[:, :-1], x[:, 1:], w[:, 1:]
+
+
+def build_model(vocab_size: int, eos: int, seed: int, n_layer=4, n_head=4, d_model=128, dropout=0.0):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    cfg = GPT2Config(
+        vocab_size=vocab_size, n_positions=128, n_embd=d_model, n_layer=n_layer, n_head=n_head,
+        resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout, bos_token_id=eos, eos_token_id=eos,
+        pad_token_id=eos, tie_word_embeddings=True,
+    )
+    cfg._attn_implementation = "sdpa"  # fast for training; the saved config says eager
+    return GPT2LMHeadModel(cfg)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--steps", type=int, default=1200)
+    ap.add_argument("--batch", type=int, default=48)
+    ap.add_argument("--seq", type=int, default=40)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--answer-weight", type=float, default=8.0)
+    ap.add_argument("--dropout", type=float, default=0.0)
+    ap.add_argument("--vocab-size", type=int, default=3000)
+    ap.add_argument("--pool", type=int, default=60000, help="number of distinct training documents")
+    ap.add_argument("--p-ioi", type=float, default=0.8, help="share of IOI documents in the corpus")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--eval-every", type=int, default=250)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from interplab.zoo.evaluate_ioi_tiny import score
+
+    torch.set_num_threads(args.threads)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    t0 = time.time()
+    tok = train_tokenizer(args.vocab_size, args.seed)
+    eos = tok.eos_token_id
+    pool = make_pool(tok, args.pool if args.steps > 50 else 2000, args.seed, args.p_ioi)
+    print(f"tokenizer: {len(tok)} tokens; {len(pool)} documents; {time.time() - t0:.1f}s", flush=True)
+
+    model = build_model(len(tok), eos, args.seed, dropout=args.dropout)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model: {n_params / 1e6:.2f}M parameters", flush=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    warm = min(100, max(1, args.steps // 10))
+
+    def lr_at(step):
+        if step < warm:
+            return args.lr * (step + 1) / warm
+        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, args.steps - warm))))
+
+    rng = random.Random(f"batches-{args.seed}")
+    evalset = corpus.ioi_dataset(200, "test", seed=1)
+    model.train()
+    t_train = time.time()
+    for step in range(args.steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        x, y, w = make_batch(pool, rng, args.batch, args.seq, eos, args.answer_weight)
+        logits = model(input_ids=x).logits
+        loss_tok = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                                                     reduction="none")
+        loss = (loss_tok * w.reshape(-1)).sum() / w.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
+            model.eval()
+            acc, ld = score(model, tok, evalset)
+            model.train()
+            ans = w.reshape(-1) > 1
+            ans_loss = loss_tok[ans].mean().item() if ans.any() else float("nan")
+            print(f"step {step + 1}: loss {loss.item():.3f}  answer loss {ans_loss:.3f}  held-out acc {acc:.3f}  "
+                  f"logit diff {ld:.2f}  "
+                  f"{time.time() - t_train:.0f}s", flush=True)
+    train_s = time.time() - t_train
+
+    model.eval()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.config._attn_implementation = "eager"
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    # make the folder independent of the transformers major version and keep eager attention
+    cfg_path = out / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["attn_implementation"] = "eager"
+    cfg["_attn_implementation"] = "eager"
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    tcfg_path = out / "tokenizer_config.json"
+    tcfg = json.loads(tcfg_path.read_text())
+    tcfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    tcfg_path.write_text(json.dumps(tcfg, indent=2) + "\n")
+    info = {"steps": args.steps, "train_seconds": round(train_s, 1), "threads": args.threads,
+            "n_params": n_params, "args": vars(args)}
+    (out / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
+    print(f"saved to {out} after {train_s:.0f}s of training", flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    main()

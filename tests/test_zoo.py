@@ -1,0 +1,239 @@
+"""interplab.zoo: the embedded ioi-tiny model (behaviour + circuit goals, measured with plain hooks), its tokenizer,
+the retraining script, random models and the vendored GPT-2 tokenizer."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from interplab import zoo  # noqa: E402
+from interplab.zoo import corpus  # noqa: E402
+from interplab.zoo import evaluate_ioi_tiny as ev  # noqa: E402
+
+MODEL_DIR = zoo.EMBEDDED["ioi-tiny"]
+IOI_PROMPT = "When Mary and John went to the store, John gave a drink to"
+
+
+@pytest.fixture(scope="module")
+def ioi():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    model = AutoModelForCausalLM.from_pretrained(MODEL_DIR)
+    model.eval()
+    tok = AutoTokenizer.from_pretrained(MODEL_DIR)
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def patching(ioi):
+    model, tok = ioi
+    n_hooks = _hook_count(model)
+    res = ev.patch_experiments(model, tok, zoo.ioi_dataset(100, "test", seed=3))
+    assert _hook_count(model) == n_hooks, "evaluation left hooks on the model"
+    return res
+
+
+def _hook_count(model):
+    return sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules())
+
+
+# ------------------------------------------------------------------------------------------- package folder
+def test_embedded_folder_is_complete_and_small():
+    names = {p.name for p in MODEL_DIR.iterdir()}
+    for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "MODEL_CARD.md"):
+        assert f in names, f"{f} missing from {MODEL_DIR}"
+    total = sum(p.stat().st_size for p in MODEL_DIR.iterdir() if p.is_file())
+    assert total <= 10 * 2**20, f"ioi_tiny is {total / 2**20:.1f} MiB"
+    cfg = json.loads((MODEL_DIR / "config.json").read_text())
+    assert cfg["model_type"] == "gpt2"
+    assert cfg.get("attn_implementation", cfg.get("_attn_implementation")) == "eager"
+
+
+def test_loads_offline_as_standard_classes(ioi):
+    from transformers import GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    model, tok = ioi
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    assert isinstance(model, GPT2LMHeadModel)
+    assert isinstance(tok, PreTrainedTokenizerFast)
+    assert model.config._attn_implementation == "eager"
+    assert tok.eos_token == "<|endoftext|>" and tok.pad_token == tok.eos_token and tok.bos_token == tok.eos_token
+    with torch.no_grad():
+        out = model(**tok(IOI_PROMPT, return_tensors="pt"), output_attentions=True)
+    assert out.attentions is not None and len(out.attentions) == model.config.n_layer
+    assert torch.allclose(out.attentions[0].sum(-1), torch.ones(1))
+
+
+def test_model_card_reports_figures():
+    card = (MODEL_DIR / "MODEL_CARD.md").read_text()
+    for needle in ("python -m interplab.zoo.evaluate_ioi_tiny", "accuracy", "logit diff", "resid_pre", "L1",
+                   "cannot"):
+        assert needle in card
+
+
+# ------------------------------------------------------------------------------------------- behaviour
+@pytest.mark.parametrize("split", ["test_pairs", "test_templates", "test"])
+def test_heldout_accuracy_and_logit_diff(ioi, split):
+    model, tok = ioi
+    acc, ld = ev.score(model, tok, zoo.ioi_dataset(200, split, seed=7))
+    assert acc >= 0.95, f"{split}: accuracy {acc:.3f}"
+    assert ld >= 3.0, f"{split}: mean logit diff {ld:.2f}"
+
+
+def test_classic_prompt_answer_is_io(ioi):
+    model, tok = ioi
+    with torch.no_grad():
+        logits = model(**tok(IOI_PROMPT, return_tensors="pt")).logits[0, -1]
+    assert logits[tok.encode(" Mary")[0]] > logits[tok.encode(" John")[0]]
+
+
+def test_corrupt_prompt_flips_the_answer(ioi):
+    model, tok = ioi
+    ds = zoo.ioi_dataset(100, "test", seed=5)
+    clean = ev.logit_diffs(model, tok, ds, key="clean")
+    corrupt = ev.logit_diffs(model, tok, ds, key="corrupt")
+    assert clean.mean() > 3 and corrupt.mean() < -3
+
+
+# ------------------------------------------------------------------------------------------- circuit
+def test_patching_sanity_embedding_at_s2_restores_everything(patching):
+    # resid_pre 0 at S2 is the only input difference between clean and corrupt: patching it must give exactly 1
+    assert patching["resid_pre_named"][0]["S2"] == pytest.approx(1.0, abs=1e-4)
+    assert abs(patching["resid_pre_named"][0]["IO"]) < 1e-4  # IO's embedding is the same in both runs
+
+
+def test_no_single_head_restores_most_of_the_logit_diff(patching):
+    best = max(v for row in patching["z_all"] for v in row)
+    assert best <= 0.60, f"one head (all positions) restores {best:.2f}"
+
+
+def test_a_later_layer_head_matters_at_the_final_position(patching):
+    cells = {(l, h): v for l, row in enumerate(patching["z_end"]) for h, v in enumerate(row) if l >= 1}
+    (l, h), best = max(cells.items(), key=lambda kv: kv[1])
+    assert best >= 0.20, f"best head in layer >= 1 at END: L{l}H{h} = {best:.2f}"
+
+
+def test_information_stays_at_s2_beyond_layer_0(patching):
+    vals = {l: row["S2"] for l, row in enumerate(patching["resid_pre_named"]) if l >= 1}
+    assert max(vals.values()) >= 0.30, f"resid_pre at S2, layers >= 1: {vals}"
+
+
+# ------------------------------------------------------------------------------------------- tokenizer
+@pytest.mark.parametrize("text", [
+    "Hello 🤖🎉 world", "<div class=\"x\">a &amp; b</div>", "中文字符测试", "Ünïcödé — ñ", "  two  spaces\n\ttab",
+    "<|endoftext|> is special", "",
+])
+def test_any_string_tokenizes_and_round_trips(ioi, text):
+    _, tok = ioi
+    ids = tok.encode(text)
+    assert tok.unk_token_id is None or text == "<|endoftext|> is special" or tok.unk_token_id not in ids
+    assert tok.decode(ids) == text
+
+
+def test_names_places_objects_are_single_tokens_with_leading_space(ioi):
+    _, tok = ioi
+    words = corpus.NAMES + corpus.PLACES + corpus.OBJECTS + list(corpus.FACTS) + list(corpus.FACTS.values())
+    multi = [w for w in words if len(tok.encode(" " + w)) != 1]
+    assert not multi
+    assert tok.convert_ids_to_tokens(tok.encode(" Mary")) == ["ĠMary"]
+    assert 500 <= len(tok) <= 8000
+
+
+# ------------------------------------------------------------------------------------------- dataset
+def test_ioi_dataset_pairs_and_splits(ioi):
+    _, tok = ioi
+    ds = zoo.ioi_dataset(50, "test", seed=0)
+    assert ds == zoo.ioi_dataset(50, "test", seed=0) and ds != zoo.ioi_dataset(50, "test", seed=1)
+    for r in ds:
+        assert set(r) == {"clean", "corrupt", "answer", "wrong"}
+        c, k = tok.encode(r["clean"]), tok.encode(r["corrupt"])
+        assert len(c) == len(k) and sum(a != b for a, b in zip(c, k)) == 1
+        io, s = r["answer"].strip(), r["wrong"].strip()
+        assert r["clean"].count(f" {s}") + r["clean"].startswith(s) == 2
+        assert corpus._pair_is_test(io, s)
+    train = zoo.ioi_dataset(50, "train", seed=0)
+    assert not any(corpus._pair_is_test(r["answer"].strip(), r["wrong"].strip()) for r in train)
+    # the shortcut is defeated: in many prompts S2 is not the last name before the end
+    later_name = [r for r in ds if any(f" {n} " in r["clean"].split(r["wrong"])[-1] + " " for n in corpus.NAMES)]
+    assert len(later_name) >= 10
+    with pytest.raises(ValueError, match="split"):
+        zoo.ioi_dataset(3, "validation")
+
+
+# ------------------------------------------------------------------------------------------- retraining
+def test_training_script_smoke(tmp_path):
+    out = tmp_path / "m"
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-m", "interplab.zoo.train_ioi_tiny", "--steps", "3", "--out", str(out),
+                           "--threads", "1", "--eval-every", "3"], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(out)
+    tok = AutoTokenizer.from_pretrained(out)
+    assert model.config.n_layer == 4 and model.config.n_head == 4 and model.config.n_embd == 128
+    assert len(tok.encode(" Mary")) == 1 and (out / "model.safetensors").exists()
+
+
+# ------------------------------------------------------------------------------------------- random models
+def test_gpt2_tokenizer_real_ids():
+    tok = zoo.gpt2_tokenizer()
+    assert tok.encode(" Mary") == [5335] and tok.encode(" John") == [1757]
+    assert len(tok.encode(IOI_PROMPT)) == 14
+    assert len(tok) == 50257 and tok.eos_token_id == 50256 and tok.pad_token_id == 50256
+    assert tok.decode(tok.encode("<p>héllo 🤖 中文</p>")) == "<p>héllo 🤖 中文</p>"
+    assert (zoo.GPT2_TOKENIZER_DIR / "LICENSE").exists()
+
+
+def test_random_gpt2_small_shape():
+    model, tok = zoo.random_model("gpt2-small")
+    c = model.config
+    assert (c.n_layer, c.n_head, c.n_embd, c.vocab_size) == (12, 12, 768, 50257)
+    assert 120e6 < sum(p.numel() for p in model.parameters()) < 130e6
+    assert not model.training and c._attn_implementation == "eager"
+    assert tok.encode(" Mary") == [5335]
+
+
+@pytest.mark.parametrize("name,model_type", [("gpt2-tiny", "gpt2"), ("llama-tiny", "llama"),
+                                             ("neox-tiny", "gpt_neox")])
+def test_random_tiny_models(name, model_type):
+    model, tok = zoo.random_model(name, seed=1)
+    assert model.config.model_type == model_type
+    assert model.config._attn_implementation == "eager" and not model.training
+    assert model.config.vocab_size == len(tok)
+    ids = tok(IOI_PROMPT, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**ids, output_attentions=True)
+    assert out.logits.shape == (1, ids["input_ids"].shape[1], len(tok))
+    assert out.attentions[0] is not None
+    again, _ = zoo.random_model(name, seed=1)
+    other, _ = zoo.random_model(name, seed=2)
+    p0, p1, p2 = (next(iter(m.parameters())) for m in (model, again, other))
+    assert torch.equal(p0, p1) and not torch.equal(p0, p2)
+
+
+def test_import_is_light():
+    code = "import sys, interplab.zoo as z; assert 'torch' not in sys.modules, 'torch imported'; print(z.EMBEDDED)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_unknown_names_raise():
+    with pytest.raises(ValueError, match="gpt2-small"):
+        zoo.random_model("gpt3")
+    with pytest.raises(ValueError, match="ioi-tiny"):
+        zoo.load_embedded("nope")
