@@ -16,8 +16,9 @@ test_templates  training pairs         held-out templates
 test            held-out pairs         held-out templates
 =============== ====================== ==========================
 
-Evaluation prompts mention the subject exactly twice (S1 in the intro, S2 later), so the corrupt prompt (S2
-replaced by the IO name) has the opposite answer. Training text also mentions the subject three times.
+Evaluation prompts mention the subject exactly twice (S1 in the intro, S2 later) and the IO once, so the corrupt
+prompt (S2 replaced by the IO name) has the opposite answer. Training text also mentions the subject three times,
+or the IO twice (before S2), so that counting names does not identify the answer.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ sun moon rain snow""".split()
 # action ends with "to" and the answer (the indirect object, IO) follows.
 INTROS_TRAIN = [
     "When {A} and {B} went to the {place},",
+    "As soon as {A} and {B} entered the {place},",
+    "After {A} and {B} cleaned the {place},",
+    "When {A} and {B} stopped by the {place},",
+    "Later that day {A} and {B} walked into the {place}, and",
     "When {A} and {B} got a {obj} at the {place},",
     "After {A} and {B} arrived at the {place},",
     "While {A} and {B} were working at the {place},",
@@ -84,6 +89,13 @@ MIDDLES_TRAIN = [
     " {S} was tired, so {S3}",
     " {S} and {C} laughed. Then {S3}",
     " {S} met {C}. Later {S3}",
+    # the IO is mentioned again before S2: name counts no longer identify the answer; the rule is "the candidate
+    # that is not the subject of the last clause"
+    " {IO2} laughed, and then {S}",
+    " {IO2} was hungry, so {S}",
+    " {IO2} sat down. Then {S}",
+    " {IO2} smiled at {C}, and {S}",
+    " {IO2} and {C} were tired, so {S}",
 ]
 MIDDLES_TEST = [
     " {S}, who had talked to {C} before,",
@@ -94,7 +106,9 @@ MIDDLES_TEST = [
 
 ACTIONS_TRAIN = [
     "gave a {obj2} to", "handed the {obj2} to", "passed the {obj2} to", "said goodbye to", "threw the {obj2} to",
-    "sent a {obj2} to", "showed the {obj2} to", "offered a {obj2} to",
+    "sent a {obj2} to", "showed the {obj2} to", "offered a {obj2} to", "sold a {obj2} to", "returned the {obj2} to",
+    "mailed a {obj2} to", "tossed the {obj2} to", "delivered a {obj2} to", "gave the {obj2} back to",
+    "read a {obj2} to", "sang a song to", "carried the {obj2} over to", "wrote a letter to",
 ]
 ACTIONS_TEST = ["brought a {obj2} to", "lent the {obj2} to"]
 
@@ -112,7 +126,7 @@ def _sample_pair(rng: random.Random, test: bool) -> tuple[str, str]:
 
 
 def _sample_template(rng: random.Random, held_out: bool, max_mentions: int = 3) -> tuple[str, str, str]:
-    middles_train = [m for m in MIDDLES_TRAIN if max_mentions >= 3 or "{S3}" not in m]
+    middles_train = [m for m in MIDDLES_TRAIN if max_mentions >= 3 or ("{S3}" not in m and "{IO2}" not in m)]
     while True:
         if held_out:
             intro = rng.choice(INTROS_TRAIN + INTROS_TEST)
@@ -134,7 +148,7 @@ def ioi_example(rng: random.Random, *, test_pair: bool = False, test_template: b
     place = rng.choice(PLACES)
     obj, obj2 = rng.sample(OBJECTS, 2)
     head = intro.format(A=a, B=b, place=place, obj=obj)
-    tail = (middle + " " + action).format(S="{S}", S3="{S}", C=c, obj=obj, obj2=obj2)
+    tail = (middle + " " + action).format(S="{S}", S3="{S}", IO2=io, C=c, obj=obj, obj2=obj2)
     return {"prompt": head + tail.replace("{S}", s), "corrupt": head + tail.replace("{S}", io), "io": io, "s": s}
 
 
@@ -176,7 +190,7 @@ def narrative(rng: random.Random) -> str:
         # the words of the held-out IOI templates occur here, outside IOI sentences
         f"{n} visited the {p} before lunch and left the {q} after dinner.",
         f"Once {n} reached the {p}, it was late.",
-        f"{n} lent the {o} to the {p}. Then {n} brought a {o} to the {q}.",
+        f"{n} lent the {o} and {m} brought a {o} back from the {q}.",
         f"{n} nodded and happily talked about the {o}.",
         f"{n}'s cousin lives near the {p}. {n} has talked to the cousin before.",
     ]
