@@ -110,7 +110,7 @@ columns h*32:(h+1)*32 of the input of `transformer.h[L].attn.c_proj`; `resid_pre
 
 ## What it cannot do
 
-- It is not a language model of English: it knows a few hundred words, 84 names, 20 places, 20 objects and 20
+- It is not a language model of English: it knows a few hundred words, 81 names, 20 places, 20 objects and 20
   capitals; outside that, text is byte soup and continuations are meaningless.
 - IOI only in the synthetic forms: an intro with exactly two candidate names, the subject repeated. Prompts with
   three candidates, pronouns ("he gave it to"), IO repeated, or names outside the list are unpredictable.
