@@ -124,8 +124,7 @@ class PatchSession:
         if edits:
             patched = edited_last_logits(lab, self.base, edits)[0]
             toks, probs = top_k(lab, patched)
-            what = edits[0].describe() if len(edits) == 1 else f"{len(edits)} edits"
-            series.append({"name": f"patched: {what}", "tokens": toks, "probs": probs})
+            series.append({"name": f"patched: {_short(edits)}", "tokens": toks, "probs": probs})
             values["patched"] = float(self.metric(patched[None])[0])
             denom = values["clean"] - values["corrupt"]
             if abs(denom) > 1e-9:
@@ -149,6 +148,15 @@ class PatchSession:
                 row.append(text)
             rows.append(row)
         return rows
+
+
+def _short(edits: list[Edit]) -> str:
+    """A title short enough for a bar chart: 'L3 pos 13', 'L2 H1', or '3 edits'."""
+    if len(edits) > 1:
+        return f"{len(edits)} edits"
+    e = edits[0]
+    return " ".join(x for x in (f"L{e.layer}", "" if e.head is None else f"H{e.head}",
+                                "" if e.pos is None else f"pos {e.pos}") if x)
 
 
 # ---- steering, lens, attention ---------------------------------------------------------------------------------

@@ -1,8 +1,7 @@
 """End-to-end fixtures: a real JupyterLab (private dirs, loopback, no token) and Debian's Chromium.
 
-The notebook under test is notebooks/01_ioi_patching.ipynb once it exists and has a cell defining `explorer`;
-until then tests/e2e/ioi_fixture.ipynb (the same flow on ioi-tiny, or a random gpt2-tiny while ioi-tiny is not
-trained). The server and the browser are stopped in the fixtures' finalizers, pass or fail.
+The notebook under test is notebooks/01_ioi_patching.ipynb (its cell defining `explorer` is clicked). The server
+and the browser are stopped in the fixtures' finalizers, pass or fail.
 """
 
 from __future__ import annotations
@@ -22,30 +21,20 @@ sys.path.insert(0, str(HERE))
 from harness import JupyterServer, chromium_missing, launch_browser  # noqa: E402
 
 NOTEBOOK = ROOT / "notebooks" / "01_ioi_patching.ipynb"
-FIXTURE = HERE / "ioi_fixture.ipynb"
 DEFINES_EXPLORER = r"^\s*explorer\s*="
 
 
-def embedded_model_ready() -> bool:
-    return (ROOT / "interplab" / "zoo" / "ioi_tiny" / "config.json").exists()
-
-
 def notebook_under_test() -> pathlib.Path:
-    """notebooks/01 when it exists, defines `explorer` and its model is there (ioi-tiny trained), else the fixture
-    notebook. INTERPLAB_E2E_NOTEBOOK=path forces one."""
+    """notebooks/01_ioi_patching.ipynb (it must define `explorer`); INTERPLAB_E2E_NOTEBOOK=path forces another."""
     forced = os.environ.get("INTERPLAB_E2E_NOTEBOOK")
     if forced:
         return pathlib.Path(forced).resolve()
-    if NOTEBOOK.exists() and (embedded_model_ready() or "ioi-tiny" not in NOTEBOOK.read_text()):
-        try:
-            import nbformat
+    import nbformat
 
-            nb = nbformat.read(NOTEBOOK, as_version=4)
-            if any(c.cell_type == "code" and re.search(DEFINES_EXPLORER, c.source, re.M) for c in nb.cells):
-                return NOTEBOOK
-        except Exception:  # noqa: BLE001 - being written: fall back to the fixture
-            pass
-    return FIXTURE
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    assert any(c.cell_type == "code" and re.search(DEFINES_EXPLORER, c.source, re.M) for c in nb.cells), \
+        f"{NOTEBOOK} has no cell defining `explorer`: the end-to-end test clicks that widget"
+    return NOTEBOOK
 
 
 @pytest.fixture(scope="session")
