@@ -1,17 +1,22 @@
 // PatchingHeatmap: one cell per (row, col) patch; click to select, shift-click to add; the active edits listed below.
 // Messages to Python: {type:"click", row, col, shift}, {type:"toggle", id, enabled}, {type:"remove", id},
 //                     {type:"clear"}, {type:"cancel"}.
-import { RDBU, baseLayout, clickedCell, esc, fmt, grid, h, hoverLines, paint, quoted, scheduler, shell, strGrid, tokenAxis } from "./plot.js";
+import {
+  Plotly, RDBU, baseLayout, clickedCell, esc, fmt, grid, h, hoverLines, paint, quoted, recordPaint, scheduler, shell, strGrid,
+  tokenAxis,
+} from "./plot.js";
 
 export const DIRECTION_TEXT = {
   denoise: "denoising (clean activation patched into the corrupted run): 1 = clean restored, 0 = corrupted",
   noise: "noising (corrupted activation patched into the clean run): 1 = clean behaviour kept, 0 = corrupted",
 };
 
+// Data traits repaint the whole heatmap; a click only changes the selection, which moves outlines (relayout).
 const TRAITS = [
   "values", "x_labels", "y_labels", "x_title", "y_title", "title", "direction", "metric_name",
-  "hover", "selected", "active_edits", "zmin", "zmax",
+  "hover", "zmin", "zmax",
 ];
+const SELECTION = ["selected", "active_edits"];
 
 function cellShapes(cells, style) {
   return cells.map(([r, c]) => ({
@@ -68,6 +73,30 @@ export function render({ model, el }) {
     clear.style.display = list.length || sel.length ? "" : "none";
   }
 
+  function selectionShapes() {
+    const sel = pairs(model.get("selected"));
+    const act = (Array.isArray(model.get("active_edits")) ? model.get("active_edits") : []).filter(
+      (e) => Number.isInteger(e?.row) && Number.isInteger(e?.col) && e.row >= 0 && e.col >= 0,
+    );
+    return [
+      ...cellShapes(
+        act.filter((e) => e.enabled !== false).map((e) => [e.row, e.col]),
+        { color: "#1b9e3e", width: 2, dash: "dot" },
+      ),
+      ...cellShapes(sel, { color: "black", width: 3 }),
+    ];
+  }
+
+  // A click's echo: update the list and move the outlines without recomputing the heatmap trace.
+  function drawSelection() {
+    renderEdits();
+    if (!state.paints || !state.alive) return draw();
+    return Plotly.relayout(state.plot, { shapes: selectionShapes() }).then(() => recordPaint(state)).catch((err) => {
+      console.error("interplab: relayout failed", err);
+      return draw();
+    });
+  }
+
   function draw() {
     const z = grid(model.get("values"));
     const rows = z.length;
@@ -111,17 +140,7 @@ export function render({ model, el }) {
       colorbar: { title: { text: esc(metric), side: "right" }, thickness: 14 },
       ...(fixed ? { zmin, zmax, zauto: false } : { zmid: 0 }),
     };
-    const sel = pairs(model.get("selected"));
-    const act = (Array.isArray(model.get("active_edits")) ? model.get("active_edits") : []).filter(
-      (e) => Number.isInteger(e?.row) && Number.isInteger(e?.col) && e.row >= 0 && e.col >= 0,
-    );
-    const shapes = [
-      ...cellShapes(
-        act.filter((e) => e.enabled !== false).map((e) => [e.row, e.col]),
-        { color: "#1b9e3e", width: 2, dash: "dot" },
-      ),
-      ...cellShapes(sel, { color: "black", width: 3 }),
-    ];
+    const shapes = selectionShapes();
     const direction = String(state.get("direction", ""));
     const sub = DIRECTION_TEXT[direction] ?? (direction ? esc(direction) : "");
     const layout = baseLayout({
@@ -149,6 +168,7 @@ export function render({ model, el }) {
 
   const redraw = scheduler(state, draw);
   state.watch(TRAITS, redraw);
+  state.watch(SELECTION, scheduler(state, drawSelection));
   draw();
   return () => state.cleanup();
 }

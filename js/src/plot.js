@@ -230,18 +230,22 @@ export function barSeries(series, { title = "", height, width = 800 } = {}) {
   return { data, layout };
 }
 
+/** Count a finished repaint and push a paint event for tests/benchmarks; returns the plot div. */
+export function recordPaint(state) {
+  const gd = state.plot;
+  if (!state.alive) return gd;
+  state.paints += 1;
+  const log = (window.__interplab_paints ||= []);
+  log.push({ widget: state.kind, t: performance.now(), n: state.paints });
+  if (log.length > 20000) log.splice(0, 10000); // long sessions: keep the log bounded
+  return gd;
+}
+
 /** Repaint with Plotly.react and push a paint event for tests/benchmarks. Returns a promise. */
 export function paint(state, data, layout) {
   const gd = state.plot;
   if (!state.alive) return Promise.resolve(gd);
-  return Plotly.react(gd, data, layout, PLOT_CONFIG).then(() => {
-    if (!state.alive) return gd;
-    state.paints += 1;
-    const log = (window.__interplab_paints ||= []);
-    log.push({ widget: state.kind, t: performance.now(), n: state.paints });
-    if (log.length > 20000) log.splice(0, 10000); // long sessions: keep the log bounded
-    return gd;
-  }).catch((err) => {
+  return Plotly.react(gd, data, layout, PLOT_CONFIG).then(() => recordPaint(state)).catch((err) => {
     console.error("interplab: paint failed", err);
     state.displayError(`display error: ${err?.message ?? err}`);
     return gd;
