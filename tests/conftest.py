@@ -75,3 +75,12 @@ def gpt2_lab(models, tokenizer):
     import interplab as ilab
 
     return ilab.Lab(models["gpt2"], tokenizer, model_id="tiny-gpt2")
+
+
+@pytest.fixture(scope="session")
+def playwright_sync():
+    """One sync Playwright for the whole session: the bare-page and JupyterLab browser fixtures share it (a second
+    sync_playwright() inside the first one's event loop is refused)."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
+    with sync_api.sync_playwright() as pw:
+        yield pw

@@ -2,7 +2,7 @@
 // Messages to Python: {type:"click", row, col, shift}, {type:"toggle", id, enabled}, {type:"remove", id},
 //                     {type:"clear"}, {type:"cancel"}.
 import {
-  Plotly, RDBU, baseLayout, clickedCell, esc, fmt, grid, h, hoverLines, paint, quoted, recordPaint, scheduler, shell, strGrid,
+  PLOT_CONFIG, Plotly, RDBU, baseLayout, clickedCell, esc, fmt, grid, h, hoverLines, paint, quoted, recordPaint, scheduler, shell, strGrid,
   tokenAxis,
 } from "./plot.js";
 
@@ -73,6 +73,8 @@ export function render({ model, el }) {
     clear.style.display = list.length || sel.length ? "" : "none";
   }
 
+  let lastLayout = {};
+
   function selectionShapes() {
     const sel = pairs(model.get("selected"));
     const act = (Array.isArray(model.get("active_edits")) ? model.get("active_edits") : []).filter(
@@ -91,7 +93,10 @@ export function render({ model, el }) {
   function drawSelection() {
     renderEdits();
     if (!state.paints || !state.alive) return draw();
-    return Plotly.relayout(state.plot, { shapes: selectionShapes() }).then(() => recordPaint(state)).catch((err) => {
+    // react with the same trace objects and the layout we built: plotly's diff sees only the shapes change
+    const gd = state.plot;
+    const layout = { ...lastLayout, shapes: selectionShapes() };
+    return Plotly.react(gd, gd.data, layout, PLOT_CONFIG).then(() => recordPaint(state)).catch((err) => {
       console.error("interplab: relayout failed", err);
       return draw();
     });
@@ -144,7 +149,8 @@ export function render({ model, el }) {
     const direction = String(state.get("direction", ""));
     const sub = DIRECTION_TEXT[direction] ?? (direction ? esc(direction) : "");
     const layout = baseLayout({
-      title: { text: esc(state.get("title", "")), subtitle: { text: sub } },
+      // the direction as a smaller second line of the title (plotly's `subtitle` is misplaced on a first render)
+      title: { text: esc(state.get("title", "")) + (sub ? `<br><span style="font-size:12px">${sub}</span>` : "") },
       margin: { l: 90, r: 30, t: sub ? 70 : 50, b: 90 },
       plot_bgcolor: "#d9d9d9", // not-yet-computed cells (null) show as grey
       height: Math.min(900, Math.max(300, 170 + 24 * rows)),
@@ -153,6 +159,7 @@ export function render({ model, el }) {
       shapes,
     });
     renderEdits();
+    lastLayout = layout;
     return paint(state, [trace], layout).then((gd) => {
       if (!gd.__interplab_click) {
         gd.__interplab_click = true;

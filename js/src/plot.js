@@ -196,14 +196,15 @@ export function barSeries(series, { title = "", height, width = 800 } = {}) {
       yaxis: "y" + ax,
       marker: { color: SERIES_COLORS[i % SERIES_COLORS.length] },
       text: probs.map((p) => fmt(p)),
-      textposition: "auto",
+      textposition: "outside",
+      cliponaxis: false,
       customdata: tokens.map((t) => quoted(t)),
       hovertemplate: `${name}<br>%{customdata}: %{x:.4f}<extra></extra>`,
       name,
     });
     layout["xaxis" + ax] = {
       domain: [x0 + labelFrac, x0 + w],
-      range: [0, Math.max(1e-9, ...probs) * 1.15],
+      range: [0, Math.max(1e-9, ...probs) * 1.35], // room for the value printed after the bar
       fixedrange: true,
       zeroline: false,
       tickformat: ".2f",

@@ -18,7 +18,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from harness import JupyterServer, chromium_missing, launch_browser  # noqa: E402
+from harness import CHROMIUM, CHROMIUM_ARGS, JupyterServer, chromium_missing  # noqa: E402
 
 NOTEBOOK = ROOT / "notebooks" / "01_ioi_patching.ipynb"
 DEFINES_EXPLORER = r"^\s*explorer\s*="
@@ -38,12 +38,16 @@ def notebook_under_test() -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
-def chromium_browser():
+def chromium_browser(request):
     reason = chromium_missing()
     if reason:
         pytest.skip(reason)
-    with launch_browser() as b:
+    pw = request.getfixturevalue("playwright_sync")  # shared with the bare-page tests (tests/conftest.py)
+    b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+    try:
         yield b
+    finally:
+        b.close()
 
 
 @pytest.fixture(scope="session")

@@ -50,16 +50,15 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture(scope="session")
-def browser():
+def browser(request):
     if not pathlib.Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing: install Debian's Chromium (apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
+    pw = request.getfixturevalue("playwright_sync")
+    b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+    try:
+        yield b
+    finally:
+        b.close()
 
 
 @pytest.fixture(scope="session")
