@@ -431,6 +431,7 @@ class Lab:
 
     def clear_memo(self) -> None:
         self._memo.clear()
+        self.__dict__.pop("_kv_memo", None)  # cached keys/values of the click path (interplab.patching)
 
     def __repr__(self) -> str:
         arch = self.sites.arch.name if self.sites.arch else "unknown (raw module paths only)"

@@ -154,8 +154,10 @@ def resumed_last_logits(lab: Lab, start: int, hidden: torch.Tensor, ids: torch.T
 def edited_last_logits(lab: Lab, prompts, edits) -> torch.Tensor:
     """[rows, vocab] last-position logits of lab.run(prompts, edits), computed from the lowest edited layer up.
 
-    Layers below every edit see nothing new, so they come from the cached unedited run; only the final position
-    is unembedded. This is what makes a heatmap click cheap. Falls back to a full run where it cannot resume."""
+    Layers below every edit see nothing new, so they come from the cached unedited run; for one prompt whose edits
+    all start at a position p, positions before p are unchanged too, so their keys and values come from a cached
+    run and only positions p.. are computed. Only the final position is unembedded. This is what makes a heatmap
+    click cheap. Falls back to a full run where it cannot resume."""
     prompts = _as_prompts(prompts)
     edits = [e for e in edits if e.enabled]
     layered = all(e.site in LAYERED and e.site != "pattern" and e.op != "ban_expert" for e in edits)
@@ -167,14 +169,71 @@ def edited_last_logits(lab: Lab, prompts, edits) -> torch.Tensor:
     for e in edits:
         plan.edits.extend(lab._plan_edit(e, len(prompts), lengths))
     hidden = lab.run(prompts, cache=[("resid_pre", start)], log=False).cache["resid_pre", start].to(lab.device)
+    first = _first_position(edits, lengths)
+    prefix = _prefix_cache(lab, prompts[0], first) if first else None
     base = lab.model.base_model
+    kw = {"input_ids": ids.to(lab.device), "attention_mask": mask.to(lab.device), "use_cache": False}
+    ctx_for = lab._ctx_factory(lengths)
+    if prefix is not None:  # only positions first.. are computed, on top of the cached keys and values
+        n = lengths[0]
+        hidden = hidden[:, first:]
+        kw = {"input_ids": kw["input_ids"][:, first:], "attention_mask": kw["attention_mask"],
+              "position_ids": torch.arange(first, n, device=lab.device)[None], "use_cache": True, **prefix}
+        positions = torch.arange(first, n)[None]
+
+        def ctx_for(pe, _full=ctx_for):
+            ctx = _full(pe)
+            ctx.offset, ctx.positions = first, positions
+            return ctx
     with torch.no_grad(), engine._RUN_LOCK, engine.HookManager(lab.model, "interplab.run") as hm:
-        engine.install(hm, plan, lab._ctx_factory(lengths), {})
+        engine.install(hm, plan, ctx_for, {})
         with _start_at(lab, start, hidden, hm):
-            out = base(input_ids=ids.to(lab.device), attention_mask=mask.to(lab.device), use_cache=False)
-        logits = _last_logits(lab, out.last_hidden_state, torch.tensor(lengths, device=lab.device) - 1)
+            out = base(**kw)
+        last = torch.tensor(lengths, device=lab.device) - 1 - (first if prefix is not None else 0)
+        logits = _last_logits(lab, out.last_hidden_state, last)
     lab.log.record(prompts, edits, [])
     return logits.float().cpu()
+
+
+def _first_position(edits, lengths: list[int]) -> int:
+    """The earliest position any edit touches, for a single prompt with explicit int positions (else 0)."""
+    if len(lengths) != 1:
+        return 0
+    n = lengths[0]
+    firsts = []
+    for e in edits:
+        if e.pos is None or isinstance(e.pos, (str, slice)) or e.batch not in (None, 0, [0]):
+            return 0
+        items = e.pos if isinstance(e.pos, (list, tuple, range)) else [e.pos]
+        firsts.append(min(int(p) % n for p in items))
+    return min(firsts) if firsts else 0
+
+
+def _prefix_cache(lab: Lab, prompt: str, first: int) -> dict | None:
+    """{"cache" or "past_key_values": a copy of the unedited run's keys/values cropped to `first` positions}."""
+    import copy
+    import inspect
+
+    memo = lab.__dict__.setdefault("_kv_memo", {})
+    if prompt not in memo:
+        ids, mask, _ = lab.encode(prompt)
+        with torch.no_grad(), engine._RUN_LOCK:
+            out = lab.model.base_model(input_ids=ids.to(lab.device), attention_mask=mask.to(lab.device),
+                                       use_cache=True)
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        name = "cache" if "cache" in inspect.signature(lab.model.base_model.forward).parameters else "past_key_values"
+        sliding = getattr(cache, "is_sliding", False)
+        sliding = any(sliding) if isinstance(sliding, (list, tuple)) else bool(sliding)
+        ok = cache is not None and getattr(cache, "is_croppable", True) and not sliding
+        if len(memo) > 16:
+            memo.clear()
+        memo[prompt] = (name, cache) if ok and hasattr(cache, "crop") else None
+    if memo[prompt] is None:
+        return None
+    name, cache = memo[prompt]
+    cropped = copy.deepcopy(cache)
+    cropped.crop(first - cropped.get_seq_length())  # negative: drop that many trailing positions (all versions)
+    return {name: cropped}
 
 
 def _row_patch_hook(index: int, io: str, src: torch.Tensor, row_mask: torch.Tensor, n_heads: int | None):

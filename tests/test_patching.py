@@ -289,3 +289,30 @@ def test_embedded_model_sweeps_equal_the_loop_and_attribution_correlates():
     corr = torch.corrcoef(torch.stack([attr.values.flatten(), exact.values.flatten()]))[0, 1]
     print(f"ioi-tiny: attribution vs exact correlation (resid_pre, layer x pos) = {corr:.3f}")
     assert corr > 0.5
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "gpt_neox", "qwen3", "gemma2"])
+def test_click_path_reuses_keys_values_before_the_patched_position(models, tokenizer, arch):
+    """One prompt, edits from position p on: positions < p come from cached keys/values; logits are unchanged."""
+    from interplab.patching import edited_last_logits
+
+    lab = ilab.Lab(models[arch], tokenizer)
+    src = lab.run(CLEAN, cache=["resid_pre", "z", "attn_out", "mlp_out"])
+    n = len(lab.to_str_tokens(CORRUPT))
+    v = torch.randn(lab.d_model)
+    cases = [
+        [ilab.patch("resid_pre", 1, pos=5, source=src)],
+        [ilab.patch("resid_pre", 0, pos=n - 1, source=src)],
+        [ilab.patch("z", 1, head=2, pos=[7, 9], source=src), ilab.zero("mlp_out", 2, pos=-2)],
+        [ilab.steer("resid_post", 0, v, alpha=3.0, pos=-1), ilab.patch("attn_out", 2, pos=4, source=src)],
+    ]
+    for edits in cases:
+        got = edited_last_logits(lab, CORRUPT, edits)
+        lab.clear_memo()
+        want = lab.run(CORRUPT, edits).last_logits
+        assert torch.allclose(got, want, atol=1e-4), (arch, edits, (got - want).abs().max())
+    used = lab._kv_memo.get(CORRUPT)
+    if arch != "gemma2":  # gemma2's sliding-window layers are not croppable: it falls back to the full prefix
+        assert used is not None, "the key/value prefix was not used"
+    for mod in lab.model.modules():
+        assert not mod._forward_hooks and not mod._forward_pre_hooks
