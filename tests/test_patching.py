@@ -308,11 +308,11 @@ def test_click_path_reuses_keys_values_before_the_patched_position(models, token
     ]
     for edits in cases:
         got = edited_last_logits(lab, CORRUPT, edits)
+        used = lab._kv_memo.get(CORRUPT)
+        if arch != "gemma2":  # gemma2's sliding-window layers are not croppable: it falls back to the full prefix
+            assert used is not None, "the key/value prefix was not used"
         lab.clear_memo()
         want = lab.run(CORRUPT, edits).last_logits
         assert torch.allclose(got, want, atol=1e-4), (arch, edits, (got - want).abs().max())
-    used = lab._kv_memo.get(CORRUPT)
-    if arch != "gemma2":  # gemma2's sliding-window layers are not croppable: it falls back to the full prefix
-        assert used is not None, "the key/value prefix was not used"
     for mod in lab.model.modules():
         assert not mod._forward_hooks and not mod._forward_pre_hooks
