@@ -137,18 +137,17 @@ def _last_logits(lab: Lab, hidden: torch.Tensor, last_idx: torch.Tensor) -> torc
 
 
 def resumed_last_logits(lab: Lab, start: int, hidden: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor,
-                        last_idx: torch.Tensor, hooks: list[tuple] = (), extra: dict | None = None) -> torch.Tensor:
+                        last_idx: torch.Tensor, hooks: list[tuple] = ()) -> torch.Tensor:
     """Final-position logits of a forward that starts at layer `start` from `hidden` [rows, pos, d].
 
     hooks: (HookPoint, fn) pairs attached for this forward (e.g. a per-row patch of z in layer `start`).
-    extra: more forward arguments (position_ids and cached keys/values when only later positions are computed).
     """
     base = lab.model.base_model
     with engine._RUN_LOCK, engine.HookManager(lab.model, "interplab.sweep") as hm:
         for point, fn in hooks:
             hm.add(point, fn)
         with _start_at(lab, start, hidden, hm):
-            out = base(input_ids=ids, attention_mask=mask, **{"use_cache": False, **(extra or {})})
+            out = base(input_ids=ids, attention_mask=mask, use_cache=False)
     return _last_logits(lab, out.last_hidden_state, last_idx)
 
 
@@ -328,15 +327,12 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
     total = sum(len(cells) for _, _, cells in jobs)
     bar = _progress_bar(total, progress)
     done = 0
-    step = max(1, max_batch // len(pairs.base))
-    if "pos" in by and len(pairs.base) == 1:  # smaller chunks start later: their earlier positions are reused
-        step = min(step, max(1, -(-pairs.base_ids.shape[1] // 4)))
     try:
         for li, layer, cells in jobs:
-            for chunk_start in range(0, len(cells), step):
+            for chunk_start in range(0, len(cells), max(1, max_batch // len(pairs.base))):
                 if cancel is not None and cancel.is_set():
                     raise SweepCancelled(f"sweep cancelled after {done} of {total} cells; no result returned.")
-                chunk = cells[chunk_start: chunk_start + step]
+                chunk = cells[chunk_start: chunk_start + max(1, max_batch // len(pairs.base))]
                 vals = _run_cells_adaptive(lab, site, layer, chunk, pairs, metric)
                 for (cell_index, _), (v, top) in zip(chunk, vals):
                     result.raw[(li, *cell_index)] = v
@@ -429,22 +425,8 @@ def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Me
     ids = pairs.base_ids.to(dev).repeat(n_cells, 1)
     attn = pairs.mask.to(dev).repeat(n_cells, 1)
     last = (torch.tensor(pairs.lengths) - 1).repeat(n_cells).to(dev)
-    extra = None
-    first = min((p for _, (p, _h) in chunk if p is not None), default=0) if all(p is not None for _, (p, _h) in chunk) \
-        else 0
-    prefix = _prefix_cache(lab, pairs.base[0], first) if first and n_pairs == 1 else None
-    if prefix is not None:  # positions < first are identical in every row: reuse their keys and values
-        (name, cache), = prefix.items()
-        cache.batch_repeat_interleave(rows)
-        hidden, ids, last = hidden[:, first:], ids[:, first:], last - first
-        extra = {name: cache, "use_cache": True,
-                 "position_ids": torch.arange(first, n_pos, device=dev)[None].expand(rows, -1)}
-        if hooks:
-            sliced_mask, sliced_src = mask[:, first:], src_rows[:, first:]
-            hooks = [(site_point, _row_patch_hook(site_point.index, site_point.io, sliced_src, sliced_mask,
-                                                  lab.n_heads if heads else None))]
     with torch.no_grad():
-        logits = resumed_last_logits(lab, start, hidden, ids, attn, last, hooks, extra)
+        logits = resumed_last_logits(lab, start, hidden, ids, attn, last, hooks)
     pair_idx = torch.arange(n_pairs).repeat(n_cells)
     if isinstance(metric, Custom):
         values = [float(metric(logits[c * n_pairs:(c + 1) * n_pairs]).mean()) for c in range(n_cells)]
