@@ -299,11 +299,14 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
     pairs = _pairs(lab, clean, corrupt, direction, by)
     layer_list = lab.sites.layers_of(layers)
 
-    clean_run = lab.run(clean, log=False)
-    corrupt_run = lab.run(corrupt, log=False)
     pair_idx = torch.arange(len(clean))
-    clean_value = _metric_mean(metric, clean_run.last_logits, pair_idx)
-    corrupt_value = _metric_mean(metric, corrupt_run.last_logits, pair_idx)
+    if method == "attribution":  # its two runs (source with cache, base with gradient) give both metric values
+        estimate, source_value, base_value = _attribution(lab, pairs, site, by, metric, layer_list)
+        clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
+                                      else (base_value, source_value))
+    else:
+        clean_value = _metric_mean(metric, lab.run(clean, log=False).last_logits, pair_idx)
+        corrupt_value = _metric_mean(metric, lab.run(corrupt, log=False).last_logits, pair_idx)
     if abs(clean_value - corrupt_value) < 1e-6:
         raise InterplabError(
             f"clean and corrupt give the same {metric.name} ({clean_value:.4f}): there is nothing to restore, so the "
@@ -320,7 +323,7 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
         return result
 
     if method == "attribution":
-        result.raw = _attribution(lab, pairs, site, by, metric, layer_list, shape)
+        result.raw = estimate.reshape(shape)
         return finish()
 
     jobs = _jobs(lab, site, by, layer_list, pairs)
@@ -443,10 +446,17 @@ def _metric_mean(metric: Metric, logits: torch.Tensor, pair_idx: torch.Tensor) -
 
 # ---- attribution patching -------------------------------------------------------------------------------
 
-def _attribution(lab: Lab, pairs: _Pairs, site: str, by, metric: Metric, layer_list, shape) -> torch.Tensor:
-    """(source - base) . grad of the metric at base, summed within each cell; added to the base metric."""
+def _attribution(lab: Lab, pairs: _Pairs, site: str, by, metric: Metric, layer_list) -> tuple:
+    """(source - base) . grad of the metric at base, summed within each cell; added to the base metric.
+
+    Returns (estimated metric per cell, source metric, base metric): one forward of the source, one forward and one
+    backward of the base, nothing else."""
     keys = [(site, l) for l in layer_list]
-    src = lab.run(pairs.source, cache=keys, log=False).cache
+    src_run = lab.run(pairs.source, cache=keys, log=False)
+    src = src_run.cache
+    n_cols = {("layer",): [], ("layer", "pos"): [pairs.base_ids.shape[1]], ("layer", "head"): [lab.n_heads],
+              ("layer", "head", "pos"): [lab.n_heads, pairs.base_ids.shape[1]]}[by]
+    shape = [len(layer_list), *n_cols]
     base_run = lab.run(pairs.base, cache=keys, grad=True, log=False)
     pair_idx = torch.arange(len(pairs.base))
     value = metric(base_run.last_logits.float(), pair_idx).sum()  # per-pair contributions add up
@@ -474,7 +484,8 @@ def _attribution(lab: Lab, pairs: _Pairs, site: str, by, metric: Metric, layer_l
         else:
             out[li] = delta.sum(0).T.cpu() / n  # [heads, pos]
     lab.model.zero_grad(set_to_none=True)
-    return base_value + out
+    source_value = float(metric(src_run.last_logits.float(), pair_idx).mean())
+    return base_value + out, source_value, base_value
 
 
 # ---- progress --------------------------------------------------------------------------------------------
