@@ -219,7 +219,7 @@ def main():
     add("(c) interplab attribution (1 fwd + 1 bwd)", t_attr, t_loop, f"estimate; corr with exact {corr:.3f}")
     t_nn, nn_out = timed(lambda: nnsight_loop(model, tok), 1)
     if nn_out is not None:
-        add("(d) nnsight trace loop", t_nn, t_loop, float((nn_out - ref).abs().max()))
+        add("(d) nnsight trace loop", t_nn, t_loop, float((nn_out.detach() - ref).abs().max()))
     else:
         print("  (d) nnsight: not installed, skipped")
     print("  (e) TransformerLens get_act_patch_resid_pre: not run (TL 4.x needs a hub download to boot GPT-2)")
