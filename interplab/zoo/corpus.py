@@ -31,7 +31,8 @@ EOS = "<|endoftext|>"
 NAMES = """Mary John Alice Bob Sarah James Emma David Anna Michael Laura Daniel Kate Paul Lisa Mark Susan Peter
 Rachel Tom Linda Steve Karen Chris Jessica Brian Amy Kevin Nancy Jason Emily Eric Helen Ryan Julia Adam Sophie Luke
 Grace Sam Rose Jack Ruth Henry Claire Frank Diana Oscar Nina Victor Olivia Simon Hannah George Lucy Max Sandra Alex
-Maria Carl Jane Dan Megan Ben Amber Greg Carol Ian Lily Tim Anne Joe Eva Fred Molly Jim Ella Leo Vera Ray Iris""".split()
+Maria Carl Jane Dan Megan Ben Amber Greg Carol Ian Lily Tim Anne Joe Eva Fred Molly Jim Ella Leo Vera Ray
+Iris""".split()
 
 PLACES = """store park school office hospital station restaurant garden library beach market kitchen museum church
 house lake bank theater hotel farm""".split()

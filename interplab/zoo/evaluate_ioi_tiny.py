@@ -186,8 +186,6 @@ def patch_experiments(model, tok, dataset, full_positions=False):
     resid_pre_named[L][name]: resid_pre L patched at a named position (IO, S1, S2, S2+1, END);
     z_all[L][h] / z_end[L][h] / z_s2[L][h]: head h of layer L patched at all positions / final / S2 position.
     """
-    import torch
-
     cfg = model.config
     L, H = cfg.n_layer, cfg.n_head
     dh = cfg.n_embd // H

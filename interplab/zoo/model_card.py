@@ -124,7 +124,8 @@ def len_vocab(res):
     return "vocabulary of the saved tokenizer"
 
 
-INTERPRETATION = """**Status for this checkpoint (honest reading of the tables): the circuit goals are NOT met, and neither is the held-out accuracy goal (>= 0.95; see the behaviour table).** The model
+INTERPRETATION = """**Status for this checkpoint (honest reading of the tables): the circuit goals are NOT met,
+and neither is the held-out accuracy goal (>= 0.95; see the behaviour table).** The model
 solves the task in layer 0 at the final position. One layer-0 head (the one with the largest single-head effect
 above; for the shipped checkpoint L0H0) attends from END to S2, the most recent mention of a candidate name, and it
 does skip a bystander name that follows S2, so it is not the plain "most recent name" shortcut, but it is still one

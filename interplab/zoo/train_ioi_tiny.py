@@ -55,7 +55,7 @@ def make_pool(tokenizer, n_docs: int, seed: int, p_ioi: float = 0.6):
     pre = tokenizer.backend_tokenizer.encode_batch([d[0] for d in docs])
     rest = tokenizer.backend_tokenizer.encode_batch([d[1] for d in docs])
     pool = []
-    for (p, r), a, b in zip(docs, pre, rest):
+    for (_prompt, r), a, b in zip(docs, pre, rest):
         ids = a.ids + b.ids
         pool.append((ids, len(a.ids) if r else -1))
     return pool
