@@ -26,6 +26,7 @@ from .errors import (
     MultiTokenAnswerError,
     OutOfRangeError,
     UnknownSiteError,
+    VectorError,
     format_tokens,
 )
 from .sites import LAYERED, READ_ONLY, SITE_NAMES, SiteMap
@@ -339,7 +340,6 @@ class Lab:
                 )
             if e.vector is not None and e.op in ("steer", "project", "clamp") and canonical and e.site != "z":
                 if self.d_model and e.vector.shape[-1] != self.d_model and e.site not in ("logits",):
-                    from .errors import VectorError
                     raise VectorError(
                         f"{e.op} vector has size {e.vector.shape[-1]} but {e.site!r} has width d_model="
                         f"{self.d_model}. Vectors must come from this model's residual stream."
@@ -376,8 +376,7 @@ class Lab:
             ref = SourceRef(tuple(_as_prompts(source)))
         else:
             raise InterplabError(f"patch source must be a Run, a prompt, or a tensor; got {type(source).__name__}.")
-        from .edits import Edit as _E
-        rerun = self.run(list(ref.prompts), [_E.from_dict(d) for d in ref.edits], cache=[key], log=False)
+        rerun = self.run(list(ref.prompts), [Edit.from_dict(d) for d in ref.edits], cache=[key], log=False)
         return rerun.cache[key]
 
     def patch_sweep(self, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
