@@ -74,9 +74,9 @@ explorer = res.show()
 explorer
 """),
     md("""
-**What you should see:** in layer 0 only the position of the changed name (S2, the second " John") matters; in later
-layers the effect moves to the **final position** — information travels from S2 to the end through attention. The
-values are normalised: **1 = clean behaviour restored, 0 = corrupted**.
+**What you should see:** in layer 0 only the position of the changed name (S2, the second " John") matters; from
+layer 1 on only the **final position** does — the information has moved from S2 to the end, and in this small model
+that happens inside layer 0. The values are normalised: **1 = clean behaviour restored, 0 = corrupted**.
 
 Click a cell: the patch is applied and the logit panel shows clean / corrupt / patched next-token probabilities.
 Shift-click adds cells to the active set; untick an entry to switch it off.
@@ -99,8 +99,9 @@ print("mlp_out,  final position:", [round(v, 2) for v in mlp.values[:, -1].tolis
 heads.show()
 """),
     md("""
-**What you should see:** a few heads, in layers after the first, restore much of the logit difference; most heads do
-nothing. No single head restores everything: the circuit spans layers.
+**What you should see:** one head in layer 0 restores about all of the logit difference by itself and the other heads
+do almost nothing: `ioi-tiny` solves the task inside its first layer (its model card says how). In GPT-2 small the
+IOI circuit spans many layers — run this notebook on `gpt2` at home and compare.
 """),
     md("## Noising vs denoising\n\nDenoising patches clean into corrupt (is this component *sufficient*?); noising "
        "patches corrupt into clean (is it *necessary*?). Both use the same scale: 1 = clean behaviour."),
@@ -170,30 +171,30 @@ from interplab.widgets.controller import steering_panel
 
 lab = ilab.Lab.load("ioi-tiny")
 positive = ["The capital of France is", "The capital city of France is"]
-negative = ["The capital of Italy is", "The capital city of Italy is"]
+negative = ["The capital of Spain is", "The capital city of Spain is"]
 layer = lab.n_layers // 2
 v = ilab.vectors.diff_of_means(lab, positive, negative, site="resid_post", layer=layer)
 print("vector norm", float(v.norm()), "| residual norm at that layer", lab.residual_norm("resid_post", layer))
 """),
-    md("### Predict, then drag\nSteer *\"The capital of Spain is\"* with this vector. What should the top next token "
-       "become as alpha grows?"),
+    md("### Predict, then drag\nThe vector points from *Spain* to *France*. Steer *\"The capital of Spain is\"* with "
+       "it: what should the top next token become as alpha grows?"),
     code("""
 panel = steering_panel(lab, "The capital of Spain is", positive, negative, site="resid_post", layer=layer)
 panel
 """),
-    md("**What you should see:** while you drag, the next-token bars update; at large positive alpha ' Paris' climbs; "
-       "negative alpha pushes towards ' Rome'."),
+    md("**What you should see:** while you drag, the next-token bars update; at alpha 0 the model says ' Madrid', and "
+       "from about alpha 1 ' Paris' is on top."),
     code("""
 # ANSWER: the steered distribution, computed directly
 prompt = "The capital of Spain is"
-for alpha in (0.0, 1.0, 2.0, 4.0):
+for alpha in (0.0, 1.0, 2.0):
     r = lab.run(prompt, edits=[ilab.steer("resid_post", layer, v, alpha=alpha, pos=-1)])
     top = r.last_logits[0].softmax(-1).topk(3)
     print(alpha, [(lab.tokenizer.decode([i]), round(p, 3)) for p, i in zip(top.values.tolist(), top.indices.tolist())])
 """),
     md("## Does the model use this direction? Project it out\n\n`ilab.project(site, layer, v, coeff=0)` removes the "
-       "component along `v` (coeff=1 keeps it, 3 triples it). If the answer to *France* survives ablation, the model "
-       "does not need that direction."),
+       "component along `v` (coeff=1 keeps it, 3 triples it). Compare p(' Paris') for *France*: if it survives the "
+       "ablation, the model does not need that direction."),
     code("""
 france = "The capital of France is"
 paris = lab.token_id(" Paris")
@@ -204,14 +205,14 @@ for coeff in (1.0, 0.0, 3.0):
     md("## Generation with the steer on at every step"),
     code("""
 plain = lab.generate("The capital of Spain is", max_new_tokens=8)
-steered = lab.generate("The capital of Spain is", [ilab.steer("resid_post", layer, v, alpha=4.0)], max_new_tokens=8)
+steered = lab.generate("The capital of Spain is", [ilab.steer("resid_post", layer, v, alpha=1.5)], max_new_tokens=8)
 print("plain:  ", plain.text)
 print("steered:", steered.text)
 """),
     md("## Persistent edits\n\nBind an edit to the model itself: every call — including `model.generate` from "
        "other code — runs with it, at the cost of a plain forward hook."),
     code("""
-with lab.edit([ilab.steer("resid_post", layer, v, alpha=4.0)]):
+with lab.edit([ilab.steer("resid_post", layer, v, alpha=1.5)]):
     ids = lab.model.generate(**lab.tokenizer("The capital of Spain is", return_tensors="pt"), max_new_tokens=4,
                              do_sample=False)
 print(lab.tokenizer.decode(ids[0]))
@@ -235,8 +236,9 @@ lab = ilab.Lab.load("ioi-tiny")
 prompt = "When Mary and John went to the store, John gave a drink to"
 lens_widget(lab, prompt)
 """),
-    md("**What you should see:** early layers predict generic continuations; by the last layer the final position "
-       "predicts ' Mary'. Hover a cell for its top-5."),
+    md("**What you should see:** at the final position ' Mary' is the top prediction from layer 0 on — this small "
+       "model settles the answer in its first layer. Earlier positions predict ordinary continuations. Hover a cell "
+       "for its top-5."),
     md("### Predict, then check\nAt which layer does ' Mary' first become the top prediction at the final position?"),
     code("""
 # ANSWER
