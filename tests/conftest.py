@@ -78,9 +78,23 @@ def gpt2_lab(models, tokenizer):
 
 
 @pytest.fixture(scope="session")
-def playwright_sync():
-    """One sync Playwright for the whole session: the bare-page and JupyterLab browser fixtures share it (a second
-    sync_playwright() inside the first one's event loop is refused)."""
+def chromium():
+    """One headless Debian Chromium for the session (launch flags in tests/e2e/harness.py, shared with the click
+    benchmark), driven by one sync Playwright: the bare-page and JupyterLab tests both use it (a second
+    sync_playwright() inside the first one's event loop is refused). Skips only when Chromium is not installed."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+    from harness import CHROMIUM, CHROMIUM_ARGS, chromium_missing
+
+    reason = chromium_missing()
+    if reason:
+        pytest.skip(reason)
     sync_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
     with sync_api.sync_playwright() as pw:
-        yield pw
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()

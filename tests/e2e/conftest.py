@@ -18,7 +18,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from harness import CHROMIUM, CHROMIUM_ARGS, JupyterServer, chromium_missing  # noqa: E402
+from harness import JupyterServer  # noqa: E402
 
 NOTEBOOK = ROOT / "notebooks" / "01_ioi_patching.ipynb"
 DEFINES_EXPLORER = r"^\s*explorer\s*="
@@ -38,16 +38,8 @@ def notebook_under_test() -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
-def chromium_browser(request):
-    reason = chromium_missing()
-    if reason:
-        pytest.skip(reason)
-    pw = request.getfixturevalue("playwright_sync")  # shared with the bare-page tests (tests/conftest.py)
-    b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-    try:
-        yield b
-    finally:
-        b.close()
+def chromium_browser(chromium):
+    return chromium  # tests/conftest.py
 
 
 @pytest.fixture(scope="session")

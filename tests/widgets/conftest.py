@@ -6,7 +6,6 @@ No network, no `playwright install`: CI installs Chromium with `apt-get install 
 from __future__ import annotations
 
 import importlib.util
-import os
 import pathlib
 import sys
 import types
@@ -16,7 +15,6 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "interplab" / "static" / "widgets.js"
 HARNESS = pathlib.Path(__file__).with_name("harness.html")
-CHROMIUM = os.environ.get("INTERPLAB_CHROMIUM", "/usr/bin/chromium")
 ORIGIN = "http://interplab.test"
 
 
@@ -38,27 +36,9 @@ def _widgets_importable_alone() -> None:
 
 _widgets_importable_alone()
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
 @pytest.fixture(scope="session")
-def browser(request):
-    if not pathlib.Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing: install Debian's Chromium (apt-get install -y chromium)")
-    pw = request.getfixturevalue("playwright_sync")
-    b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-    try:
-        yield b
-    finally:
-        b.close()
+def browser(chromium):
+    return chromium  # tests/conftest.py
 
 
 @pytest.fixture(scope="session")
