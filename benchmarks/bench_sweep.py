@@ -30,6 +30,9 @@ CLEAN = "When Mary and John went to the store, then John gave a drink to"
 CORRUPT = "When Mary and John went to the store, then Mary gave a drink to"
 # 15 tokens with the real GPT-2 tokenizer; the answer flips between the two.
 ANSWER, WRONG = " Mary", " John"
+# The worst case for skipping unchanged cells: the pair differs at the first token, so after layer 0 every
+# position differs (the answer need not flip on random weights; only the timing and agreement are read).
+CORRUPT_FIRST = "After Mary and John went to the store, then John gave a drink to"
 
 
 def timed(fn, repeat: int):
@@ -43,10 +46,10 @@ def timed(fn, repeat: int):
 
 # ---- (a) the plain loop: one hooked forward per cell ---------------------------------------------------------
 
-def loop_resid_pre(model, tok, layers_path):
+def loop_resid_pre(model, tok, layers_path, clean_text=CLEAN, corrupt_text=CORRUPT):
     layers = model.get_submodule(layers_path)
-    clean = tok(CLEAN, return_tensors="pt")["input_ids"]
-    corrupt = tok(CORRUPT, return_tensors="pt")["input_ids"]
+    clean = tok(clean_text, return_tensors="pt")["input_ids"]
+    corrupt = tok(corrupt_text, return_tensors="pt")["input_ids"]
     a, w = tok(ANSWER)["input_ids"][0], tok(WRONG)["input_ids"][0]
     saved = {}
     hs = [layers[l].register_forward_pre_hook(lambda m, args, l=l: saved.__setitem__(l, args[0].clone()))
@@ -210,6 +213,17 @@ def main():
         return lab.patch_sweep(CLEAN, CORRUPT, "resid_pre", ("layer", "pos"), metric, progress=False).raw
     t_exact, got = timed(exact, args.repeat)
     add("(b) interplab exact (batched, resumed)", t_exact, t_loop, float((got - ref).abs().max()))
+    print(f"      ran {lab.patch_sweep(CLEAN, CORRUPT, 'resid_pre', metric=metric, progress=False).cells_run} "
+          f"patched variants; the rest are unchanged cells (before the differing token, or layer 0)")
+
+    t_loop1, ref1 = timed(lambda: loop_resid_pre(model, tok, lab.sites.arch.layers, CLEAN, CORRUPT_FIRST), 1)
+    add("(a') plain loop, pair differing at token 0", t_loop1, t_loop1, 0.0)
+
+    def exact_first():
+        lab.clear_memo()
+        return lab.patch_sweep(CLEAN, CORRUPT_FIRST, "resid_pre", ("layer", "pos"), metric, progress=False).raw
+    t_first, got1 = timed(exact_first, args.repeat)
+    add("(b') interplab exact, pair differing at token 0", t_first, t_loop1, float((got1 - ref1).abs().max()))
 
     def attrib():
         lab.clear_memo()

@@ -3,7 +3,11 @@
 The exact method does what a hook loop does - patch one cell, run forward, read the metric - but
   * runs many patched variants as one batch (chunked to max_batch rows),
   * resumes each variant from the cached residual at the patched layer (the layers below see nothing new),
-  * unembeds only the final position, which is all the metric reads.
+  * unembeds only the final position, which is all the metric reads,
+  * skips cells whose activation is identical in both runs (the patched run is the base run): every position
+    before the first token where clean and corrupt differ, at every layer, since attention is causal,
+  * computes only the positions from the earliest patched one on: earlier positions are the base run's, so their
+    keys and values come from its cache.
 The attribution method estimates every cell at once from one forward and one backward pass:
   effect(cell) ~ (source - base activation) . d metric / d activation.
 
@@ -58,6 +62,8 @@ class SweepResult:
     metric: Metric | None = field(default=None, repr=False)
     # exact sweeps: the patched run's top next tokens (first pair) per cell index, for the heatmap's hover
     top_tokens: dict = field(default_factory=dict, repr=False)
+    # exact sweeps: patched forwards actually run (cells whose activation is equal in both runs need none)
+    cells_run: int = 0
 
     @property
     def shape(self):
@@ -137,17 +143,19 @@ def _last_logits(lab: Lab, hidden: torch.Tensor, last_idx: torch.Tensor) -> torc
 
 
 def resumed_last_logits(lab: Lab, start: int, hidden: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor,
-                        last_idx: torch.Tensor, hooks: list[tuple] = ()) -> torch.Tensor:
+                        last_idx: torch.Tensor, hooks: list[tuple] = (), **forward_kw) -> torch.Tensor:
     """Final-position logits of a forward that starts at layer `start` from `hidden` [rows, pos, d].
 
     hooks: (HookPoint, fn) pairs attached for this forward (e.g. a per-row patch of z in layer `start`).
+    forward_kw: e.g. position_ids and a key/value cache when `hidden` holds only the later positions.
     """
     base = lab.model.base_model
+    forward_kw.setdefault("use_cache", False)
     with engine._RUN_LOCK, engine.HookManager(lab.model, "interplab.sweep") as hm:
         for point, fn in hooks:
             hm.add(point, fn)
         with _start_at(lab, start, hidden, hm):
-            out = base(input_ids=ids, attention_mask=mask, use_cache=False)
+            out = base(input_ids=ids, attention_mask=mask, **forward_kw)
     return _last_logits(lab, out.last_hidden_state, last_idx)
 
 
@@ -209,14 +217,17 @@ def _first_position(edits, lengths: list[int]) -> int:
     return min(firsts) if firsts else 0
 
 
-def _prefix_cache(lab: Lab, prompt: str, first: int) -> dict | None:
-    """{"cache" or "past_key_values": a copy of the unedited run's keys/values cropped to `first` positions}."""
+def _prefix_cache(lab: Lab, prompts, first: int, repeats: int = 1) -> dict | None:
+    """{"cache" or "past_key_values": a copy of the unedited run's keys/values of `prompts` (one string or a list
+    of equal-length prompts) cropped to `first` positions and tiled `repeats` times along the batch}, or None where
+    the model's cache cannot be cropped (sliding windows)."""
     import copy
     import inspect
 
+    key = prompts if isinstance(prompts, str) else tuple(prompts)
     memo = lab.__dict__.setdefault("_kv_memo", {})
-    if prompt not in memo:
-        ids, mask, _ = lab.encode(prompt)
+    if key not in memo:
+        ids, mask, _ = lab.encode(list(key) if isinstance(key, tuple) else key)
         with torch.no_grad(), engine._RUN_LOCK:
             out = lab.model.base_model(input_ids=ids.to(lab.device), attention_mask=mask.to(lab.device),
                                        use_cache=True)
@@ -227,12 +238,15 @@ def _prefix_cache(lab: Lab, prompt: str, first: int) -> dict | None:
         ok = cache is not None and getattr(cache, "is_croppable", True) and not sliding
         if len(memo) > 16:
             memo.clear()
-        memo[prompt] = (name, cache) if ok and hasattr(cache, "crop") else None
-    if memo[prompt] is None:
+        memo[key] = (name, cache) if ok and hasattr(cache, "crop") else None
+    if memo[key] is None:
         return None
-    name, cache = memo[prompt]
+    name, cache = memo[key]
     cropped = copy.deepcopy(cache)
     cropped.crop(first - cropped.get_seq_length())  # negative: drop that many trailing positions (all versions)
+    if repeats > 1:  # rows are cell-major (row c * n_prompts + i = prompt i), so tile rather than interleave
+        n = 1 if isinstance(key, str) else len(key)
+        cropped.reorder_cache(torch.arange(n, device=lab.device).repeat(repeats))
     return {name: cropped}
 
 
@@ -304,9 +318,16 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
         estimate, source_value, base_value = _attribution(lab, pairs, site, by, metric, layer_list)
         clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
                                       else (base_value, source_value))
-    else:
-        clean_value = _metric_mean(metric, lab.run(clean, log=False).last_logits, pair_idx)
-        corrupt_value = _metric_mean(metric, lab.run(corrupt, log=False).last_logits, pair_idx)
+    else:  # the site at every layer, in both runs: cells where they are equal need no forward (see _unchanged)
+        keys = [(site, l) for l in layer_list]
+        # the base run also keeps the residual every patched forward resumes from: one forward serves all chunks
+        resume = [_resume_key(lab, site, l) for l in layer_list]
+        base_run = lab.run(pairs.base, cache=list(dict.fromkeys(keys + resume)), log=False)
+        source_run = lab.run(pairs.source, cache=keys, log=False)
+        base_value = _metric_mean(metric, base_run.last_logits, pair_idx)
+        source_value = _metric_mean(metric, source_run.last_logits, pair_idx)
+        clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
+                                      else (base_value, source_value))
     if abs(clean_value - corrupt_value) < 1e-6:
         raise InterplabError(
             f"clean and corrupt give the same {metric.name} ({clean_value:.4f}): there is nothing to restore, so the "
@@ -330,13 +351,24 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
     total = sum(len(cells) for _, _, cells in jobs)
     bar = _progress_bar(total, progress)
     done = 0
+    base_top = _top3(base_run.last_logits[:1])[0]
     try:
-        for li, layer, cells in jobs:
-            for chunk_start in range(0, len(cells), max(1, max_batch // len(pairs.base))):
+        for li, layer, all_cells in jobs:
+            key = (site, layer)
+            cells = []
+            for cell in all_cells:
+                if _unchanged(base_run.cache[key], source_run.cache[key], cell[1], lab.n_heads):
+                    result.raw[(li, *cell[0])] = base_value
+                    result.top_tokens[(li, *cell[0])] = [(lab.tokenizer.decode([i]), p) for i, p in base_top]
+                else:
+                    cells.append(cell)
+            done += len(all_cells) - len(cells)
+            result.cells_run += len(cells)
+            for chunk in _chunks(cells, max(1, max_batch // len(pairs.base))):
                 if cancel is not None and cancel.is_set():
                     raise SweepCancelled(f"sweep cancelled after {done} of {total} cells; no result returned.")
-                chunk = cells[chunk_start: chunk_start + max(1, max_batch // len(pairs.base))]
-                vals = _run_cells_adaptive(lab, site, layer, chunk, pairs, metric)
+                vals = _run_cells_adaptive(lab, site, layer, chunk, pairs, metric,
+                                           base_run.cache[_resume_key(lab, site, layer)], source_run.cache[key])
                 for (cell_index, _), (v, top) in zip(chunk, vals):
                     result.raw[(li, *cell_index)] = v
                     result.top_tokens[(li, *cell_index)] = [(lab.tokenizer.decode([i]), p) for i, p in top]
@@ -378,22 +410,41 @@ def _jobs(lab: Lab, site: str, by, layer_list, pairs: _Pairs):
     return jobs
 
 
-def _run_cells_adaptive(lab, site, layer, chunk, pairs, metric) -> list[float]:
+def _chunks(cells, per_chunk: int) -> list[list]:
+    """Cells in chunks of at most `per_chunk`. Cells by position are sorted first: a chunk computes only the
+    positions from its earliest patched one on (the earlier ones come from cached keys and values), so chunks of
+    neighbouring positions keep that saving. (Cutting a layer into more, smaller chunks to save more positions
+    does not pay on a CPU: a matmul over fewer rows runs at a fraction of the speed, measured in
+    benchmarks/bench_sweep.py.)"""
+    if cells and cells[0][1][0] is not None:
+        cells = sorted(cells, key=lambda c: c[1][0])
+    return [cells[i:i + per_chunk] for i in range(0, len(cells), per_chunk)]
+
+
+def _resume_key(lab: Lab, site: str, layer: int) -> tuple[str, int]:
+    """The cached residual a patched forward of (site, layer) starts from (resid_post patches start one higher)."""
+    start = layer + 1 if site == "resid_post" else layer
+    return ("resid_pre", start) if start < lab.n_layers else ("resid_post", lab.n_layers - 1)
+
+
+def _run_cells_adaptive(lab, site, layer, chunk, pairs, metric, base_hidden, src) -> list[float]:
     """Run a chunk; on out-of-memory, halve it and retry."""
     try:
-        return _run_cells(lab, site, layer, chunk, pairs, metric)
+        return _run_cells(lab, site, layer, chunk, pairs, metric, base_hidden, src)
     except torch.OutOfMemoryError:
         if len(chunk) == 1:
             raise
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         half = len(chunk) // 2
-        return (_run_cells_adaptive(lab, site, layer, chunk[:half], pairs, metric)
-                + _run_cells_adaptive(lab, site, layer, chunk[half:], pairs, metric))
+        return (_run_cells_adaptive(lab, site, layer, chunk[:half], pairs, metric, base_hidden, src)
+                + _run_cells_adaptive(lab, site, layer, chunk[half:], pairs, metric, base_hidden, src))
 
 
-def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Metric) -> list[tuple]:
-    """One batched, resumed forward for a chunk of cells of one layer.
+def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Metric, base_hidden: torch.Tensor,
+               src: torch.Tensor) -> list[tuple]:
+    """One batched, resumed forward for a chunk of cells of one layer, starting from `base_hidden` (the base run's
+    residual at the start layer) with `src` (the source run's activation at the site) patched in.
 
     Returns per cell (mean metric over pairs, top-3 (token id, prob) of the first pair's patched run)."""
     dev = lab.device
@@ -402,9 +453,10 @@ def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Me
     rows = n_cells * n_pairs  # cell-major: rows [c * n_pairs + i] = cell c, pair i
     site_point = lab.sites.point(site, layer)
     start = layer + 1 if site == "resid_post" else layer
-    cache_key = ("resid_pre", start) if start < lab.n_layers else ("resid_post", lab.n_layers - 1)
-    base_hidden = lab.run(pairs.base, cache=[cache_key], log=False).cache[cache_key]
-    src = lab.run(pairs.source, cache=[(site, layer)], log=False).cache[(site, layer)]
+    # positions before the chunk's earliest patched one are those of the base run: keys/values from its cache
+    first = min(p for _, (p, _) in chunk) if all(p is not None for _, (p, _) in chunk) else 0
+    prefix = _prefix_cache(lab, pairs.base, first, n_cells) if first and bool(pairs.mask.all()) else None
+    first = first if prefix is not None else 0
 
     heads = site == "z"
     mask = torch.zeros(n_cells, n_pairs, n_pos, *( [lab.n_heads] if heads else []), dtype=torch.bool)
@@ -416,28 +468,48 @@ def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Me
             mask[c, :, sel_pos] = True
     real = pairs.mask.bool()[None, :, :]  # never patch padding
     mask &= real.reshape(1, n_pairs, n_pos, *([1] if heads else []))
-    mask = mask.reshape(rows, n_pos, *([lab.n_heads] if heads else [])).to(dev)
-    src_rows = src.to(dev).repeat(n_cells, 1, 1)
-    hidden = base_hidden.to(dev).repeat(n_cells, 1, 1)
+    mask = mask.reshape(rows, n_pos, *([lab.n_heads] if heads else []))[:, first:].to(dev)
+    src_rows = src[:, first:].to(dev).repeat(n_cells, 1, 1)
+    hidden = base_hidden[:, first:].to(dev).repeat(n_cells, 1, 1)
     hooks = []
     if site in ("resid_pre", "resid_post"):
         hidden = torch.where(mask[..., None], src_rows, hidden)
     else:
         hooks.append((site_point, _row_patch_hook(site_point.index, site_point.io, src_rows, mask,
                                                  lab.n_heads if heads else None)))
-    ids = pairs.base_ids.to(dev).repeat(n_cells, 1)
+    ids = pairs.base_ids[:, first:].to(dev).repeat(n_cells, 1)
     attn = pairs.mask.to(dev).repeat(n_cells, 1)
-    last = (torch.tensor(pairs.lengths) - 1).repeat(n_cells).to(dev)
+    last = (torch.tensor(pairs.lengths) - 1 - first).repeat(n_cells).to(dev)
+    kw = {}
+    if prefix is not None:
+        kw = {"position_ids": torch.arange(first, n_pos, device=dev)[None].expand(rows, -1), "use_cache": True,
+              **prefix}
     with torch.no_grad():
-        logits = resumed_last_logits(lab, start, hidden, ids, attn, last, hooks)
+        logits = resumed_last_logits(lab, start, hidden, ids, attn, last, hooks, **kw)
     pair_idx = torch.arange(n_pairs).repeat(n_cells)
     if isinstance(metric, Custom):
         values = [float(metric(logits[c * n_pairs:(c + 1) * n_pairs]).mean()) for c in range(n_cells)]
     else:
         values = metric(logits.float(), pair_idx).reshape(n_cells, n_pairs).mean(1).tolist()
-    top_p, top_i = logits[::n_pairs].float().softmax(-1).topk(3)
-    tops = [list(zip(i, p)) for i, p in zip(top_i.tolist(), top_p.tolist())]
-    return list(zip(values, tops))
+    return list(zip(values, _top3(logits[::n_pairs])))
+
+
+def _top3(logits: torch.Tensor) -> list[list[tuple[int, float]]]:
+    top_p, top_i = logits.float().softmax(-1).topk(3)
+    return [list(zip(i, p)) for i, p in zip(top_i.tolist(), top_p.tolist())]
+
+
+def _unchanged(base: torch.Tensor, source: torch.Tensor, selector, n_heads: int) -> bool:
+    """True when the cell's activation is the same in both runs, for every pair: patching it changes nothing, so
+    the patched run IS the base run. Exact, and common: positions before the first token where clean and corrupt
+    differ are equal at every layer (attention is causal), and at layer 0 so is every position with equal tokens."""
+    pos, head = selector
+    if pos is not None:
+        base, source = base[:, pos], source[:, pos]
+    if head is not None:
+        base = base.reshape(*base.shape[:-1], n_heads, -1)[..., head, :]
+        source = source.reshape(*source.shape[:-1], n_heads, -1)[..., head, :]
+    return torch.equal(base, source)
 
 
 def _metric_mean(metric: Metric, logits: torch.Tensor, pair_idx: torch.Tensor) -> float:

@@ -229,16 +229,18 @@ def test_out_of_memory_halves_the_chunk_and_retries(models, tokenizer, monkeypat
     real = patching._run_cells
     sizes = []
 
-    def limited(lab_, site, layer, chunk, pairs, metric):
+    def limited(lab_, site, layer, chunk, *rest):
         sizes.append(len(chunk))
         if len(chunk) > 3:
             raise torch.OutOfMemoryError("simulated: chunk too large")
-        return real(lab_, site, layer, chunk, pairs, metric)
+        return real(lab_, site, layer, chunk, *rest)
 
     monkeypatch.setattr(patching, "_run_cells", limited)
     lab.clear_memo()
     got = lab.patch_sweep(CLEAN, CORRUPT, metric=m, progress=False, max_batch=16).raw
-    assert sizes[:4] == [16, 8, 4, 2]  # halved until it fits
+    big = max(sizes)  # cells whose activation is equal in both runs need no forward, so chunks are < 16 here
+    first = sizes.index(big)
+    assert big > 3 and sizes[first:first + 3] == [big, big // 2, big // 4]  # halved until it fits
     assert torch.allclose(got, expected, atol=1e-6)
 
 
@@ -316,3 +318,28 @@ def test_click_path_reuses_keys_values_before_the_patched_position(models, token
         assert torch.allclose(got, want, atol=1e-4), (arch, edits, (got - want).abs().max())
     for mod in lab.model.modules():
         assert not mod._forward_hooks and not mod._forward_pre_hooks
+
+
+def test_cells_equal_in_both_runs_are_not_run(models, tokenizer):
+    """Positions before the first differing token are equal at every layer (causal attention), and at layer 0
+    every position with equal tokens is: those cells need no forward. Which cells differ is found here with bare
+    hooks; the values of the skipped cells are checked against the loop in test_exact_sweep_equals_hook_loop."""
+    model = models["gpt2"]
+    lab = ilab.Lab(model, tokenizer)
+    res = lab.patch_sweep(CLEAN, CORRUPT, site="resid_pre", metric=ilab.logit_diff(5, 9), progress=False)
+    acts = {}
+    for name, text in (("clean", CLEAN), ("corrupt", CORRUPT)):
+        hs = [model.transformer.h[l].register_forward_pre_hook(
+            lambda m, a, l=l, name=name: acts.__setitem__((name, l), a[0][0].clone())) for l in range(lab.n_layers)]
+        with torch.no_grad():
+            model(tokenizer(text, return_tensors="pt")["input_ids"])
+        for h in hs:
+            h.remove()
+    differ = [(l, p) for l in range(lab.n_layers) for p in range(acts["clean", 0].shape[0])
+              if not torch.equal(acts["clean", l][p], acts["corrupt", l][p])]
+    assert res.cells_run == len(differ) < res.values.numel() // 2
+    assert any(isinstance(k, tuple) for k in lab._kv_memo)  # chunks of late positions reused cached keys/values
+    for l in range(lab.n_layers):  # unchanged cells read exactly "corrupt" (0 after normalising)
+        for p in range(res.values.shape[1]):
+            if (l, p) not in differ:
+                assert res.values[l, p] == 0.0
