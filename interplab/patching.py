@@ -176,7 +176,7 @@ def edited_last_logits(lab: Lab, prompts, edits) -> torch.Tensor:
     plan = engine.Plan()
     for e in edits:
         plan.edits.extend(lab._plan_edit(e, len(prompts), lengths))
-    hidden = lab.run(prompts, cache=[("resid_pre", start)], log=False).cache["resid_pre", start].to(lab.device)
+    hidden = _residuals(lab, prompts).cache["resid_pre", start].to(lab.device)
     first = _first_position(edits, lengths)
     prefix = _prefix_cache(lab, prompts[0], first) if first else None
     base = lab.model.base_model
@@ -201,6 +201,22 @@ def edited_last_logits(lab: Lab, prompts, edits) -> torch.Tensor:
         logits = _last_logits(lab, out.last_hidden_state, last)
     lab.log.record(prompts, edits, [])
     return logits.float().cpu()
+
+
+def _residuals(lab: Lab, prompts: list[str]):
+    """The unedited run with resid_pre of every layer cached: one memoised run serves a click at any layer."""
+    return lab.run(prompts, cache=[("resid_pre", l) for l in range(lab.n_layers)], log=False)
+
+
+def warm_click_path(lab: Lab, prompts) -> None:
+    """Compute ahead what every later click on `prompts` reuses (the cached residuals and, for one prompt, keys
+    and values), so that even the first click costs one resumed forward. Widgets call it after their first paint."""
+    prompts = _as_prompts(prompts)
+    if lab.sites.arch is None:
+        return
+    _residuals(lab, prompts)
+    if len(prompts) == 1 and len(lab.to_str_tokens(prompts[0])) > 1:
+        _prefix_cache(lab, prompts[0], 1)
 
 
 def _first_position(edits, lengths: list[int]) -> int:

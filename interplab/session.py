@@ -13,7 +13,7 @@ from .edits import Edit, patch, steer
 from .lab import Lab
 from .lens import logit_lens
 from .metrics import as_metric, logit_diff
-from .patching import SweepResult, edited_last_logits
+from .patching import SweepResult, edited_last_logits, warm_click_path
 
 TOP_K = 8
 
@@ -130,6 +130,10 @@ class PatchSession:
             if abs(denom) > 1e-9:
                 values["normalised"] = (values["patched"] - values["corrupt"]) / denom
         return {"series": series, "metric": {"name": self.metric.name, "values": values}}
+
+    def warm(self) -> None:
+        """Precompute what clicks reuse (the base prompt's cached residuals and keys/values)."""
+        warm_click_path(self.lab, self.base)
 
     def hover(self, result: SweepResult | None = None) -> list[list[str]]:
         res = result or self.result

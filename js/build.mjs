@@ -3,7 +3,7 @@
 //   sha256 over, for each file in sorted(js/src/** relative posix paths) then "package-lock.json":
 //   path + "\0" + bytes + "\0"      (paths relative to js/; src files as "src/<name>")
 import { createHash } from "node:crypto";
-import { readFileSync, readdirSync, statSync, mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join, relative, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as esbuild from "esbuild";
@@ -34,15 +34,33 @@ export function sourceHash() {
 
 const hash = sourceHash();
 mkdirSync(dirname(outfile), { recursive: true });
-await esbuild.build({
+// Built as an IIFE, then wrapped in a small ESM: anywidget imports the bundle once per widget *instance* (a new
+// blob URL each time), so the IIFE keeps its result on globalThis and only the first widget on a page evaluates
+// plotly and the views; later ones reuse them (first render of a dashboard: one evaluation, not five).
+const GLOBAL = "__interplab_widgets";
+const result = await esbuild.build({
   entryPoints: [join(here, "src", "index.js")],
   bundle: true,
-  format: "esm",
+  format: "iife",
+  globalName: GLOBAL,
   minify: true,
   target: ["es2020"],
-  outfile,
-  banner: { js: `/* interplab-src-hash: ${hash} */` },
-  legalComments: "eof",
+  write: false,
+  outfile, // names the outputs; nothing is written by esbuild
+  legalComments: "external",
   logLevel: "info",
 });
+const out = (ext) => result.outputFiles.find((f) => f.path.endsWith(ext))?.text ?? "";
+const code = out(".js").trimEnd();
+const legal = out(".LEGAL.txt").trim();
+const head = `var ${GLOBAL}=`;
+if (!code.startsWith(head) || !code.endsWith(";")) throw new Error(`unexpected esbuild output: ${code.slice(0, 80)}`);
+const key = JSON.stringify(`${GLOBAL}_${hash.slice(0, 16)}`); // a rebuilt bundle on the same page is not stale
+writeFileSync(
+  outfile,
+  `/* interplab-src-hash: ${hash} */\n` +
+    `const __il=(globalThis[${key}]??=${code.slice(head.length, -1)});\n` +
+    "export const VIEWS=__il.VIEWS;export default __il.default;\n" +
+    (legal ? `/* Licenses of bundled code:\n${legal.replaceAll("*/", "* /")}\n*/\n` : ""),
+);
 console.log(`interplab-src-hash: ${hash}`);

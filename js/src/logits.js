@@ -1,6 +1,7 @@
 // LogitPanel: top-k next-token bars per series (e.g. clean / corrupt / patched), side by side, plus a metric line.
 // No messages to Python.
-import { barSeries, fmt, h, paint, scheduler, shell } from "./plot.js";
+import { paintBars } from "./bars.js";
+import { fmt, h, scheduler, shell } from "./plot.js";
 
 export function render({ model, el }) {
   const state = shell(model, el, "logits");
@@ -18,11 +19,7 @@ export function render({ model, el }) {
 
   function draw() {
     showMetric();
-    const { data, layout } = barSeries(model.get("series"), {
-      title: String(state.get("title", "")),
-      width: state.plot.clientWidth || 800,
-    });
-    return paint(state, data, layout);
+    return paintBars(state, model.get("series"), String(state.get("title", "")));
   }
 
   state.watch(["series", "title", "metric"], scheduler(state, draw));

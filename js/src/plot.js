@@ -93,6 +93,17 @@ const CSS = `
 .interplab textarea { font-family: monospace; font-size: 12px; width: 100%; box-sizing: border-box; }
 .interplab .il-cols { display: flex; gap: 8px; }
 .interplab .il-cols > div { flex: 1; }
+.interplab .il-bars-title { font-weight: 600; margin: 6px 0 2px; }
+.interplab .il-bars { display: flex; gap: 16px; flex-wrap: wrap; margin: 4px 0; }
+.interplab .il-series { flex: 1; min-width: 180px; }
+.interplab .il-series-name { font-weight: 600; margin-bottom: 2px; overflow: hidden; text-overflow: ellipsis;
+  white-space: nowrap; }
+.interplab .il-bar-row { display: flex; align-items: center; gap: 6px; height: 20px; }
+.interplab .il-tok { flex: 0 0 96px; overflow: hidden; text-overflow: ellipsis; white-space: pre; text-align: right;
+  font-family: monospace; }
+.interplab .il-track { flex: 1; height: 14px; background: #f1f1f1; border-radius: 2px; overflow: hidden; }
+.interplab .il-fill { display: block; height: 100%; }
+.interplab .il-val { flex: 0 0 52px; font-family: monospace; font-size: 12px; }
 .interplab input[type=range] { width: 260px; }
 `;
 
@@ -163,72 +174,6 @@ export function tokenAxis(labels, extra = {}) {
     automargin: true,
     ...extra,
   };
-}
-
-/**
- * Horizontal bar subplots side by side, one per series: [{name, tokens, probs}] -> {data, layout}.
- * Token labels sit left of each subplot; `width` (px) sizes the room they get.
- */
-export function barSeries(series, { title = "", height, width = 800 } = {}) {
-  const list = Array.isArray(series) ? series : [];
-  const n = Math.max(list.length, 1);
-  const margin = { l: 10, r: 20, t: title ? 70 : 45, b: 40 };
-  const plotW = Math.max(200, width - margin.l - margin.r);
-  const gap = Math.min(0.05, 20 / plotW);
-  const w = (1 - gap * (n - 1)) / n;
-  const labelFrac = Math.min(0.45 * w, 105 / plotW);
-  const data = [];
-  const layout = baseLayout({ title: { text: esc(title) }, showlegend: false, margin, annotations: [] });
-  let kmax = 1;
-  list.forEach((s, i) => {
-    const tokens = Array.isArray(s?.tokens) ? s.tokens.map(String) : [];
-    const probs = (Array.isArray(s?.probs) ? s.probs : []).map((p) => (Number.isFinite(p) ? p : 0));
-    kmax = Math.max(kmax, tokens.length);
-    const ax = i === 0 ? "" : String(i + 1);
-    const x0 = i * (w + gap);
-    const name = esc(s?.name ?? "");
-    data.push({
-      type: "bar",
-      orientation: "h",
-      x: probs,
-      y: tokens.map((_, j) => j),
-      xaxis: "x" + ax,
-      yaxis: "y" + ax,
-      marker: { color: SERIES_COLORS[i % SERIES_COLORS.length] },
-      text: probs.map((p) => fmt(p)),
-      textposition: "outside",
-      cliponaxis: false,
-      customdata: tokens.map((t) => quoted(t)),
-      hovertemplate: `${name}<br>%{customdata}: %{x:.4f}<extra></extra>`,
-      name,
-    });
-    layout["xaxis" + ax] = {
-      domain: [x0 + labelFrac, x0 + w],
-      range: [0, Math.max(1e-9, ...probs) * 1.35], // room for the value printed after the bar
-      fixedrange: true,
-      zeroline: false,
-      tickformat: ".2f",
-      nticks: 4,
-      anchor: "y" + ax,
-    };
-    layout["yaxis" + ax] = {
-      ...tokenAxis(tokens),
-      range: [Math.max(tokens.length, 1) - 0.5, -0.5], // most likely on top
-      anchor: "x" + ax,
-    };
-    layout.annotations.push({
-      text: `<b>${name}</b>`,
-      x: x0 + (labelFrac + w) / 2,
-      y: 1.0,
-      xref: "paper",
-      yref: "paper",
-      xanchor: "center",
-      yanchor: "bottom",
-      showarrow: false,
-    });
-  });
-  layout.height = height ?? Math.max(220, 100 + 22 * kmax);
-  return { data, layout };
 }
 
 /** Count a finished repaint and push a paint event for tests/benchmarks; returns the plot div. */

@@ -6,7 +6,8 @@
 //   {type:"set_vector", positive, negative}
 // The controls also write their traits back (alpha, layer, site, positions, prompt, positive, negative,
 // max_new_tokens) with save_changes() on `change`, so Python always reads what the user sees.
-import { barSeries, h, paint, scheduler, shell } from "./plot.js";
+import { paintBars } from "./bars.js";
+import { h, scheduler, shell } from "./plot.js";
 
 export const PREVIEW_MS = 40;
 const POSITIONS = [
@@ -178,11 +179,7 @@ export function render({ model, el }) {
     generated.style.display = generated.textContent ? "" : "none";
   }
   function draw() {
-    const { data, layout } = barSeries(model.get("dist"), {
-      title: String(state.get("title", "") || "next-token probabilities"),
-      width: state.plot.clientWidth || 800,
-    });
-    return paint(state, data, layout);
+    return paintBars(state, model.get("dist"), String(state.get("title", "") || "next-token probabilities"));
   }
 
   state.watch(

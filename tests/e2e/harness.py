@@ -460,7 +460,8 @@ class LabNotebook:
 
     def series_names(self, index: int) -> list[str]:
         return self.page.evaluate(
-            "(i) => { const gd = window.__il.gd(i, 'logits'); return (gd?.data || []).map((d) => d.name ?? ''); }",
+            "(i) => [...(window.__il.cellNode(i).querySelector('.interplab-logits')?.querySelectorAll("
+            "'.il-series-name') ?? [])].map((d) => d.textContent)",
             index)
 
     def logits_text(self, index: int) -> str:

@@ -183,16 +183,24 @@ def test_logits_paints_series_and_metric(page, mount):
         title="next token",
     )
     w.wait_paints(1)
-    assert w.js("(w) => w.el.querySelectorAll('.js-plotly-plot .barlayer .trace').length") == 3
+    names = "(w) => [...w.el.querySelectorAll('.il-series-name')].map((t) => t.textContent)"
+    assert w.js(names) == ["clean", "corrupt", "patched"]
     assert page.locator(w.sel(".il-metric")).text_content() == (
         "logit diff: clean = 3.2500   corrupt = -3.0000   patched = 1.5000"
     )
-    ticks = w.js("(w) => [...w.el.querySelectorAll('.ytick text')].map((t) => t.textContent)")
-    assert "␣Mary" in ticks and "<b>bold</b>" in ticks and any(t.startswith("<img") for t in ticks)
+    ticks = w.js("(w) => [...w.el.querySelectorAll('.il-series')[0].querySelectorAll('.il-tok')].map((t) => "
+                 "t.textContent)")
+    assert ticks[:3] == ["␣Mary", "␣John", "␣the"] and "<b>bold</b>" in ticks
+    assert any(t.startswith("<img") for t in ticks)
+    # one scale for every series: bar length is probability / the largest probability shown (0.5)
+    widths = w.js("(w) => [...w.el.querySelectorAll('.il-series')[1].querySelectorAll('.il-fill')].map((f) => "
+                  "f.style.width)")
+    assert widths[:2] == ["80%", "40%"]
+    assert w.js("(w) => w.el.querySelectorAll('.il-val')[0].textContent") == "0.500"
     n = w.paints()
     w.set(series=series(("clean", "patched")))
     w.wait_paints(n + 1)
-    assert w.js("(w) => w.el.querySelectorAll('.js-plotly-plot .barlayer .trace').length") == 2
+    assert w.js(names) == ["clean", "patched"]
     assert page.evaluate("window.__xss") is None
     assert w.js("(w) => w.el.querySelectorAll('img, b').length") == 0
 
@@ -291,6 +299,8 @@ def test_steering_buttons_and_selectors(page, mount):
     n = w.paints()
     w.set(dist=[{"name": "steered", "tokens": [" x"], "probs": [0.9]}])
     w.wait_paints(n + 1)
+    assert w.js("(w) => [...w.el.querySelectorAll('.il-series-name')].map((t) => t.textContent)") == ["steered"]
+    assert w.js("(w) => w.el.querySelector('.il-tok').textContent") == "␣x"
     assert page.evaluate("window.__xss") is None
     assert w.js("(w) => w.el.querySelectorAll('img, b').length") == 0
 
