@@ -60,10 +60,17 @@ res = lab.patch_sweep(clean, corrupt, site="resid_pre", by=("layer", "pos"),
 
 
 INSTRUMENT = """
-_T = {"recv": [], "series": []}
+_T = {"recv": [], "series": [], "start": [], "end": []}
 # first in line on the heatmap's comm: the time a click message reaches the kernel
 explorer.heatmap._msg_callbacks.callbacks.insert(0, lambda *a: _T["recv"].append(time.time()))
 explorer.logits.observe(lambda c: _T["series"].append(time.time()), "series")
+_logits_view = explorer.session.logits_view
+def _timed_view(edits):  # the queued job itself: when the worker starts it, when the numbers are ready
+    _T["start"].append(time.time())
+    out = _logits_view(edits)
+    _T["end"].append(time.time())
+    return out
+explorer.session.logits_view = _timed_view
 print(explorer.queue.join(120))
 """
 
@@ -116,6 +123,7 @@ def bench_model(browser, server: JupyterServer, model: str, n_clicks: int) -> di
         # first render: execute the display cell -> the heatmap's first paint
         t0 = nb.page.evaluate("() => window.__il.run('notebook:run-cell', 1)")
         first = nb.wait_paint("heatmap", t0, timeout=120)
+        assert 0 <= first["t"] - t0 < 120_000, f"first render out of range: t0 {t0}, first paint {first}"
         first_logits = nb.wait_paint("logits", t0, timeout=120)
         nb.page.wait_for_function("() => window.__il_run.done", timeout=120000)
         nb.wait_heatmap(1)
@@ -142,10 +150,13 @@ def bench_model(browser, server: JupyterServer, model: str, n_clicks: int) -> di
         kt = json.loads(nb.exec("import json\nprint(json.dumps(_T))").strip().splitlines()[-1])
         # kernel timestamps for the counted clicks (the 2 warm-up clicks came first)
         recv, series = kt["recv"][2:], kt["series"][-len(samples):]
-        for s, tr, ts in zip(samples, recv, series):
+        start, end = kt["start"][-len(samples):], kt["end"][-len(samples):]
+        for s, tr, ts, t0, t1 in zip(samples, recv, series, start, end):
             click_epoch = (origin + s["t_click"]) / 1000
             s["to_kernel"] = (tr - click_epoch) * 1000
             s["kernel"] = (ts - tr) * 1000
+            s["queue"] = (t0 - tr) * 1000  # handler, echo of the selection, hand-over to the worker thread
+            s["compute"] = (t1 - t0) * 1000
             s["to_paint"] = s["logits"] - s["to_kernel"] - s["kernel"]
         cids = list(dict.fromkeys(f"r{r}c{c}" for r, c in (s["cell"] for s in samples)))
         base = json.loads(nb.exec(BASELINE.format(cids=cids), timeout=600).strip().splitlines()[-1])
@@ -159,6 +170,8 @@ def bench_model(browser, server: JupyterServer, model: str, n_clicks: int) -> di
             "heat_echo": statistics.median([s["heatmap"] for s in samples if s["heatmap"] is not None] or [0]),
             "to_kernel": statistics.median(s["to_kernel"] for s in samples if "to_kernel" in s),
             "kernel": statistics.median(s["kernel"] for s in samples if "kernel" in s),
+            "queue": statistics.median(s["queue"] for s in samples if "queue" in s),
+            "compute": statistics.median(s["compute"] for s in samples if "compute" in s),
             "to_paint": statistics.median(s["to_paint"] for s in samples if "to_paint" in s),
             "baseline": statistics.median(base), "status": status.splitlines()[:1],
         }
@@ -180,11 +193,12 @@ def table(results: list[dict], skipped: list[str]) -> list[str]:
     for s in skipped:
         lines.append(f"| {s} | - | - | skipped: not available | | | | | | |")
     lines += ["", "Where a click's time goes (medians, ms; kernel timestamps against performance.timeOrigin):", "",
-              "| model | page -> kernel comm handler | kernel: handler + queue + forward | kernel -> logits painted "
-              "| heatmap selection echo painted |", "|---|---|---|---|---|"]
+              "| model | page -> kernel comm handler | kernel: handler + queue + forward | of which handler -> job "
+              "start | of which the job | kernel -> logits painted | heatmap selection echo painted |",
+              "|---|---|---|---|---|---|---|"]
     for r in results:
-        lines.append(f"| {r['model']} | {r['to_kernel']:.0f} | {r['kernel']:.0f} | {r['to_paint']:.0f} | "
-                     f"{r['heat_echo']:.0f} |")
+        lines.append(f"| {r['model']} | {r['to_kernel']:.0f} | {r['kernel']:.0f} | {r['queue']:.0f} | "
+                     f"{r['compute']:.0f} | {r['to_paint']:.0f} | {r['heat_echo']:.0f} |")
     return lines
 
 

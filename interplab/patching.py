@@ -334,7 +334,7 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
         estimate, source_value, base_value = _attribution(lab, pairs, site, by, metric, layer_list)
         clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
                                       else (base_value, source_value))
-    else:  # the site at every layer, in both runs: cells where they are equal need no forward (see _unchanged)
+    else:  # the site at every layer, in both runs: cells where they are equal need no forward (see _first_change)
         keys = [(site, l) for l in layer_list]
         # the base run also keeps the residual every patched forward resumes from: one forward serves all chunks
         resume = [_resume_key(lab, site, l) for l in layer_list]
@@ -372,12 +372,13 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
         for li, layer, all_cells in jobs:
             key = (site, layer)
             cells = []
-            for cell in all_cells:
-                if _unchanged(base_run.cache[key], source_run.cache[key], cell[1], lab.n_heads):
-                    result.raw[(li, *cell[0])] = base_value
-                    result.top_tokens[(li, *cell[0])] = [(lab.tokenizer.decode([i]), p) for i, p in base_top]
+            for index, selector in all_cells:
+                first = _first_change(base_run.cache[key], source_run.cache[key], selector, lab.n_heads)
+                if first is None:
+                    result.raw[(li, *index)] = base_value
+                    result.top_tokens[(li, *index)] = [(lab.tokenizer.decode([i]), p) for i, p in base_top]
                 else:
-                    cells.append(cell)
+                    cells.append((index, selector, first))
             done += len(all_cells) - len(cells)
             result.cells_run += len(cells)
             for chunk in _chunks(cells, max(1, max_batch // len(pairs.base))):
@@ -385,7 +386,7 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
                     raise SweepCancelled(f"sweep cancelled after {done} of {total} cells; no result returned.")
                 vals = _run_cells_adaptive(lab, site, layer, chunk, pairs, metric,
                                            base_run.cache[_resume_key(lab, site, layer)], source_run.cache[key])
-                for (cell_index, _), (v, top) in zip(chunk, vals):
+                for (cell_index, _, _), (v, top) in zip(chunk, vals):
                     result.raw[(li, *cell_index)] = v
                     result.top_tokens[(li, *cell_index)] = [(lab.tokenizer.decode([i]), p) for i, p in top]
                 done += len(chunk)
@@ -427,13 +428,12 @@ def _jobs(lab: Lab, site: str, by, layer_list, pairs: _Pairs):
 
 
 def _chunks(cells, per_chunk: int) -> list[list]:
-    """Cells in chunks of at most `per_chunk`. Cells by position are sorted first: a chunk computes only the
-    positions from its earliest patched one on (the earlier ones come from cached keys and values), so chunks of
-    neighbouring positions keep that saving. (Cutting a layer into more, smaller chunks to save more positions
-    does not pay on a CPU: a matmul over fewer rows runs at a fraction of the speed, measured in
-    benchmarks/bench_sweep.py.)"""
-    if cells and cells[0][1][0] is not None:
-        cells = sorted(cells, key=lambda c: c[1][0])
+    """Cells (index, selector, first changed position) in chunks of at most `per_chunk`, sorted by that position:
+    a chunk computes only the positions from its earliest change on (the earlier ones are the base run's, their
+    keys and values come from its cache), so chunks of neighbouring positions keep that saving. (Cutting a layer
+    into more, smaller chunks to save more positions does not pay on a CPU: a matmul over fewer rows runs at a
+    fraction of the speed, measured in benchmarks/bench_sweep.py.)"""
+    cells = sorted(cells, key=lambda c: c[2])
     return [cells[i:i + per_chunk] for i in range(0, len(cells), per_chunk)]
 
 
@@ -469,14 +469,14 @@ def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Me
     rows = n_cells * n_pairs  # cell-major: rows [c * n_pairs + i] = cell c, pair i
     site_point = lab.sites.point(site, layer)
     start = layer + 1 if site == "resid_post" else layer
-    # positions before the chunk's earliest patched one are those of the base run: keys/values from its cache
-    first = min(p for _, (p, _) in chunk) if all(p is not None for _, (p, _) in chunk) else 0
+    # positions before the chunk's earliest changed one are those of the base run: keys/values from its cache
+    first = min(c[2] for c in chunk)
     prefix = _prefix_cache(lab, pairs.base, first, n_cells) if first and bool(pairs.mask.all()) else None
     first = first if prefix is not None else 0
 
     heads = site == "z"
     mask = torch.zeros(n_cells, n_pairs, n_pos, *( [lab.n_heads] if heads else []), dtype=torch.bool)
-    for c, (_, (p, h)) in enumerate(chunk):
+    for c, (_, (p, h), _) in enumerate(chunk):
         sel_pos = slice(None) if p is None else slice(p, p + 1)
         if heads:
             mask[c, :, sel_pos, slice(None) if h is None else slice(h, h + 1)] = True
@@ -515,17 +515,19 @@ def _top3(logits: torch.Tensor) -> list[list[tuple[int, float]]]:
     return [list(zip(i, p)) for i, p in zip(top_i.tolist(), top_p.tolist())]
 
 
-def _unchanged(base: torch.Tensor, source: torch.Tensor, selector, n_heads: int) -> bool:
-    """True when the cell's activation is the same in both runs, for every pair: patching it changes nothing, so
-    the patched run IS the base run. Exact, and common: positions before the first token where clean and corrupt
-    differ are equal at every layer (attention is causal), and at layer 0 so is every position with equal tokens."""
+def _first_change(base: torch.Tensor, source: torch.Tensor, selector, n_heads: int) -> int | None:
+    """The first position where the cell's activation differs between the runs (in any pair), or None when it is
+    equal everywhere: then patching changes nothing and the patched run IS the base run. Exact, and common:
+    positions before the first token where clean and corrupt differ are equal at every layer (attention is causal),
+    and at layer 0 so is every position with equal tokens."""
     pos, head = selector
-    if pos is not None:
-        base, source = base[:, pos], source[:, pos]
     if head is not None:
         base = base.reshape(*base.shape[:-1], n_heads, -1)[..., head, :]
         source = source.reshape(*source.shape[:-1], n_heads, -1)[..., head, :]
-    return torch.equal(base, source)
+    if pos is not None:
+        return None if torch.equal(base[:, pos], source[:, pos]) else pos
+    differs = (base != source).reshape(*base.shape[:2], -1).any(-1).any(0).nonzero()
+    return int(differs[0]) if len(differs) else None
 
 
 def _metric_mean(metric: Metric, logits: torch.Tensor, pair_idx: torch.Tensor) -> float:

@@ -101,10 +101,11 @@ class PatchExplorer(W.VBox):
         t0 = time.perf_counter()
 
         def done(view):
-            self.logits.series = view["series"]
-            self.logits.metric = view["metric"]
-            self.logits.status = f"computed in {1000 * (time.perf_counter() - t0):.0f} ms"
-            self.logits.error = ""
+            with self.logits.hold_sync():  # one message to the frontend, one repaint
+                self.logits.series = view["series"]
+                self.logits.metric = view["metric"]
+                self.logits.status = f"computed in {1000 * (time.perf_counter() - t0):.0f} ms"
+                self.logits.error = ""
 
         self.queue.submit(f"logits:{id(self)}", lambda: self.session.logits_view(edits), done, _fail(self.logits))
 

@@ -2,7 +2,7 @@
 // Messages to Python: {type:"click", row, col, shift}, {type:"toggle", id, enabled}, {type:"remove", id},
 //                     {type:"clear"}, {type:"cancel"}.
 import {
-  PLOT_CONFIG, Plotly, RDBU, baseLayout, clickedCell, esc, fmt, grid, h, hoverLines, paint, quoted, recordPaint, scheduler, shell, strGrid,
+  RDBU, baseLayout, clickedCell, esc, fmt, grid, h, hoverLines, paint, quoted, recordPaint, scheduler, shell, strGrid,
   tokenAxis,
 } from "./plot.js";
 
@@ -11,27 +11,13 @@ export const DIRECTION_TEXT = {
   noise: "noising (corrupted activation patched into the clean run): 1 = clean behaviour kept, 0 = corrupted",
 };
 
-// Data traits repaint the whole heatmap; a click only changes the selection, which moves outlines (relayout).
+// Data traits repaint the whole heatmap (plotly); a click only changes the selection, drawn as DOM outlines over
+// the plot (no plotly call: a relayout of shapes took ~50 ms and delayed the logit panel's repaint).
 const TRAITS = [
   "values", "x_labels", "y_labels", "x_title", "y_title", "title", "direction", "metric_name",
   "hover", "zmin", "zmax",
 ];
 const SELECTION = ["selected", "active_edits"];
-
-function cellShapes(cells, style) {
-  return cells.map(([r, c]) => ({
-    type: "rect",
-    xref: "x",
-    yref: "y",
-    x0: c - 0.5,
-    x1: c + 0.5,
-    y0: r - 0.5,
-    y1: r + 0.5,
-    line: style,
-    fillcolor: "rgba(0,0,0,0)",
-    layer: "above",
-  }));
-}
 
 function pairs(v) {
   if (!Array.isArray(v)) return [];
@@ -73,33 +59,47 @@ export function render({ model, el }) {
     clear.style.display = list.length || sel.length ? "" : "none";
   }
 
-  let lastLayout = {};
+  // outlines of the enabled active edits (dotted green) and the selection (black), over the plot area
+  const overlay = h("div", { class: "il-overlay" });
+  state.plot.style.position = "relative";
 
-  function selectionShapes() {
+  function outlinedCells() {
     const sel = pairs(model.get("selected"));
     const act = (Array.isArray(model.get("active_edits")) ? model.get("active_edits") : []).filter(
-      (e) => Number.isInteger(e?.row) && Number.isInteger(e?.col) && e.row >= 0 && e.col >= 0,
+      (e) => Number.isInteger(e?.row) && Number.isInteger(e?.col) && e.row >= 0 && e.col >= 0 && e.enabled !== false,
     );
-    return [
-      ...cellShapes(
-        act.filter((e) => e.enabled !== false).map((e) => [e.row, e.col]),
-        { color: "#1b9e3e", width: 2, dash: "dot" },
-      ),
-      ...cellShapes(sel, { color: "black", width: 3 }),
-    ];
+    return [...act.map((e) => [e.row, e.col, "il-cell-active"]), ...sel.map(([r, c]) => [r, c, "il-cell-selected"])];
   }
 
-  // A click's echo: update the list and move the outlines without recomputing the heatmap trace.
+  function drawOverlay() {
+    const gd = state.plot;
+    const xa = gd._fullLayout?.xaxis;
+    const ya = gd._fullLayout?.yaxis;
+    if (!xa?.l2p || !ya?.l2p) return;
+    const px = (ax, v) => ax._offset + ax.l2p(v);
+    overlay.replaceChildren(
+      ...outlinedCells().map(([r, c, cls]) => {
+        const [x0, x1] = [px(xa, c - 0.5), px(xa, c + 0.5)];
+        const [y0, y1] = [px(ya, r - 0.5), px(ya, r + 0.5)];
+        const box = h("div", { class: `il-cell ${cls}` });
+        Object.assign(box.style, {
+          left: `${Math.min(x0, x1)}px`, top: `${Math.min(y0, y1)}px`,
+          width: `${Math.abs(x1 - x0)}px`, height: `${Math.abs(y1 - y0)}px`,
+        });
+        box.dataset.row = String(r);
+        box.dataset.col = String(c);
+        return box;
+      }),
+    );
+    if (overlay.parentNode !== gd) gd.appendChild(overlay);
+  }
+
+  // A click's echo: update the list and the outlines; the heatmap trace is untouched.
   function drawSelection() {
     renderEdits();
     if (!state.paints || !state.alive) return draw();
-    // react with the same trace objects and the layout we built: plotly's diff sees only the shapes change
-    const gd = state.plot;
-    const layout = { ...lastLayout, shapes: selectionShapes() };
-    return Plotly.react(gd, gd.data, layout, PLOT_CONFIG).then(() => recordPaint(state)).catch((err) => {
-      console.error("interplab: relayout failed", err);
-      return draw();
-    });
+    drawOverlay();
+    recordPaint(state);
   }
 
   function draw() {
@@ -145,7 +145,6 @@ export function render({ model, el }) {
       colorbar: { title: { text: esc(metric), side: "right" }, thickness: 14 },
       ...(fixed ? { zmin, zmax, zauto: false } : { zmid: 0 }),
     };
-    const shapes = selectionShapes();
     const direction = String(state.get("direction", ""));
     const sub = DIRECTION_TEXT[direction] ?? (direction ? esc(direction) : "");
     const layout = baseLayout({
@@ -156,13 +155,13 @@ export function render({ model, el }) {
       height: Math.min(900, Math.max(300, 170 + 24 * rows)),
       xaxis: tokenAxis(xLabels.slice(0, cols), { title: { text: esc(xTitle) }, tickangle: -45 }),
       yaxis: tokenAxis(yLabels.slice(0, rows), { title: { text: esc(yTitle) }, range: [rows - 0.5, -0.5] }),
-      shapes,
     });
     renderEdits();
-    lastLayout = layout;
     return paint(state, [trace], layout).then((gd) => {
+      drawOverlay();
       if (!gd.__interplab_click) {
         gd.__interplab_click = true;
+        gd.on("plotly_afterplot", drawOverlay); // resizes and relayouts move the cells
         gd.on("plotly_click", (ev) => {
           const z = gd._fullData?.[0]?.z ?? [];
           const cell = clickedCell(gd, ev, z.length, z.reduce((m, r) => Math.max(m, r?.length ?? 0), 0));
@@ -175,7 +174,7 @@ export function render({ model, el }) {
 
   const redraw = scheduler(state, draw);
   state.watch(TRAITS, redraw);
-  state.watch(SELECTION, scheduler(state, drawSelection));
+  state.watch(SELECTION, scheduler(state, drawSelection, { soon: true })); // DOM outlines only: cheap
   draw();
   return () => state.cleanup();
 }

@@ -22,7 +22,7 @@ export function render({ model, el }) {
     return paintBars(state, model.get("series"), String(state.get("title", "")));
   }
 
-  state.watch(["series", "title", "metric"], scheduler(state, draw));
+  state.watch(["series", "title", "metric"], scheduler(state, draw, { soon: true })); // DOM only: cheap
   draw();
   return () => state.cleanup();
 }

@@ -93,6 +93,10 @@ const CSS = `
 .interplab textarea { font-family: monospace; font-size: 12px; width: 100%; box-sizing: border-box; }
 .interplab .il-cols { display: flex; gap: 8px; }
 .interplab .il-cols > div { flex: 1; }
+.interplab .il-overlay { position: absolute; left: 0; top: 0; width: 0; height: 0; pointer-events: none; }
+.interplab .il-cell { position: absolute; box-sizing: border-box; }
+.interplab .il-cell-selected { border: 3px solid #000; }
+.interplab .il-cell-active { border: 2px dotted #1b9e3e; }
 .interplab .il-bars-title { font-weight: 600; margin: 6px 0 2px; }
 .interplab .il-bars { display: flex; gap: 16px; flex-wrap: wrap; margin: 4px 0; }
 .interplab .il-series { flex: 1; min-width: 180px; }
@@ -301,8 +305,10 @@ export function shell(model, el, kind, { progress = false } = {}) {
   return state;
 }
 
-/** Coalesce many change events into one repaint per animation frame (or timeout when hidden). */
-export function scheduler(state, fn) {
+/** Coalesce many change events into one repaint per animation frame (or timeout when hidden). With
+ * `{ soon: true }` the repaint runs in a microtask instead: changes from one message still coalesce, and a cheap
+ * DOM repaint makes the coming frame instead of waiting up to a frame for the next one. */
+export function scheduler(state, fn, { soon = false } = {}) {
   let pending = false;
   return () => {
     if (pending) return;
@@ -311,7 +317,9 @@ export function scheduler(state, fn) {
       pending = false;
       if (state.alive) fn();
     };
-    if (typeof requestAnimationFrame === "function" && document.visibilityState !== "hidden") {
+    if (soon) {
+      queueMicrotask(run);
+    } else if (typeof requestAnimationFrame === "function" && document.visibilityState !== "hidden") {
       requestAnimationFrame(run);
     } else {
       state.timeout(run, 0);

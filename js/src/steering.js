@@ -188,7 +188,7 @@ export function render({ model, el }) {
     syncControls,
   );
   state.watch(["generated"], showGenerated);
-  state.watch(["dist", "title"], scheduler(state, draw));
+  state.watch(["dist", "title"], scheduler(state, draw, { soon: true })); // DOM bars: cheap while dragging
   syncControls();
   showGenerated();
   draw();

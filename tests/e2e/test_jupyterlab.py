@@ -55,8 +55,9 @@ def test_click_heatmap_cell_patches_and_repaints_logits(lab_server, chromium_bro
         assert "patched" in nb.logits_text(shown)
         # the click is outlined on the heatmap (the selection came back from the kernel)
         nb.page.wait_for_function(
-            "([i, r, c]) => (window.__il.gd(i, 'heatmap').layout.shapes || []).some("
-            "(s) => s.x0 === c - 0.5 && s.y0 === r - 0.5)", arg=[shown, row, col], timeout=30000)
+            "([i, r, c]) => !!window.__il.cellNode(i).querySelector("
+            "`.interplab-heatmap .il-cell-selected[data-row='${r}'][data-col='${c}']`)", arg=[shown, row, col],
+            timeout=30000)
 
         # (1) the Python-side state changed, read through the kernel
         out = nb.exec("import json\nprint(json.dumps({'selected': explorer.heatmap.selected,"

@@ -83,7 +83,17 @@ def test_heatmap_kernel_update_repaints(page, mount):
         ],
     )
     w.wait_paints(n + 1)
-    assert w.js("(w) => w.el.querySelector('.js-plotly-plot').layout.shapes.length") == 2  # enabled edit + selection
+    # enabled edit + selection, outlined over their cells (disabled edits are not outlined)
+    cells = w.js("(w) => [...w.el.querySelectorAll('.il-cell')].map((b) => [b.className, +b.dataset.row, "
+                 "+b.dataset.col, b.getBoundingClientRect()])")
+    assert [c[:3] for c in cells] == [["il-cell il-cell-active", 1, 2], ["il-cell il-cell-selected", 1, 2]]
+    # the outline sits on the heatmap cell: a click at its centre hits cell (1, 2)
+    r = cells[1][3]
+    hit = w.js(f"(w) => {{ const gd = w.el.querySelector('.js-plotly-plot'); const xa = gd._fullLayout.xaxis, "
+               f"ya = gd._fullLayout.yaxis; const b = gd.getBoundingClientRect(); "
+               f"return [ya.p2l({r['y']} + {r['height']} / 2 - b.top - ya._offset), "
+               f"xa.p2l({r['x']} + {r['width']} / 2 - b.left - xa._offset)]; }}")
+    assert [round(v) for v in hit] == [1, 2]
     labels = page.locator(w.sel(".il-edit-label")).all_text_contents()
     assert labels == ["patch resid_pre L1 pos 2", "zero z L3 H4"]
 
