@@ -123,7 +123,6 @@ def bench_model(browser, server: JupyterServer, model: str, n_clicks: int) -> di
         # first render: execute the display cell -> the heatmap's first paint
         t0 = nb.page.evaluate("() => window.__il.run('notebook:run-cell', 1)")
         first = nb.wait_paint("heatmap", t0, timeout=120)
-        assert 0 <= first["t"] - t0 < 120_000, f"first render out of range: t0 {t0}, first paint {first}"
         first_logits = nb.wait_paint("logits", t0, timeout=120)
         nb.page.wait_for_function("() => window.__il_run.done", timeout=120000)
         nb.wait_heatmap(1)
@@ -151,12 +150,12 @@ def bench_model(browser, server: JupyterServer, model: str, n_clicks: int) -> di
         # kernel timestamps for the counted clicks (the 2 warm-up clicks came first)
         recv, series = kt["recv"][2:], kt["series"][-len(samples):]
         start, end = kt["start"][-len(samples):], kt["end"][-len(samples):]
-        for s, tr, ts, t0, t1 in zip(samples, recv, series, start, end):
+        for s, tr, ts, job0, job1 in zip(samples, recv, series, start, end):
             click_epoch = (origin + s["t_click"]) / 1000
             s["to_kernel"] = (tr - click_epoch) * 1000
             s["kernel"] = (ts - tr) * 1000
-            s["queue"] = (t0 - tr) * 1000  # handler, echo of the selection, hand-over to the worker thread
-            s["compute"] = (t1 - t0) * 1000
+            s["queue"] = (job0 - tr) * 1000  # handler, echo of the selection, hand-over to the worker thread
+            s["compute"] = (job1 - job0) * 1000
             s["to_paint"] = s["logits"] - s["to_kernel"] - s["kernel"]
         cids = list(dict.fromkeys(f"r{r}c{c}" for r, c in (s["cell"] for s in samples)))
         base = json.loads(nb.exec(BASELINE.format(cids=cids), timeout=600).strip().splitlines()[-1])

@@ -64,6 +64,9 @@ class SweepResult:
     top_tokens: dict = field(default_factory=dict, repr=False)
     # exact sweeps: patched forwards actually run (cells whose activation is equal in both runs need none)
     cells_run: int = 0
+    # exact sweeps: the first pair's patched run per cell index: (top CELL_TOP_K token ids, their probabilities,
+    # the metric); a click on a cell of this heatmap shows these numbers without running the forward again
+    cell_runs: dict = field(default_factory=dict, repr=False)
 
     @property
     def shape(self):
@@ -368,6 +371,7 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
     bar = _progress_bar(total, progress)
     done = 0
     base_top = _top3(base_run.last_logits[:1])[0]
+    base_cell = _cell_run(base_run.last_logits[:1], metric)[0]
     try:
         for li, layer, all_cells in jobs:
             key = (site, layer)
@@ -377,6 +381,7 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
                 if first is None:
                     result.raw[(li, *index)] = base_value
                     result.top_tokens[(li, *index)] = [(lab.tokenizer.decode([i]), p) for i, p in base_top]
+                    result.cell_runs[(li, *index)] = base_cell
                 else:
                     cells.append((index, selector, first))
             done += len(all_cells) - len(cells)
@@ -386,9 +391,10 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
                     raise SweepCancelled(f"sweep cancelled after {done} of {total} cells; no result returned.")
                 vals = _run_cells_adaptive(lab, site, layer, chunk, pairs, metric,
                                            base_run.cache[_resume_key(lab, site, layer)], source_run.cache[key])
-                for (cell_index, _, _), (v, top) in zip(chunk, vals):
+                for (cell_index, _, _), (v, top, run) in zip(chunk, vals):
                     result.raw[(li, *cell_index)] = v
                     result.top_tokens[(li, *cell_index)] = [(lab.tokenizer.decode([i]), p) for i, p in top]
+                    result.cell_runs[(li, *cell_index)] = run
                 done += len(chunk)
                 _advance(bar, progress, done, total, len(chunk))
                 if on_partial is not None:
@@ -443,7 +449,7 @@ def _resume_key(lab: Lab, site: str, layer: int) -> tuple[str, int]:
     return ("resid_pre", start) if start < lab.n_layers else ("resid_post", lab.n_layers - 1)
 
 
-def _run_cells_adaptive(lab, site, layer, chunk, pairs, metric, base_hidden, src) -> list[float]:
+def _run_cells_adaptive(lab, site, layer, chunk, pairs, metric, base_hidden, src) -> list[tuple]:
     """Run a chunk; on out-of-memory, halve it and retry."""
     try:
         return _run_cells(lab, site, layer, chunk, pairs, metric, base_hidden, src)
@@ -462,7 +468,8 @@ def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Me
     """One batched, resumed forward for a chunk of cells of one layer, starting from `base_hidden` (the base run's
     residual at the start layer) with `src` (the source run's activation at the site) patched in.
 
-    Returns per cell (mean metric over pairs, top-3 (token id, prob) of the first pair's patched run)."""
+    Returns per cell (mean metric over pairs, top-3 (token id, prob) of the first pair's patched run, its
+    _cell_run)."""
     dev = lab.device
     n_pairs, n_pos = pairs.base_ids.shape
     n_cells = len(chunk)
@@ -507,7 +514,19 @@ def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Me
         values = [float(metric(logits[c * n_pairs:(c + 1) * n_pairs]).mean()) for c in range(n_cells)]
     else:
         values = metric(logits.float(), pair_idx).reshape(n_cells, n_pairs).mean(1).tolist()
-    return list(zip(values, _top3(logits[::n_pairs])))
+    first_pair = logits[::n_pairs]
+    return list(zip(values, _top3(first_pair), _cell_run(first_pair, metric)))
+
+
+CELL_TOP_K = 8  # next tokens kept per cell for the logit panel (interplab.session.TOP_K)
+
+
+def _cell_run(logits: torch.Tensor, metric: Metric) -> list[tuple]:
+    """Per row of first-pair logits: (top CELL_TOP_K ids, probabilities, the metric of pair 0)."""
+    top_p, top_i = logits.float().softmax(-1).topk(CELL_TOP_K)
+    values = ([float(metric(row[None]).reshape(-1)[0]) for row in logits] if isinstance(metric, Custom)
+              else metric(logits.float(), torch.zeros(len(logits), dtype=torch.long)).tolist())
+    return list(zip(top_i.tolist(), top_p.tolist(), values))
 
 
 def _top3(logits: torch.Tensor) -> list[list[tuple[int, float]]]:

@@ -111,8 +111,11 @@ class PatchSession:
         return f"r{row}c{col}"
 
     # ---- the logit panel ---------------------------------------------------------------------------------------
-    def logits_view(self, edits: list[Edit]) -> dict:
-        """Top-k bars for clean / corrupt / patched and the metric values (patched = base with the edits)."""
+    def logits_view(self, edits: list[Edit], cells: list[tuple[int, int]] | None = None) -> dict:
+        """Top-k bars for clean / corrupt / patched and the metric values (patched = base with the edits).
+
+        cells: the heatmap cells (row, col) the edits stand for; one cell of this session's exact sweep is read
+        from the sweep, which ran that very patched forward (see cell_run)."""
         lab = self.lab
         clean = lab.run(self.clean, log=False).last_logits[0]
         corrupt = lab.run(self.corrupt, log=False).last_logits[0]
@@ -122,14 +125,43 @@ class PatchSession:
             series.append({"name": name, "tokens": toks, "probs": probs})
             values[name] = float(self.metric(lg[None])[0])
         if edits:
-            patched = edited_last_logits(lab, self.base, edits)[0]
-            toks, probs = top_k(lab, patched)
+            run = self.cell_run(cells[0]) if cells is not None and len(cells) == len(edits) == 1 else None
+            if run is not None:
+                ids, p, value = run
+                toks, probs = [lab.tokenizer.decode([i]) for i in ids], [round(float(x), 6) for x in p]
+                lab.log.record([self.base], edits, [])  # the log reads as if the forward had run
+            else:
+                patched = edited_last_logits(lab, self.base, edits)[0]
+                toks, probs = top_k(lab, patched)
+                value = float(self.metric(patched[None])[0])
             series.append({"name": f"patched: {_short(edits)}", "tokens": toks, "probs": probs})
-            values["patched"] = float(self.metric(patched[None])[0])
+            values["patched"] = value
             denom = values["clean"] - values["corrupt"]
             if abs(denom) > 1e-9:
                 values["normalised"] = (values["patched"] - values["corrupt"]) / denom
         return {"series": series, "metric": {"name": self.metric.name, "values": values}}
+
+    def cell_run(self, cell: tuple[int, int]) -> tuple | None:
+        """(top token ids, probabilities, metric) of the patched run behind heatmap cell (row, col), as the exact
+        sweep computed it; None where the sweep is not this session's (another pair, site, metric; several
+        pairs; attribution) or lacks the cell. Equal to a fresh forward up to float rounding (tested)."""
+        res = self.result
+        if (res is None or res.method != "exact" or len(res.clean) != 1 or res.clean[0] != self.clean
+                or res.corrupt[0] != self.corrupt or res.site != self.site or tuple(res.by) != tuple(self.by)
+                or res.direction != self.direction or res.metric is not None and res.metric.name != self.metric.name
+                or len(res.cell_runs) == 0):
+            return None
+        run = res.cell_runs.get(self.cell_key(res, *cell))
+        return run if run is not None and len(run[0]) >= TOP_K else None
+
+    @staticmethod
+    def cell_key(res: SweepResult, row: int, col: int) -> tuple:
+        """The index of heatmap cell (row, col) in res.raw (the heatmap shows (layer, head, pos) head-major)."""
+        if res.by == ("layer",):
+            return (row,)
+        if len(res.by) == 3:
+            return (row, *divmod(col, len(res.labels["pos"])))
+        return (row, col)
 
     def warm(self) -> None:
         """Precompute what clicks reuse (the base prompt's cached residuals and keys/values)."""
@@ -139,13 +171,11 @@ class PatchSession:
         res = result or self.result
         rows = []
         v = res.raw if res.raw.dim() == 2 else res.raw.reshape(res.raw.shape[0], -1)
-        n_cols = v.shape[1]
         for li, r in enumerate(v.tolist()):
             row = []
             for c, x in enumerate(r):
                 text = "not computed" if x != x else f"{res.metric_name}: {x:.3f}"
-                key = (li,) if res.by == ("layer",) else (li, *divmod(c, n_cols // len(res.labels["head"]))) \
-                    if len(res.by) == 3 else (li, c)
+                key = self.cell_key(res, li, c)
                 top = res.top_tokens.get(key)
                 if top:
                     text += "\nnext: " + ", ".join(f"{t!r} {p:.2f}" for t, p in top)

@@ -165,3 +165,38 @@ def test_dashboard_composes_every_view(gpt2_lab):
     assert all(v is not None for row in d.heatmap.values for v in row)
     assert d.steering.panel.dist and d.lens.top_tokens and d.attention.pattern
     assert ilab.attached_hooks() == []
+
+
+def test_a_click_on_an_exact_sweep_reads_the_sweep_and_equals_a_fresh_forward(gpt2_lab, monkeypatch):
+    """The exact sweep ran every cell's patched forward: a click shows those numbers (top-k and metric) instead of
+    running it again. They must equal a fresh forward, for computed cells and for unchanged (skipped) ones."""
+    from interplab import session as session_mod
+
+    res = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), progress=False)
+    ex = res.show()
+    gpt2_lab.queue.join()
+    s = ex.session
+    n_pos = res.values.shape[1]
+    cells = [(0, 0), (0, n_pos - 5), (1, n_pos - 5), (gpt2_lab.n_layers - 1, n_pos - 1), (2, 1)]
+    fresh = {c: s.logits_view([s.cell_edit(*c)]) for c in cells}  # no cells given: the forward runs
+
+    def no_forward(*a, **k):
+        raise AssertionError("a click on an exact sweep's cell ran a forward")
+
+    monkeypatch.setattr(session_mod, "edited_last_logits", no_forward)
+    logged = len(gpt2_lab.log)
+    for c in cells:
+        view = s.logits_view([s.cell_edit(*c)], cells=[c])
+        assert view["series"][2]["tokens"] == fresh[c]["series"][2]["tokens"]
+        assert view["series"][2]["probs"] == pytest.approx(fresh[c]["series"][2]["probs"], abs=1e-5)
+        assert view["metric"]["values"]["patched"] == pytest.approx(fresh[c]["metric"]["values"]["patched"],
+                                                                    abs=1e-4)
+    assert len(gpt2_lab.log) == logged + len(cells)  # the log reads as if the forwards had run
+    assert "patch resid_pre L2 pos 1" in gpt2_lab.log.to_code()
+    # several cells at once, or a sweep that is not this session's, run the forward
+    with pytest.raises(AssertionError, match="ran a forward"):
+        s.logits_view([s.cell_edit(1, 3), s.cell_edit(2, 3)], cells=[(1, 3), (2, 3)])
+    attr = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), method="attribution")
+    s.result = attr
+    with pytest.raises(AssertionError, match="ran a forward"):
+        s.logits_view([s.cell_edit(1, 3)], cells=[(1, 3)])

@@ -293,7 +293,12 @@ class LabWidget(anywidget.AnyWidget):
         self.handle(kind, fields)
 
     def handle(self, kind: str, fields: dict[str, Any]) -> None:
-        """Run the widget's own reaction (``_handle_<kind>``) then the registered callbacks; never raises."""
+        """Run the widget's own reaction (``_handle_<kind>``) then the registered callbacks; never raises. The
+        trait changes they make go back to the frontend as one message."""
+        with self.hold_sync():
+            self._handle(kind, fields)
+
+    def _handle(self, kind: str, fields: dict[str, Any]) -> None:
         own = getattr(self, f"_handle_{kind}", None)
         try:
             if own is not None:

@@ -98,6 +98,10 @@ class PatchExplorer(W.VBox):
 
     def _refresh_logits(self) -> None:
         edits = self.edits
+        # the heatmap cells behind them (edits set from code may have none: then the forward runs)
+        cells = [(e["row"], e["col"]) for e in self.heatmap.active_edits
+                 if e.get("enabled", True) and e["id"] in self._edits and e.get("row") is not None]
+        cells = cells if len(cells) == len(edits) else None
         t0 = time.perf_counter()
 
         def done(view):
@@ -107,7 +111,8 @@ class PatchExplorer(W.VBox):
                 self.logits.status = f"computed in {1000 * (time.perf_counter() - t0):.0f} ms"
                 self.logits.error = ""
 
-        self.queue.submit(f"logits:{id(self)}", lambda: self.session.logits_view(edits), done, _fail(self.logits))
+        self.queue.submit(f"logits:{id(self)}", lambda: self.session.logits_view(edits, cells), done,
+                          _fail(self.logits))
 
     # ---- the sweep ------------------------------------------------------------------------------------------
     def _show_result(self, result) -> None:
