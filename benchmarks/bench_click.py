@@ -65,9 +65,9 @@ _T = {"recv": [], "series": [], "start": [], "end": []}
 explorer.heatmap._msg_callbacks.callbacks.insert(0, lambda *a: _T["recv"].append(time.time()))
 explorer.logits.observe(lambda c: _T["series"].append(time.time()), "series")
 _logits_view = explorer.session.logits_view
-def _timed_view(edits):  # the queued job itself: when the worker starts it, when the numbers are ready
+def _timed_view(*args, **kw):  # the queued job itself: when the worker starts it, when the numbers are ready
     _T["start"].append(time.time())
-    out = _logits_view(edits)
+    out = _logits_view(*args, **kw)
     _T["end"].append(time.time())
     return out
 explorer.session.logits_view = _timed_view
@@ -254,7 +254,10 @@ def main() -> int:
             "Baseline (ratio): `explorer.session.logits_view([edit])` for the same cells timed in the kernel, "
             "memo cleared but for what the explorer computes once at creation (clean and corrupt runs, cached "
             "residuals and keys/values): the compute a click on a fresh cell triggers. "
-            "gpt2-small = random weights, real GPT-2 tokenizer, 15-token IOI pair.", ""]
+            "gpt2-small = random weights, real GPT-2 tokenizer, 15-token IOI pair. The ioi-tiny heatmap comes from an "
+            "exact sweep, so a click on one cell shows the patched run the sweep already computed (no forward; "
+            "the baseline column is the forward it replaces); the gpt2-small heatmap comes from an attribution "
+            "sweep, so every click there runs the resumed patched forward.", ""]
     lines = head + table(results, skipped)
     print("\n".join(lines))
     if not args.no_write:
