@@ -74,9 +74,11 @@ explorer = res.show()
 explorer
 """),
     md("""
-**What you should see:** in layer 0 only the position of the changed name (S2, the second " John") matters; from
-layer 1 on only the **final position** does — the information has moved from S2 to the end, and in this small model
-that happens inside layer 0. The values are normalised: **1 = clean behaviour restored, 0 = corrupted**.
+**What you should see:** the position of the changed name (S2, the second " John") carries the effect in layers
+0 and 1 and most of it in layer 2; the **final position** takes over in the last layers. The model works out *at
+S2* that this name is the subject of the last clause, and later layers move that to the end: the information
+travels through the layers, not in one hop. The values are normalised: **1 = clean behaviour restored,
+0 = corrupted**.
 
 Click a cell: the patch is applied and the logit panel shows clean / corrupt / patched next-token probabilities.
 Shift-click adds cells to the active set; untick an entry to switch it off.
@@ -99,9 +101,13 @@ print("mlp_out,  final position:", [round(v, 2) for v in mlp.values[:, -1].tolis
 heads.show()
 """),
     md("""
-**What you should see:** one head in layer 0 restores about all of the logit difference by itself and the other heads
-do almost nothing: `ioi-tiny` solves the task inside its first layer (its model card says how). In GPT-2 small the
-IOI circuit spans many layers — run this notebook on `gpt2` at home and compare.
+**What you should see:** two groups of heads, none doing it alone. In layer 0, two heads that read the S2
+position: patched everywhere they carry the S2 name to where later heads read it. In layers 1 and 2, heads that
+attend from the end to S2 and move the information to the end, each restoring a part of the logit difference; the
+`attn_out` line shows the same (at the final position the attention outputs of layers 1 and 2 matter) and the MLPs
+add little. The model card
+(`interplab/zoo/ioi_tiny/MODEL_CARD.md`) describes the circuit. In GPT-2 small the IOI circuit spans many more
+layers and heads — run this notebook on `gpt2` at home and compare.
 """),
     md("## Noising vs denoising\n\nDenoising patches clean into corrupt (is this component *sufficient*?); noising "
        "patches corrupt into clean (is it *necessary*?). Both use the same scale: 1 = clean behaviour."),
@@ -236,19 +242,23 @@ lab = ilab.Lab.load("ioi-tiny")
 prompt = "When Mary and John went to the store, John gave a drink to"
 lens_widget(lab, prompt)
 """),
-    md("**What you should see:** at the final position ' Mary' is the top prediction from layer 0 on — this small "
-       "model settles the answer in its first layer. Earlier positions predict ordinary continuations. Hover a cell "
-       "for its top-5."),
-    md("### Predict, then check\nAt which layer does ' Mary' first become the top prediction at the final position?"),
+    md("**What you should see:** after layer 0 the final position predicts ' John', the repeated name; layers 1 and "
+       "2, whose heads read the second ' John' and push it down, flip the prediction to ' Mary', which is "
+       "near-certain after the last layer. Earlier positions predict ordinary continuations. Hover a cell for its "
+       "top-5."),
+    md("### Predict, then check\nAt which layer does p(' Mary') at the final position jump close to 1? Where is "
+       "' John' before that?"),
     code("""
 # ANSWER
 res = logit_lens(lab, prompt)
-mary = lab.token_id(" Mary")
+mary, john = lab.token_id(" Mary"), lab.token_id(" John")
 for layer in range(res.n_layers):
-    print(f"layer {layer}: top {res.top_tokens[layer][-1][0]!r}, p(' Mary') = {res.prob_of(mary)[layer, -1]:.3f}")
+    print(f"layer {layer}: top {res.top_tokens[layer][-1][0]!r}, p(' Mary') = {res.prob_of(mary)[layer, -1]:.3f}, "
+          f"p(' John') = {res.prob_of(john)[layer, -1]:.3f}")
 """),
     md("## Attention patterns\n\nPick a layer and head: queries on the vertical axis, keys on the horizontal. Look "
-       "for a head whose final position attends to the indirect object (' Mary')."),
+       "for heads whose final position attends to the second ' John' (in layers 1 and 2: they move the subject to "
+       "the end) and for heads that attend to both names of the intro (layer 3: they copy the candidates)."),
     code("""
 attention_widget(lab, prompt, layer=lab.n_layers - 1, head=0)
 """),

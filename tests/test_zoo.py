@@ -83,16 +83,8 @@ def test_model_card_reports_figures():
         assert needle in card
 
 
-GOAL_NOT_MET = pytest.mark.xfail(
-    strict=True,
-    reason="issue 3 goal not reached by the shipped ioi-tiny (see MODEL_CARD.md): it solves IOI inside layer 0 "
-           "at ~0.8 held-out accuracy; strict, so this test fails loudly once a retrained model meets the goal",
-)
-
-
 # ------------------------------------------------------------------------------------------- behaviour
 @pytest.mark.parametrize("split", ["test_pairs", "test_templates", "test"])
-@GOAL_NOT_MET
 def test_heldout_accuracy(ioi, split):
     model, tok = ioi
     acc, _ = ev.score(model, tok, zoo.ioi_dataset(200, split, seed=7))
@@ -113,6 +105,15 @@ def test_classic_prompt_answer_is_io(ioi):
     assert logits[tok.encode(" Mary")[0]] > logits[tok.encode(" John")[0]]
 
 
+def test_capitals_are_known_for_the_steering_notebook(ioi):
+    # notebooks/02 steers "The capital of Spain is" from ' Madrid' to ' Paris'
+    model, tok = ioi
+    for country, capital in corpus.FACTS.items():
+        with torch.no_grad():
+            logits = model(**tok(f"The capital of {country} is", return_tensors="pt")).logits[0, -1]
+        assert tok.decode([int(logits.argmax())]) == f" {capital}", country
+
+
 def test_corrupt_prompt_flips_the_answer(ioi):
     model, tok = ioi
     ds = zoo.ioi_dataset(100, "test", seed=5)
@@ -128,20 +129,17 @@ def test_patching_sanity_embedding_at_s2_restores_everything(patching):
     assert abs(patching["resid_pre_named"][0]["IO"]) < 1e-4  # IO's embedding is the same in both runs
 
 
-@GOAL_NOT_MET
 def test_no_single_head_restores_most_of_the_logit_diff(patching):
     best = max(v for row in patching["z_all"] for v in row)
     assert best <= 0.60, f"one head (all positions) restores {best:.2f}"
 
 
-@GOAL_NOT_MET
 def test_a_later_layer_head_matters_at_the_final_position(patching):
     cells = {(l, h): v for l, row in enumerate(patching["z_end"]) for h, v in enumerate(row) if l >= 1}
     (l, h), best = max(cells.items(), key=lambda kv: kv[1])
     assert best >= 0.20, f"best head in layer >= 1 at END: L{l}H{h} = {best:.2f}"
 
 
-@GOAL_NOT_MET
 def test_information_stays_at_s2_beyond_layer_0(patching):
     vals = {l: row["S2"] for l, row in enumerate(patching["resid_pre_named"]) if l >= 1}
     assert max(vals.values()) >= 0.30, f"resid_pre at S2, layers >= 1: {vals}"

@@ -51,58 +51,66 @@ FILLER = """the a and then went saw big small red blue old new happy sad very qu
 made said day night morning evening city road tree dog cat car door window table chair water fire stone bird
 sun moon rain snow""".split()
 
-# ---------------------------------------------------------------- templates: intro + middle + action
-# intro mentions {A} and {B}; middle mentions the subject {S} (S2) and maybe a bystander {C} (after S2); the
-# action ends with "to" and the answer (the indirect object, IO) follows.
+# ---------------------------------------------------------------- templates: intro + middle + final clause
+# The intro names the two candidates {A} and {B}. An optional middle mentions names in other roles. The final clause
+# is MARKER + S2 + POST + ACTION: S2 (the subject, repeating one candidate) always follows a clause marker
+# ("," "then" "so" "Later" ...), and no other name ever follows a marker. POST may hold a bystander or a candidate
+# after S2, so S2 is often not the last name before the end, and its distance to the end varies; the middle may repeat
+# either candidate, so name counts do not identify the answer either. The answer (the indirect object, IO) is the
+# candidate that is not S2. Finding S2 needs its left context ("which name follows a marker?"), which a layer-0 head at
+# the end cannot see: the information has to be formed at S2 and moved to the end by a later layer.
 INTROS_TRAIN = [
-    "When {A} and {B} went to the {place},",
-    "As soon as {A} and {B} entered the {place},",
-    "After {A} and {B} cleaned the {place},",
-    "When {A} and {B} stopped by the {place},",
-    "Later that day {A} and {B} walked into the {place}, and",
-    "When {A} and {B} got a {obj} at the {place},",
-    "After {A} and {B} arrived at the {place},",
-    "While {A} and {B} were working at the {place},",
-    "{A} and {B} went to the {place}, and then",
-    "The {place} was busy when {A} and {B} arrived, and",
-    "Yesterday {A} and {B} had a long day at the {place}, and then",
-    "Since {A} and {B} were bored at the {place},",
-    "{A} and {B} met at the {place}, where",
-    "Then, {A} and {B} had a lot of fun at the {place}. Afterwards",
+    "When {A} and {B} went to the {place}",
+    "As soon as {A} and {B} entered the {place}",
+    "After {A} and {B} cleaned the {place}",
+    "When {A} and {B} stopped by the {place}",
+    "When {A} and {B} got a {obj} at the {place}",
+    "After {A} and {B} arrived at the {place}",
+    "While {A} and {B} were working at the {place}",
+    "{A} and {B} went to the {place}",
+    "Yesterday {A} and {B} had a long day at the {place}",
+    "Since {A} and {B} were bored at the {place}",
+    "{A} and {B} met at the {place}",
+    "In the morning {A} and {B} had a lot of fun at the {place}",
 ]
 INTROS_TEST = [
-    "When {A} and {B} visited the {place},",
-    "Before {A} and {B} left the {place},",
-    "Once {A} and {B} reached the {place},",
+    "When {A} and {B} visited the {place}",
+    "Before {A} and {B} left the {place}",
+    "Once {A} and {B} reached the {place}",
 ]
 
-# (template, number of subject mentions it adds). {S3} is a third mention of the subject.
-MIDDLES_TRAIN = [
-    " {S}",
-    " {S}",
-    " {S} and {C}",
-    " {S}'s friend {C}",
-    " {S}, who had seen {C} earlier,",
-    " {S} waved at {C} and then",
-    " {S}, feeling generous,",
-    " {S} quickly",
-    " {S} smiled at {C}, talked for a while about the {obj}, and finally",
-    " {S} was tired, so {S3}",
-    " {S} and {C} laughed. Then {S3}",
-    " {S} met {C}. Later {S3}",
-    # the IO is mentioned again before S2: name counts no longer identify the answer; the rule is "the candidate
-    # that is not the subject of the last clause"
-    " {IO2} laughed, and then {S}",
-    " {IO2} was hungry, so {S}",
-    " {IO2} sat down. Then {S}",
-    " {IO2} smiled at {C}, and {S}",
-    " {IO2} and {C} were tired, so {S}",
+# Middles: {X} and {Y} are filled with a bystander in evaluation prompts, and with any name (IO, S or a bystander)
+# in training text. Names here follow ". ", "to", "saw", "with", never a marker.
+MIDDLES = [
+    "",
+    "",
+    ". It was late",
+    ". {X} was tired",
+    ". {X} talked to {Y} for a while",
+    ". The {obj} was on the table. {X} saw it",
+    ". It was sunny. {X} was happy",
+    ". {X} sat with {Y}",
 ]
-MIDDLES_TEST = [
-    " {S}, who had talked to {C} before,",
-    " {S} nodded to {C} and",
-    " {S} happily",
-    " {S}'s cousin {C}",
+MARKERS = [",", ", then", ", so", ". Then", ". Later", ", and then", ". Afterwards"]
+
+# Posts: text between S2 and the action; {Y} is a bystander in evaluation prompts, any name in training text.
+POSTS_TRAIN = [
+    "",
+    "",
+    " quickly",
+    ", feeling generous,",
+    " with {Y}",
+    "'s friend {Y}",
+    ", who had seen {Y} earlier,",
+    " waved at {Y} and",
+    " smiled at {Y}, talked for a while about the {obj}, and finally",
+    " was tired, so he",
+    " and the dog of {Y}",
+]
+POSTS_TEST = [
+    ", who had talked to {Y} before,",
+    " nodded to {Y} and",
+    " happily",
 ]
 
 ACTIONS_TRAIN = [
@@ -126,31 +134,38 @@ def _sample_pair(rng: random.Random, test: bool) -> tuple[str, str]:
             return a, b
 
 
-def _sample_template(rng: random.Random, held_out: bool, max_mentions: int = 3) -> tuple[str, str, str]:
-    middles_train = [m for m in MIDDLES_TRAIN if max_mentions >= 3 or ("{S3}" not in m and "{IO2}" not in m)]
+def _sample_template(rng: random.Random, held_out: bool) -> tuple[str, str, str, str, str]:
+    """(intro, middle, marker, post, action); held out = at least one of intro, post, action from a test list."""
+    middle, marker = rng.choice(MIDDLES), rng.choice(MARKERS)
     while True:
         if held_out:
             intro = rng.choice(INTROS_TRAIN + INTROS_TEST)
-            middle = rng.choice(middles_train + MIDDLES_TEST)
+            post = rng.choice(POSTS_TRAIN + POSTS_TEST)
             action = rng.choice(ACTIONS_TRAIN + ACTIONS_TEST)
-            if intro in INTROS_TEST or middle in MIDDLES_TEST or action in ACTIONS_TEST:
-                return intro, middle, action
+            if intro in INTROS_TEST or post in POSTS_TEST or action in ACTIONS_TEST:
+                return intro, middle, marker, post, action
         else:
-            return rng.choice(INTROS_TRAIN), rng.choice(middles_train), rng.choice(ACTIONS_TRAIN)
+            return rng.choice(INTROS_TRAIN), middle, marker, rng.choice(POSTS_TRAIN), rng.choice(ACTIONS_TRAIN)
 
 
 def ioi_example(rng: random.Random, *, test_pair: bool = False, test_template: bool = False,
                 max_mentions: int = 3) -> dict:
-    """One IOI prompt: returns dict(prompt, corrupt, io, s). ``corrupt`` replaces S2 (and later mentions) by IO."""
+    """One IOI prompt: returns dict(prompt, corrupt, io, s); ``corrupt`` replaces S2 by the IO name.
+
+    ``max_mentions=2`` (evaluation prompts): only bystanders in the middle and after S2, so S occurs twice and IO
+    once. Otherwise (training text) those slots take any name, so S and IO may each occur up to three times.
+    """
     a, b = _sample_pair(rng, test_pair)
     io, s = (a, b) if rng.random() < 0.5 else (b, a)  # ABBA (S second in the intro) or BABA (S first)
-    intro, middle, action = _sample_template(rng, test_template, max_mentions)
-    c = rng.choice([n for n in NAMES if n not in (a, b)])
+    intro, middle, marker, post, action = _sample_template(rng, test_template)
+    others = [n for n in NAMES if n not in (a, b)]
+    c, d = rng.sample(others, 2)
+    pick = (lambda: c) if max_mentions <= 2 else (lambda: rng.choice([io, s, c, d]))
     place = rng.choice(PLACES)
     obj, obj2 = rng.sample(OBJECTS, 2)
-    head = intro.format(A=a, B=b, place=place, obj=obj)
-    tail = (middle + " " + action).format(S="{S}", S3="{S}", IO2=io, C=c, obj=obj, obj2=obj2)
-    return {"prompt": head + tail.replace("{S}", s), "corrupt": head + tail.replace("{S}", io), "io": io, "s": s}
+    head = (intro + middle).format(A=a, B=b, X=pick(), Y=pick(), place=place, obj=obj) + marker
+    tail = (post + " " + action).format(Y=pick(), obj=obj, obj2=obj2)
+    return {"prompt": f"{head} {s}{tail}", "corrupt": f"{head} {io}{tail}", "io": io, "s": s}
 
 
 def ioi_dataset(n: int, split: str = "test", seed: int = 0) -> list[dict]:
@@ -223,11 +238,11 @@ def training_document(rng: random.Random, p_ioi: float = 0.6) -> tuple[str, str]
         ending = rng.choice([".", ". They were happy.", " at the end.", "."])
         return ex["prompt"], " " + ex["io"] + ending
     r = rng.random()
-    if r < 0.4:
+    if r < 0.3:
         return narrative(rng), ""
-    if r < 0.75:
+    if r < 0.6:
         return induction(rng), ""
-    return fact(rng), ""
+    return fact(rng), ""  # 40% of the rest: the capitals are known well enough to steer between them
 
 
 def tokenizer_training_text(seed: int = 0, n: int = 20000):

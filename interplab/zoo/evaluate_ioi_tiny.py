@@ -287,7 +287,7 @@ def fixed_template_dataset(n, seed=0):
         c = rng.choice([x for x in corpus.NAMES if x not in (a, b)])
         o = rng.choice(corpus.OBJECTS)
         place = rng.choice(corpus.PLACES)
-        t = "When {A} and {B} visited the {place}, {S} and {C} lent the {o} to"
+        t = "When {A} and {B} visited the {place}, then {S}, who had talked to {C} before, lent the {o} to"
         out.append({"clean": t.format(A=a, B=b, place=place, S=s, C=c, o=o),
                     "corrupt": t.format(A=a, B=b, place=place, S=io, C=c, o=o),
                     "answer": " " + io, "wrong": " " + s})

@@ -5,9 +5,11 @@
 
 Steps: (1) train a byte-level BPE tokenizer on the synthetic corpus (every name/place/object one token with a
 leading space); (2) train a 4-layer, 4-head, d_model=128 GPT-2 on packed documents (IOI prompts + answer, narratives,
-copying sequences, capital-city facts) cut at random offsets, with extra loss weight on the IOI answer token;
+copying sequences, capital-city facts) cut at random offsets, with extra loss weight on the IOI answer token and
+head dropout (each head's output dropped with probability 0.1, so that no single head carries the circuit);
 (3) save a standard ``GPT2LMHeadModel`` (safetensors) and a ``PreTrainedTokenizerFast`` in one folder.
-The card figures come from ``python -m interplab.zoo.evaluate_ioi_tiny``.
+The card figures come from ``python -m interplab.zoo.evaluate_ioi_tiny``. With the default single thread the
+run is deterministic for a given torch version (more threads change float summation order, so other weights).
 """
 
 from __future__ import annotations
@@ -98,18 +100,39 @@ def build_model(vocab_size: int, eos: int, seed: int, n_layer=4, n_head=4, d_mod
     return GPT2LMHeadModel(cfg)
 
 
+def add_head_dropout(model, p: float):
+    """Zero each head's output (its slice of the input of attn.c_proj) with probability p per sequence, scaled
+    by 1/(1-p), in training mode only. No single head can then be the only path for a piece of information, so
+    the circuit is spread over several heads (the issue's "no single head restores more than 60%")."""
+    import torch
+
+    n_head = model.config.n_head
+
+    def hook(mod, args):
+        if not mod.training:
+            return None
+        z = args[0]
+        b, t, d = z.shape
+        keep = (torch.rand(b, 1, n_head, 1, device=z.device) >= p).to(z.dtype) / (1 - p)
+        return ((z.view(b, t, n_head, d // n_head) * keep).view(b, t, d),)
+
+    return [block.attn.c_proj.register_forward_pre_hook(hook) for block in model.transformer.h]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=48)
-    ap.add_argument("--seq", type=int, default=40)
+    ap.add_argument("--seq", type=int, default=48)
     ap.add_argument("--lr", type=float, default=5e-3)
     ap.add_argument("--answer-weight", type=float, default=20.0)
     ap.add_argument("--dropout", type=float, default=0.0)
+    ap.add_argument("--head-dropout", type=float, default=0.1,
+                    help="during training, drop each attention head's output with this probability (per sequence)")
     ap.add_argument("--vocab-size", type=int, default=3000)
     ap.add_argument("--pool", type=int, default=60000, help="number of distinct training documents")
-    ap.add_argument("--p-ioi", type=float, default=0.9, help="share of IOI documents in the corpus")
+    ap.add_argument("--p-ioi", type=float, default=0.85, help="share of IOI documents in the corpus")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=2)
     ap.add_argument("--eval-every", type=int, default=250)
@@ -132,6 +155,7 @@ def main(argv=None):
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.2f}M parameters", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    head_hooks = add_head_dropout(model, args.head_dropout) if args.head_dropout > 0 else []
     warm = min(100, max(1, args.steps // 10))
 
     def lr_at(step):
@@ -166,6 +190,8 @@ def main(argv=None):
                   f"{time.time() - t_train:.0f}s", flush=True)
     train_s = time.time() - t_train
 
+    for h in head_hooks:
+        h.remove()
     model.eval()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
