@@ -6,8 +6,8 @@ The exact method does what a hook loop does - patch one cell, run forward, read 
   * unembeds only the final position, which is all the metric reads,
   * skips cells whose activation is identical in both runs (the patched run is the base run): every position
     before the first token where clean and corrupt differ, at every layer, since attention is causal,
-  * computes only the positions from the earliest patched one on: earlier positions are the base run's, so their
-    keys and values come from its cache.
+  * computes only the positions from the first one where the patch changes something: earlier positions are the
+    base run's, so their keys and values come from its cache.
 The attribution method estimates every cell at once from one forward and one backward pass:
   effect(cell) ~ (source - base activation) . d metric / d activation.
 

@@ -91,7 +91,7 @@ and pad.
 `python -m interplab.zoo.train_ioi_tiny` (seed {args.get('seed', 0)}, {t.get('steps', '?')} steps, batch
 {args.get('batch', '?')} x {args.get('seq', '?')} tokens, AdamW lr {args.get('lr', '?')} with warm-up and cosine decay,
 head dropout {args.get('head_dropout', 0)} (each head's output zeroed with that probability per sequence),
-{t.get('threads', '?')} CPU threads): **{t.get('train_seconds', 0) / 60:.1f} minutes** of training on the shared
+{t.get('threads', '?')} CPU thread(s)): **{t.get('train_seconds', 0) / 60:.1f} minutes** of training on the shared
 2-core build machine (the CPU was shared with other jobs; on an idle core it is faster).
 Files: {", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sizes.items())}; total {total / 2**20:.2f} MiB.
 
