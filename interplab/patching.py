@@ -384,7 +384,9 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
                     result.cell_runs[(li, *index)] = base_cell
                 else:
                     cells.append((index, selector, first))
-            done += len(all_cells) - len(cells)
+            if len(cells) < len(all_cells):  # the skipped cells are done too
+                done += len(all_cells) - len(cells)
+                _advance(bar, progress, done, total, len(all_cells) - len(cells))
             result.cells_run += len(cells)
             for chunk in _chunks(cells, max(1, max_batch // len(pairs.base))):
                 if cancel is not None and cancel.is_set():

@@ -326,7 +326,11 @@ def test_cells_equal_in_both_runs_are_not_run(models, tokenizer):
     hooks; the values of the skipped cells are checked against the loop in test_exact_sweep_equals_hook_loop."""
     model = models["gpt2"]
     lab = ilab.Lab(model, tokenizer)
-    res = lab.patch_sweep(CLEAN, CORRUPT, site="resid_pre", metric=ilab.logit_diff(5, 9), progress=False)
+    seen = []
+    res = lab.patch_sweep(CLEAN, CORRUPT, site="resid_pre", metric=ilab.logit_diff(5, 9),
+                          progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1][0] == seen[-1][1] == res.values.numel()  # progress counts the skipped cells too
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
     acts = {}
     for name, text in (("clean", CLEAN), ("corrupt", CORRUPT)):
         hs = [model.transformer.h[l].register_forward_pre_hook(
