@@ -208,9 +208,9 @@ def main():
     t_loop, ref = timed(lambda: loop_resid_pre(model, tok, lab.sites.arch.layers), args.repeat)
     add("(a) plain hook loop, one forward per cell", t_loop, t_loop, 0.0)
 
-    def exact():
+    def exact(corrupt=CORRUPT):
         lab.clear_memo()
-        return lab.patch_sweep(CLEAN, CORRUPT, "resid_pre", ("layer", "pos"), metric, progress=False).raw
+        return lab.patch_sweep(CLEAN, corrupt, "resid_pre", ("layer", "pos"), metric, progress=False).raw
     t_exact, got = timed(exact, args.repeat)
     add("(b) interplab exact (batched, resumed)", t_exact, t_loop, float((got - ref).abs().max()))
     print(f"      ran {lab.patch_sweep(CLEAN, CORRUPT, 'resid_pre', metric=metric, progress=False).cells_run} "
@@ -219,10 +219,7 @@ def main():
     t_loop1, ref1 = timed(lambda: loop_resid_pre(model, tok, lab.sites.arch.layers, CLEAN, CORRUPT_FIRST), 1)
     add("(a') plain loop, pair differing at token 0", t_loop1, t_loop1, 0.0)
 
-    def exact_first():
-        lab.clear_memo()
-        return lab.patch_sweep(CLEAN, CORRUPT_FIRST, "resid_pre", ("layer", "pos"), metric, progress=False).raw
-    t_first, got1 = timed(exact_first, args.repeat)
+    t_first, got1 = timed(lambda: exact(CORRUPT_FIRST), args.repeat)
     add("(b') interplab exact, pair differing at token 0", t_first, t_loop1, float((got1 - ref1).abs().max()))
 
     def attrib():
