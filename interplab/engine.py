@@ -33,12 +33,12 @@ class HookManager:
         self._handles: list[tuple[str, str, torch.utils.hooks.RemovableHandle]] = []
         _LIVE.add(self)
 
-    def add(self, point: HookPoint, fn: Callable) -> None:
+    def add(self, point: HookPoint, fn: Callable, prepend: bool = False) -> None:
         module = self.model.get_submodule(point.module)
         if point.io == "input":
-            handle = module.register_forward_pre_hook(fn, with_kwargs=True)
+            handle = module.register_forward_pre_hook(fn, with_kwargs=True, prepend=prepend)
         else:
-            handle = module.register_forward_hook(fn)
+            handle = module.register_forward_hook(fn, prepend=prepend)
         self._handles.append((point.module, point.io, handle))
 
     def attached(self) -> list[dict]:
@@ -105,8 +105,8 @@ def _input_tensor(args, kwargs):
 
 
 def install(hm: HookManager, plan: Plan, ctx_for: Callable[[PlannedEdit | None], ApplyContext], out_cache: dict):
-    """Attach one hook per hook point that applies the planned edits, then records the cached sites."""
-    by_point: dict[HookPoint, list] = defaultdict(list)
+    """Attach the hooks that apply the planned edits (in program order) and record the cached sites."""
+    ops: list[tuple[HookPoint, Callable]] = []
     for pe in plan.edits:
         if not pe.edit.enabled:
             continue
@@ -115,32 +115,71 @@ def install(hm: HookManager, plan: Plan, ctx_for: Callable[[PlannedEdit | None],
                 f"site {pe.site.name!r} is read-only: attention weights are returned after they are used, so an "
                 f"edit there would change nothing. Edit 'z' (per-head outputs) to change what a head writes."
             )
-        by_point[pe.site.point].append(("edit", pe))
+        ops.append((pe.site.point, lambda t, pe=pe: apply_edit(pe.edit, t, ctx_for(pe))))
     for key, site in plan.cache:
-        by_point[site.point].append(("cache", (key, site)))
-
-    for point, ops in by_point.items():
-        hm.add(point, _make_hook(point, ops, ctx_for, out_cache, plan.keep_grad))
+        ops.append((site.point, _recorder(key, out_cache, plan.keep_grad)))
+    attach(hm, ops, keep_graph=plan.keep_grad)
 
 
-def _make_hook(point: HookPoint, ops: list, ctx_for, out_cache: dict, keep_grad: bool):
+def _recorder(key, out_cache: dict, keep_grad: bool) -> Callable:
+    def record(t: torch.Tensor) -> torch.Tensor:
+        if not keep_grad:
+            out_cache[key] = t.detach().clone()
+            return t
+        t = t if t.requires_grad else t.requires_grad_(True)
+        t.retain_grad()
+        out_cache[key] = t
+        return t
+    return record
+
+
+def attach(hm: HookManager, ops: list[tuple[HookPoint, Callable]], keep_graph: bool = False) -> None:
+    """Attach `fn(tensor) -> tensor` at each hook point, one hook per module input/output, in list order.
+
+    At one module, plain points come before points read as residual + this tensor (resid_mid): that is the order
+    of the model's own dataflow (attention's output exists before it is added to the stream). keep_graph: a
+    composite point's value is always written back, so that gradients reach what it recorded."""
+    groups: dict[tuple[str, str], list[tuple[HookPoint, Callable]]] = defaultdict(list)
+    for point, fn in ops:
+        groups[point.module, point.io].append((point, fn))
+    for (module, io), group in groups.items():
+        residual = {}
+        bases = {p.plus_input_of for p, _ in group if p.plus_input_of}
+        hm.add(HookPoint(module, io), _make_hook(io, group, residual, keep_graph))
+        for base in bases:  # the residual entering the sublayer; prepended, so no edit of that module's input leaks
+            hm.add(HookPoint(base, "input"), _residual_capture(residual, base), prepend=True)
+
+
+def _residual_capture(slot: dict, base: str) -> Callable:
+    def capture(module, args, kwargs):
+        slot[base] = _input_tensor(args, kwargs)[1]
+    return capture
+
+
+def _make_hook(io: str, group: list[tuple[HookPoint, Callable]], residual: dict, keep_graph: bool):
     # Groups ops by tuple element, so one hook serves e.g. attn_out (element 0) and pattern (element 1).
     def transform(index: int, t: torch.Tensor) -> torch.Tensor:
-        for kind, item in ops:
-            if kind == "edit" and item.site.point.index == index:
-                t = apply_edit(item.edit, t, ctx_for(item))
-            elif kind == "cache" and item[1].point.index == index:
-                if keep_grad:
-                    t = t if t.requires_grad else t.requires_grad_(True)
-                    t.retain_grad()
-                    out_cache[item[0]] = t
-                else:
-                    out_cache[item[0]] = t.detach().clone()
+        composite = []
+        for point, fn in group:
+            if point.index != index:
+                continue
+            if point.plus_input_of:
+                composite.append((point, fn))
+            else:
+                t = fn(t)
+        if composite:
+            pre = residual[composite[0][0].plus_input_of]
+            value = pre + t
+            new = value
+            for _, fn in composite:
+                new = fn(new)
+            if new is not value or keep_graph:  # written back only when edited: a read leaves t bit for bit
+                t = new - pre
         return t
 
-    indices = sorted({(item.site.point.index if kind == "edit" else item[1].point.index) for kind, item in ops})
+    indices = sorted({point.index for point, _ in group})
 
-    if point.io == "output":
+    if io == "output":
         def hook(module, args, output):
             for i in indices:
                 output = _put(output, i, transform(i, _get(output, i)))

@@ -155,8 +155,7 @@ def resumed_last_logits(lab: Lab, start: int, hidden: torch.Tensor, ids: torch.T
     base = lab.model.base_model
     forward_kw.setdefault("use_cache", False)
     with engine._RUN_LOCK, engine.HookManager(lab.model, "interplab.sweep") as hm:
-        for point, fn in hooks:
-            hm.add(point, fn)
+        engine.attach(hm, list(hooks))
         with _start_at(lab, start, hidden, hm):
             out = base(input_ids=ids, attention_mask=mask, **forward_kw)
     return _last_logits(lab, out.last_hidden_state, last_idx)
@@ -269,24 +268,14 @@ def _prefix_cache(lab: Lab, prompts, first: int, repeats: int = 1) -> dict | Non
     return {name: cropped}
 
 
-def _row_patch_hook(index: int, io: str, src: torch.Tensor, row_mask: torch.Tensor, n_heads: int | None):
-    """A hook that writes src where row_mask holds: row_mask [rows, pos] or [rows, pos, heads]."""
+def _row_patch(src: torch.Tensor, row_mask: torch.Tensor, n_heads: int | None) -> Callable:
+    """t -> t with src written where row_mask holds: row_mask [rows, pos] or [rows, pos, heads]."""
     def edit(t):
         if n_heads is not None and row_mask.dim() == 3:
             x = t.view(*t.shape[:2], n_heads, -1)
             return torch.where(row_mask[..., None], src.view_as(x), x).reshape(t.shape)
         return torch.where(row_mask[..., None], src, t)
-
-    if io == "output":
-        def hook(module, args, output):
-            return edit(output) if isinstance(output, torch.Tensor) else engine._put(output, index,
-                                                                                    edit(output[index]))
-    else:
-        def hook(module, args, kwargs):
-            where, t = engine._input_tensor(args, kwargs)
-            t = edit(t)
-            return ((t, *args[1:]), kwargs) if where == "arg" else (args, {**kwargs, where: t})
-    return hook
+    return edit
 
 
 # ---- the sweep ------------------------------------------------------------------------------------------
@@ -500,8 +489,7 @@ def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Me
     if site in ("resid_pre", "resid_post"):
         hidden = torch.where(mask[..., None], src_rows, hidden)
     else:
-        hooks.append((site_point, _row_patch_hook(site_point.index, site_point.io, src_rows, mask,
-                                                 lab.n_heads if heads else None)))
+        hooks.append((site_point, _row_patch(src_rows, mask, lab.n_heads if heads else None)))
     ids = pairs.base_ids[:, first:].to(dev).repeat(n_cells, 1)
     attn = pairs.mask.to(dev).repeat(n_cells, 1)
     last = (torch.tensor(pairs.lengths) - 1 - first).repeat(n_cells).to(dev)

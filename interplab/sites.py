@@ -22,11 +22,18 @@ READ_ONLY = {"pattern"}  # attention weights are returned after use; editing the
 
 @dataclass(frozen=True)
 class HookPoint:
-    """A concrete place to hook: module path, 'input' or 'output', and the tuple element holding the tensor."""
+    """A concrete place to hook: module path, 'input' or 'output', and the tuple element holding the tensor.
+
+    plus_input_of names a module whose input is added to that tensor to give the site's value. No module outputs
+    the mid-layer residual (the block adds attention's output to its input inline), so resid_mid is read and
+    written where attention's contribution leaves: value = residual + attn_out, and an edit of the value becomes
+    attn_out' = edited - residual, which the block's own add turns back into the edited residual. Every later
+    reader (the MLP, the skip connection, later layers) then sees the edit."""
 
     module: str
     io: str  # "input" | "output"
     index: int = 0  # element of a tuple input/output
+    plus_input_of: str | None = None  # a module whose input is the residual stream entering this sublayer
 
 
 @dataclass(frozen=True)
@@ -41,32 +48,35 @@ class Arch:
     attn: str
     mlp: str
     o_proj: str
-    resid_mid: str | None  # module whose *input* is the mid-layer residual (None: no such point)
+    attn_in: str | None  # first module of the block whose input is resid_pre (None: no mid-layer residual)
     attn_out: HookPoint | None = None  # override when the attention output is normalised before the add
     mlp_out: HookPoint | None = None
     notes: dict[str, str] = field(default_factory=dict)
 
 
 _GPT2 = Arch("gpt2", "transformer.h", "transformer.wte", "transformer.ln_f", "lm_head",
-             attn="attn", mlp="mlp", o_proj="attn.c_proj", resid_mid="ln_2")
+             attn="attn", mlp="mlp", o_proj="attn.c_proj", attn_in="ln_1")
 _NEOX = Arch("gpt_neox", "gpt_neox.layers", "gpt_neox.embed_in", "gpt_neox.final_layer_norm", "lm_head",
-             attn="attention", mlp="mlp", o_proj="attention.dense", resid_mid="post_attention_layernorm")
-_NEOX_PARALLEL = Arch(**{**_NEOX.__dict__, "resid_mid": None, "notes": {
+             attn="attention", mlp="mlp", o_proj="attention.dense", attn_in="input_layernorm")
+_NEOX_PARALLEL = Arch(**{**_NEOX.__dict__, "attn_in": None, "notes": {
     "resid_mid": "this GPT-NeoX model uses a parallel residual (use_parallel_residual=True): attention and MLP "
                  "both read resid_pre, so there is no mid-layer residual. Use resid_pre, attn_out or mlp_out."}})
 _LLAMA = Arch("llama", "model.layers", "model.embed_tokens", "model.norm", "lm_head",
-              attn="self_attn", mlp="mlp", o_proj="self_attn.o_proj", resid_mid="post_attention_layernorm")
+              attn="self_attn", mlp="mlp", o_proj="self_attn.o_proj", attn_in="input_layernorm")
 # Gemma 2/3 normalise each sublayer's output before adding it to the stream: the stream sees the norm's output.
 _GEMMA2 = Arch("gemma2", "model.layers", "model.embed_tokens", "model.norm", "lm_head",
-               attn="self_attn", mlp="mlp", o_proj="self_attn.o_proj", resid_mid="pre_feedforward_layernorm",
+               attn="self_attn", mlp="mlp", o_proj="self_attn.o_proj", attn_in="input_layernorm",
                attn_out=HookPoint("post_attention_layernorm", "output"),
                mlp_out=HookPoint("post_feedforward_layernorm", "output"))
+# OLMo 2 normalises sublayer outputs too, and has no norm in front of attention: attention reads the stream itself.
+_OLMO2 = Arch(**{**_GEMMA2.__dict__, "name": "olmo2", "attn_in": "self_attn"})
 
 ARCHS: dict[str, Arch] = {
     "gpt2": _GPT2,
     "gpt_neox": _NEOX,
     **{t: Arch(**{**_LLAMA.__dict__, "name": t})
-       for t in ("llama", "mistral", "qwen2", "qwen3", "gemma", "qwen2_moe", "qwen3_moe", "mixtral", "olmo2")},
+       for t in ("llama", "mistral", "qwen2", "qwen3", "gemma", "qwen2_moe", "qwen3_moe", "mixtral")},
+    "olmo2": _OLMO2,
     "gemma2": _GEMMA2,
     "gemma3_text": Arch(**{**_GEMMA2.__dict__, "name": "gemma3_text"}),
 }
@@ -150,10 +160,11 @@ class SiteMap:
             return HookPoint(block, "input")
         if name == "resid_post":
             return HookPoint(block, "output")
-        if name == "resid_mid":
-            if a.resid_mid is None:
+        if name == "resid_mid":  # resid_pre + attn_out, at the point where attention's output leaves
+            if a.attn_in is None:
                 raise UnsupportedSiteError(f"site 'resid_mid': {a.notes.get('resid_mid', 'not available here')}")
-            return HookPoint(f"{block}.{a.resid_mid}", "input")
+            out = self.point("attn_out", layer)
+            return HookPoint(out.module, out.io, out.index, plus_input_of=f"{block}.{a.attn_in}")
         if name == "attn_out":
             p = a.attn_out or HookPoint(a.attn, "output", 0)
             return HookPoint(f"{block}.{p.module}", p.io, p.index)
@@ -238,7 +249,8 @@ class SiteMap:
         for name in SITE_NAMES:
             try:
                 p = self.point(name, 0 if name in LAYERED else None)
-                out[name] = f"{p.module}.{p.io}" + (f"[{p.index}]" if p.index else "")
+                where = f"{p.module}.{p.io}" + (f"[{p.index}]" if p.index else "")
+                out[name] = f"{p.plus_input_of}.input + {where}" if p.plus_input_of else where
             except UnsupportedSiteError as e:
                 out[name] = f"unavailable: {e}"
         return out

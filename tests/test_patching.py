@@ -11,17 +11,22 @@ from interplab.patching import SweepCancelled
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
 
-# Hook points written out by hand per architecture: (module path template, "in"/"out").
+# Hook points written out by hand per architecture: (module path template, "in"/"out"). resid_mid is no module's
+# output: it is read where the model reads it (the input of the norm in front of the MLP) and written, as the block
+# computes it, by changing what attention adds: (block, attention's output module, the MLP's norm).
 POINTS = {
     "gpt2": {"resid_pre": ("transformer.h.{}", "in"), "resid_post": ("transformer.h.{}", "out"),
-             "resid_mid": ("transformer.h.{}.ln_2", "in"), "attn_out": ("transformer.h.{}.attn", "out"),
+             "resid_mid": (("transformer.h.{}", "transformer.h.{}.attn", "transformer.h.{}.ln_2"), "mid"),
+             "attn_out": ("transformer.h.{}.attn", "out"),
              "mlp_out": ("transformer.h.{}.mlp", "out"), "z": ("transformer.h.{}.attn.c_proj", "in")},
     "llama": {"resid_pre": ("model.layers.{}", "in"), "resid_post": ("model.layers.{}", "out"),
-              "resid_mid": ("model.layers.{}.post_attention_layernorm", "in"),
+              "resid_mid": (("model.layers.{}", "model.layers.{}.self_attn",
+                             "model.layers.{}.post_attention_layernorm"), "mid"),
               "attn_out": ("model.layers.{}.self_attn", "out"), "mlp_out": ("model.layers.{}.mlp", "out"),
               "z": ("model.layers.{}.self_attn.o_proj", "in")},
     "gpt_neox": {"resid_pre": ("gpt_neox.layers.{}", "in"), "resid_post": ("gpt_neox.layers.{}", "out"),
-                 "resid_mid": ("gpt_neox.layers.{}.post_attention_layernorm", "in"),
+                 "resid_mid": (("gpt_neox.layers.{}", "gpt_neox.layers.{}.attention",
+                                "gpt_neox.layers.{}.post_attention_layernorm"), "mid"),
                  "attn_out": ("gpt_neox.layers.{}.attention", "out"), "mlp_out": ("gpt_neox.layers.{}.mlp", "out"),
                  "z": ("gpt_neox.layers.{}.attention.dense", "in")},
 }
@@ -38,6 +43,8 @@ def _replace(x, new):
 def plain_loop(model, ids_clean, ids_corrupt, point, n_layers, cells, metric, n_heads=None):
     """The reference: record the clean activation, then one hooked forward of corrupt per cell."""
     path, io = point
+    if io == "mid":
+        return _plain_loop_mid(model, ids_clean, ids_corrupt, path, n_layers, cells, metric)
     saved = {}
     handles = []
     for l in range(n_layers):
@@ -73,6 +80,40 @@ def plain_loop(model, ids_clean, ids_corrupt, point, n_layers, cells, metric, n_
                     logits = model(ids_corrupt).logits[0, -1]
             finally:
                 h.remove()
+            out[(l, *key)] = metric(logits)
+    return out
+
+
+def _plain_loop_mid(model, ids_clean, ids_corrupt, paths, n_layers, cells, metric):
+    """resid_mid: the clean value read at the MLP's norm input; written by making attention add (clean - resid_pre)
+    at the patched positions, so the skip connection and the MLP both carry the clean residual."""
+    block, attn, norm = paths
+    saved = {}
+    handles = [model.get_submodule(norm.format(l)).register_forward_pre_hook(
+        lambda m, a, l=l: saved.__setitem__(l, a[0].clone())) for l in range(n_layers)]
+    with torch.no_grad():
+        model(ids_clean)
+    for h in handles:
+        h.remove()
+    out = {}
+    for l in range(n_layers):
+        for key, (pos, _) in cells.items():
+            p = slice(None) if pos is None else pos
+            pre = {}
+
+            def write(m, a, o, l=l, p=p, pre=pre):
+                x = _first(o).clone()
+                x[:, p] = saved[l][:, p] - pre["x"][:, p]
+                return _replace(o, x)
+            hs = [model.get_submodule(block.format(l)).register_forward_pre_hook(
+                      lambda m, a, kw, pre=pre: pre.__setitem__("x", a[0] if a else kw["hidden_states"]), with_kwargs=True),
+                  model.get_submodule(attn.format(l)).register_forward_hook(write)]
+            try:
+                with torch.no_grad():
+                    logits = model(ids_corrupt).logits[0, -1]
+            finally:
+                for h in hs:
+                    h.remove()
             out[(l, *key)] = metric(logits)
     return out
 

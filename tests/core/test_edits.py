@@ -59,6 +59,9 @@ def check(lab, arch, prompts, edits, hand_edits, sites):
     ids, mask, _ = lab.encode(prompts)  # token ids only; the reference forward is plain PyTorch
     hooks = []
     for site, layer, fn in hand_edits:
+        if site == "resid_mid":  # no module outputs it: change what attention adds to the block's input
+            hooks += _mid_edit(arch, layer, fn)
+            continue
         path, io = _point(arch, site, layer)
         hooks.append((path, io, fn))
     cap = []
@@ -74,6 +77,19 @@ def check(lab, arch, prompts, edits, hand_edits, sites):
         got = run.cache[key[0] if key[0] == "embed" else key]
         assert torch.allclose(got, w, atol=ATOL), (key, (got - w).abs().max())
     return run
+
+
+def _mid_edit(arch, layer, fn):
+    """Hand edits that set the mid-layer residual to fn(resid_pre + attn_out): the block input is kept, and
+    attention's output becomes fn(...) - resid_pre, so the block's own add yields the edited residual everywhere."""
+    block, _ = _point(arch, "resid_pre", layer)
+    attn, _ = _point(arch, "attn_out", layer)
+    pre = {}
+
+    def keep(t):
+        pre["x"] = t
+        return t
+    return [(block, "input", keep), (attn, "output", lambda t: fn(pre["x"] + t) - pre["x"])]
 
 
 def _capture(lab, arch, prompts, site, layers):
