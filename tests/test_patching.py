@@ -105,8 +105,9 @@ def _plain_loop_mid(model, ids_clean, ids_corrupt, paths, n_layers, cells, metri
                 x = _first(o).clone()
                 x[:, p] = saved[l][:, p] - pre["x"][:, p]
                 return _replace(o, x)
-            hs = [model.get_submodule(block.format(l)).register_forward_pre_hook(
-                      lambda m, a, kw, pre=pre: pre.__setitem__("x", a[0] if a else kw["hidden_states"]), with_kwargs=True),
+            def keep(m, a, kw, pre=pre):
+                pre["x"] = a[0] if a else kw["hidden_states"]
+            hs = [model.get_submodule(block.format(l)).register_forward_pre_hook(keep, with_kwargs=True),
                   model.get_submodule(attn.format(l)).register_forward_hook(write)]
             try:
                 with torch.no_grad():
