@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from .errors import (
     VectorError,
     format_tokens,
 )
+from .memo import Memo
 from .sites import LAYERED, READ_ONLY, SITE_NAMES, SiteMap
 
 
@@ -117,8 +117,7 @@ class Lab:
         self.seed = seed
         self.sites = SiteMap(model)
         self.log = InterventionLog(self)
-        self._memo: OrderedDict = OrderedDict()
-        self._memo_size = memo_size
+        self.memo = Memo(model, memo_size)  # runs, and the click path's cached keys/values (interplab.patching)
 
     # ---- loading --------------------------------------------------------------------------------------
     @classmethod
@@ -262,10 +261,10 @@ class Lab:
         prompts = _as_prompts(prompts)
         edits = list(edits or [])
         cache_req = list(cache or [])
-        key = (tuple(prompts), edits_to_json(edits), json.dumps(cache_req, default=str), grad)
-        if not grad and key in self._memo:
-            self._memo.move_to_end(key)
-            return self._memo[key]
+        key = self.memo.key(("run", tuple(prompts), edits_to_json(edits), json.dumps(cache_req, default=str)))
+        hit = None if grad else self.memo.get(key)
+        if hit is not None:
+            return hit
         ids, mask, lengths = self.encode(prompts)
         plan = engine.Plan(keep_grad=grad)
         for e in edits:
@@ -280,9 +279,7 @@ class Lab:
         if edits and log:
             self.log.record(prompts, edits, cache_req)
         if not grad:
-            self._memo[key] = result
-            if len(self._memo) > self._memo_size:
-                self._memo.popitem(last=False)
+            self.memo.put(key, result)
         return result
 
     def _ctx_factory(self, lengths):
@@ -429,8 +426,8 @@ class Lab:
         return list(getattr(self, "_bound_edits", []))
 
     def clear_memo(self) -> None:
-        self._memo.clear()
-        self.__dict__.pop("_kv_memo", None)  # cached keys/values of the click path (interplab.patching)
+        """Forget memoised runs. Needed only after writing weights through `.data` (see interplab.memo)."""
+        self.memo.clear()
 
     def __repr__(self) -> str:
         arch = self.sites.arch.name if self.sites.arch else "unknown (raw module paths only)"

@@ -243,8 +243,9 @@ def _prefix_cache(lab: Lab, prompts, first: int, repeats: int = 1) -> dict | Non
     import inspect
 
     key = prompts if isinstance(prompts, str) else tuple(prompts)
-    memo = lab.__dict__.setdefault("_kv_memo", {})
-    if key not in memo:
+    memo_key = lab.memo.key(("kv", key))
+    entry = lab.memo.get(memo_key)
+    if entry is None:
         ids, mask, _ = lab.encode(list(key) if isinstance(key, tuple) else key)
         with torch.no_grad(), engine._RUN_LOCK:
             out = lab.model.base_model(input_ids=ids.to(lab.device), attention_mask=mask.to(lab.device),
@@ -254,12 +255,11 @@ def _prefix_cache(lab: Lab, prompts, first: int, repeats: int = 1) -> dict | Non
         sliding = getattr(cache, "is_sliding", False)
         sliding = any(sliding) if isinstance(sliding, (list, tuple)) else bool(sliding)
         ok = cache is not None and getattr(cache, "is_croppable", True) and not sliding
-        if len(memo) > 16:
-            memo.clear()
-        memo[key] = (name, cache) if ok and hasattr(cache, "crop") else None
-    if memo[key] is None:
+        entry = (name, cache) if ok and hasattr(cache, "crop") else ("uncroppable", None)
+        lab.memo.put(memo_key, entry)
+    name, cache = entry
+    if cache is None:
         return None
-    name, cache = memo[key]
     cropped = copy.deepcopy(cache)
     cropped.crop(first - cropped.get_seq_length())  # negative: drop that many trailing positions (all versions)
     if repeats > 1:  # rows are cell-major (row c * n_prompts + i = prompt i), so tile rather than interleave

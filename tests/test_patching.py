@@ -352,9 +352,10 @@ def test_click_path_reuses_keys_values_before_the_patched_position(models, token
     ]
     for edits in cases:
         got = edited_last_logits(lab, CORRUPT, edits)
-        used = lab._kv_memo.get(CORRUPT)
+        used = lab.memo.get(lab.memo.key(("kv", CORRUPT)))
+        assert used is not None, "the key/value prefix was not looked up"
         if arch != "gemma2":  # gemma2's sliding-window layers are not croppable: it falls back to the full prefix
-            assert used is not None, "the key/value prefix was not used"
+            assert used[1] is not None, "the key/value prefix was not used"
         lab.clear_memo()
         want = lab.run(CORRUPT, edits).last_logits
         assert torch.allclose(got, want, atol=1e-4), (arch, edits, (got - want).abs().max())
@@ -384,7 +385,8 @@ def test_cells_equal_in_both_runs_are_not_run(models, tokenizer):
     differ = [(l, p) for l in range(lab.n_layers) for p in range(acts["clean", 0].shape[0])
               if not torch.equal(acts["clean", l][p], acts["corrupt", l][p])]
     assert res.cells_run == len(differ) < res.values.numel() // 2
-    assert any(isinstance(k, tuple) for k in lab._kv_memo)  # chunks of late positions reused cached keys/values
+    # chunks of late positions reused the cached keys/values of the corrupt run
+    assert any(r[0] == "kv" and isinstance(r[1], tuple) for r in lab.memo.requests())
     for l in range(lab.n_layers):  # unchanged cells read exactly "corrupt" (0 after normalising)
         for p in range(res.values.shape[1]):
             if (l, p) not in differ:

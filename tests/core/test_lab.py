@@ -103,3 +103,74 @@ def test_facts_and_repr(lab):
     assert (lab.n_layers, lab.n_heads, lab.d_model, lab.d_head) == (3, 4, 32, 8)
     assert "gpt2" in repr(lab) and "layers=3" in repr(lab)
     assert lab.hooks() == []
+
+
+@pytest.fixture()
+def own_lab(tokenizer):
+    """A lab on a model of its own: these tests change weights, hooks and modes."""
+    from conftest import make_model
+
+    return ilab.Lab(make_model("gpt2"), tokenizer, model_id="tiny-gpt2")
+
+
+def _direct(lab, prompt):
+    """The model's own forward, no interplab code path: what lab.run must equal."""
+    with torch.no_grad():
+        return lab.model(input_ids=lab.to_tokens(prompt)).logits.float()
+
+
+@pytest.mark.parametrize("change", ["no_grad_write", "optimizer_step", "load_state_dict", "new_parameter",
+                                    "user_hook", "global_hook", "train_mode", "dtype"])
+def test_memo_is_never_stale(own_lab, change):
+    """Whatever decides a forward's result besides its inputs is in the memo key: after each change lab.run
+    equals the model's own forward again (and differs from before, so the check is not vacuous)."""
+    lab = own_lab
+    before = lab.run(P1).logits
+    assert torch.allclose(before, _direct(lab, P1), atol=1e-5)
+    w = lab.model.transformer.h[-1].mlp.c_proj.weight
+    cleanup = []
+    if change == "no_grad_write":
+        with torch.no_grad():
+            w.zero_()
+    elif change == "optimizer_step":
+        opt = torch.optim.SGD(lab.model.parameters(), lr=1.0)
+        lab.model.train()
+        lab.model(input_ids=lab.to_tokens(P1), labels=lab.to_tokens(P1)).loss.backward()
+        opt.step()
+        lab.model.zero_grad(set_to_none=True)
+        lab.model.eval()
+    elif change == "load_state_dict":
+        state = {k: v * 1.5 for k, v in lab.model.state_dict().items()}
+        lab.model.load_state_dict(state)
+    elif change == "new_parameter":
+        lab.model.transformer.h[-1].mlp.c_proj.weight = torch.nn.Parameter(w.detach() * -1.0)
+    elif change == "user_hook":
+        h = lab.model.transformer.h[1].register_forward_hook(lambda m, a, o: o * 2.0)
+        cleanup.append(h.remove)
+    elif change == "global_hook":
+        h = torch.nn.modules.module.register_module_forward_hook(
+            lambda m, a, o: o * 0.5 if m is lab.model.transformer.h[0].mlp else None)
+        cleanup.append(h.remove)
+    elif change == "train_mode":
+        lab.model.config.resid_pdrop = 0.5  # dropout changes the result only in train mode
+        for m in lab.model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.5
+        lab.model.train()
+        cleanup.append(lab.model.eval)
+    elif change == "dtype":
+        lab.model.to(torch.bfloat16)
+        cleanup.append(lambda: lab.model.to(torch.float32))
+    try:
+        if change == "train_mode":  # dropout draws anew each forward: check only that it was not looked up
+            again = lab.run(P1)
+            assert not torch.equal(again.logits, before)
+            return
+        after = lab.run(P1).logits
+        assert not torch.allclose(after, before, atol=1e-4), "the change changed nothing: a vacuous test"
+        assert torch.allclose(after, _direct(lab, P1), atol=1e-5)
+        assert lab.run(P1).logits is after  # and the new result is memoised in its turn
+    finally:
+        for f in cleanup:
+            f()
+    assert torch.allclose(lab.run(P1).logits, _direct(lab, P1), atol=1e-5)
