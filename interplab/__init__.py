@@ -16,13 +16,16 @@ from .edits import (
 )
 from .engine import attached_hooks
 from .errors import (
+    ContextLengthError,
     EmptyPromptError,
     InterplabError,
     LengthMismatchError,
     LoadError,
     MultiTokenAnswerError,
+    NumberError,
     OutOfRangeError,
     UnknownSiteError,
+    UnknownTokenError,
     UnsupportedSiteError,
     VectorError,
 )
@@ -42,5 +45,6 @@ __all__ = [
     "logit_diff", "prob", "logprob", "SweepResult", "SweepCancelled", "attached_hooks",
     "ban_token", "force_token", "ban_expert", "Generation", "SteeringVector", "vectors", "lens", "steering", "zoo",
     "InterplabError", "UnknownSiteError", "UnsupportedSiteError", "OutOfRangeError", "LengthMismatchError",
-    "MultiTokenAnswerError", "VectorError", "EmptyPromptError", "LoadError",
+    "MultiTokenAnswerError", "VectorError", "EmptyPromptError", "LoadError", "ContextLengthError", "NumberError",
+    "UnknownTokenError",
 ]

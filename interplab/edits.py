@@ -32,12 +32,21 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
+import operator
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
 
-from .errors import InterplabError, OutOfRangeError, UnsupportedSiteError, VectorError
+from .errors import (
+    InterplabError,
+    NumberError,
+    OutOfRangeError,
+    UnknownSiteError,
+    UnsupportedSiteError,
+    VectorError,
+)
 
 OPS = ("patch", "zero", "mean", "scale", "steer", "project", "clamp", "set", "ban_expert")
 POS_SELECTORS = ("all", "prompt", "generated", "newest", "content")
@@ -73,16 +82,52 @@ class Edit:
     steps: Any = None  # decoding steps whose tokens are edited (None = all; 0 = prefill); int, list, range, slice
 
     def __post_init__(self):
+        # Everything a value alone can get wrong fails here, at construction (and in from_dict / with_), before
+        # any model is touched.
         if self.op not in OPS:
             raise InterplabError(f"unknown edit op {self.op!r}: allowed {', '.join(OPS)}.")
+        if not isinstance(self.site, str) or not self.site:
+            raise UnknownSiteError(
+                f"site must be a name such as 'resid_pre' or a module path such as 'transformer.h.0.mlp.output', "
+                f"got {type(self.site).__name__} {self.site!r}.")
         if isinstance(self.pos, str) and self.pos not in POS_SELECTORS:
             raise InterplabError(
                 f"unknown position selector {self.pos!r}: allowed {', '.join(POS_SELECTORS)}, an int, a list, a "
                 f"slice or None (= all).")
+        for name in ("layer", "head", "batch") + (() if isinstance(self.pos, str) else ("pos",)):
+            setattr(self, name, _selection(getattr(self, name), name))
         if self.steps is not None:
             _check_steps(self.steps)
+        if self.op == "scale":
+            self.factor = _number(self.factor, "scale factor", "Use a finite factor (0 zeroes the site, 1 leaves "
+                                                               "it unchanged).")
+        self.alpha = _number(self.alpha, f"{self.op} alpha", "Use a finite alpha; size it against "
+                                                             "lab.residual_norm(site, layer).")
+        self.coeff = _number(self.coeff, f"{self.op} coeff", "Use a finite coeff (0 removes the direction, 1 keeps "
+                                                             "it).")
+        for name, side in (("lo", "lower"), ("hi", "upper")):
+            if getattr(self, name) is not None:
+                setattr(self, name, _number(getattr(self, name), f"{self.op} {name}",
+                                            f"Use a finite bound, or None for no {side} bound."))
+        if self.lo is not None and self.hi is not None and self.lo > self.hi:
+            raise NumberError(
+                f"{self.op} lo={self.lo:g} > hi={self.hi:g}: the range is empty. lo is the lower and hi the upper "
+                f"bound of the coefficient along the direction; swap them.")
         if self.vector is not None:
             self.vector = _as_tensor(self.vector, what=f"{self.op} vector")
+            _check_vector(self.op, self.vector)
+        if self.op == "ban_expert":
+            experts = self.meta.get("experts")
+            if not isinstance(experts, list) or not experts or any(
+                    isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in experts):
+                raise OutOfRangeError(
+                    f"ban_expert expert={experts!r}: experts are router indices, ints >= 0 (or a non-empty list).")
+
+    def __iter__(self):
+        # One edit where a list is expected (edits=ilab.zero(...)) would fail deep inside with "not iterable".
+        raise InterplabError(
+            f"got one edit ({self.describe()}) where a list of edits is expected: wrap it in a list, "
+            f"edits=[ilab.{self.op if self.op != 'mean' else 'mean_ablate'}(...)].")
 
     # ---- description ---------------------------------------------------------------------------------
     def describe(self) -> str:
@@ -142,6 +187,10 @@ class Edit:
 
 
 def edits_to_json(edits: list[Edit]) -> str:
+    for e in edits:
+        if not isinstance(e, Edit):  # lab.run builds its memo key here, before it plans (and checks) the edits
+            raise InterplabError(
+                f"edits must be ilab edits (ilab.patch, ilab.zero, ilab.steer ...), got {type(e).__name__} {e!r}.")
     return json.dumps([e.to_dict() for e in edits])
 
 
@@ -155,6 +204,11 @@ def patch(site, layer=None, pos=None, head=None, source=None, batch=None, **kw) 
     """Copy the activation of `source` (a Run, or a tensor shaped like the site) into this run."""
     if source is None:
         raise InterplabError("patch needs source=: a Run (e.g. lab.run(clean)) or a tensor shaped like the site.")
+    if not (isinstance(source, (torch.Tensor, str, SourceRef)) or hasattr(source, "source_ref") or (
+            isinstance(source, list) and source and all(isinstance(p, str) for p in source))):
+        raise InterplabError(
+            f"patch source must be a Run (lab.run(clean)), a prompt (or list of prompts) or a tensor shaped like the "
+            f"site; got {type(source).__name__}.")
     if isinstance(source, torch.Tensor):
         return Edit("patch", site, layer, pos, head, batch, vector=source, **kw)
     return Edit("patch", site, layer, pos, head, batch, source=source, **kw)
@@ -168,23 +222,31 @@ def mean_ablate(site, layer=None, pos=None, head=None, reference=None, batch=Non
     """Replace with the mean activation over the rows (and, if lengths differ, tokens) of reference runs."""
     if reference is None:
         raise InterplabError("mean_ablate needs reference=: a Run or list of Runs over a reference dataset.")
+    refs = reference if isinstance(reference, (list, tuple)) else [reference]
+    if not refs or not all(isinstance(r, SourceRef) or hasattr(r, "source_ref") for r in refs):
+        # prompt strings are not taken: the mean needs each reference's token lengths, which a Run carries
+        what = "an empty list" if not refs else type(next(r for r in refs if not (
+            isinstance(r, SourceRef) or hasattr(r, "source_ref")))).__name__
+        raise InterplabError(
+            f"mean_ablate reference= must be a Run or a non-empty list of Runs, got {what}: run the reference "
+            f"prompts first, reference=lab.run(['prompt 1', 'prompt 2', ...]).")
     return Edit("mean", site, layer, pos, head, batch, reference=reference, **kw)
 
 
 def scale(site, layer=None, factor=1.0, pos=None, head=None, batch=None, **kw) -> Edit:
-    return Edit("scale", site, layer, pos, head, batch, factor=float(factor), **kw)
+    return Edit("scale", site, layer, pos, head, batch, factor=factor, **kw)
 
 
 def steer(site, layer=None, vector=None, alpha=1.0, pos=None, head=None, batch=None, **kw) -> Edit:
     if vector is None:
         raise VectorError("steer needs vector=: a tensor of the site's width (d_model for the residual stream).")
-    return Edit("steer", site, layer, pos, head, batch, alpha=float(alpha), vector=vector, **kw)
+    return Edit("steer", site, layer, pos, head, batch, alpha=alpha, vector=vector, **kw)
 
 
 def project(site, layer=None, direction=None, coeff=0.0, pos=None, head=None, batch=None, **kw) -> Edit:
     if direction is None:
         raise VectorError("project needs direction=: a tensor of the site's width.")
-    return Edit("project", site, layer, pos, head, batch, coeff=float(coeff), vector=direction, **kw)
+    return Edit("project", site, layer, pos, head, batch, coeff=coeff, vector=direction, **kw)
 
 
 def clamp(site, layer=None, direction=None, lo=None, hi=None, pos=None, head=None, batch=None, **kw) -> Edit:
@@ -431,6 +493,13 @@ def _fit_vector(edit: Edit, x: torch.Tensor) -> torch.Tensor:
             f"{edit.op} vector has size {v.shape[-1]} but {what} at {edit.site!r} is {width}. "
             f"Build it from this model's activations (e.g. ilab.vectors.diff_of_means) or reshape it to {width}."
         )
+    try:
+        torch.broadcast_shapes(v.shape, x.shape)
+    except RuntimeError:
+        raise VectorError(
+            f"{edit.op} vector of shape {tuple(v.shape)} does not fit the activation {tuple(x.shape)} at "
+            f"{edit.site!r}: give a [{width}] vector (the same at every position) or one row per position."
+        ) from None
     return v.to(device=x.device, dtype=x.dtype)  # device and dtype are cast silently, size never
 
 
@@ -444,6 +513,63 @@ def _as_tensor(v, what: str) -> torch.Tensor:
         bad = (~torch.isfinite(v)).sum().item()
         raise VectorError(f"{what} holds {bad} NaN/Inf values: fix the vector (normalising a zero vector gives NaN).")
     return v.detach()
+
+
+def _check_vector(op: str, v: torch.Tensor) -> None:
+    if v.dim() == 0 or v.numel() == 0:
+        raise VectorError(
+            f"{op} vector has shape {tuple(v.shape)}: give a tensor of the site's width (d_model for the residual "
+            f"stream), e.g. torch.full((lab.d_model,), c) for a constant.")
+    if op in ("project", "clamp") and (v.float().norm(dim=-1) == 0).any():
+        raise VectorError(
+            f"{op} direction is a zero vector: there is no direction to {op} along (normalising it divides by zero "
+            f"and fills the run with NaN). Give a non-zero direction, e.g. ilab.vectors.diff_of_means(lab, ...).")
+
+
+def _number(value, what: str, how: str) -> float:
+    """A finite float, or a NumberError saying what was given and how to fix it."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise NumberError(f"{what} must be a number, got {type(value).__name__} {value!r}. {how}")
+    try:
+        f = float(value)
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        raise NumberError(f"{what}={f!r} is not a finite number: NaN/Inf would fill the activation with NaN. {how}")
+    return f
+
+
+def _selection(sel, name: str):
+    """layer / pos / head / batch: None (= all), an int, a non-empty list of ints, or a slice of ints. Numpy and
+    0-d tensor integers become ints (so the edit serialises); floats, bools and strings are refused."""
+    if sel is None or isinstance(sel, range):
+        if isinstance(sel, range) and not sel:
+            raise OutOfRangeError(f"{name}={sel!r} selects nothing: {name} takes an int, a list of ints, a slice or "
+                                  f"None (= all).")
+        return sel
+    if isinstance(sel, slice):
+        if sel.step == 0:
+            raise OutOfRangeError(f"{name}={_sel_str(sel)}: a slice step cannot be 0.")
+        return slice(*(None if x is None else _index(x, name, sel) for x in (sel.start, sel.stop, sel.step)))
+    if isinstance(sel, (list, tuple)):
+        if not sel:
+            raise OutOfRangeError(f"{name}={sel!r} selects nothing: {name} takes an int, a list of ints, a slice or "
+                                  f"None (= all).")
+        items = [_index(x, name, sel) for x in sel]
+        return items if isinstance(sel, list) else tuple(items)
+    return _index(sel, name, sel)
+
+
+def _index(x, name: str, sel) -> int:
+    try:
+        if isinstance(x, bool):
+            raise TypeError
+        return operator.index(x)  # ints, numpy ints, 0-d integer tensors; not floats (1.5 would be truncated)
+    except TypeError:
+        raise OutOfRangeError(f"{name}={sel!r}: {name} takes an int, a list of ints, a slice or None (= all); got "
+                              f"{type(x).__name__} {x!r}.") from None
 
 
 def _as_list(sel, n: int) -> list[int]:

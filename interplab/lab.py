@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +26,11 @@ from .errors import (
     MultiTokenAnswerError,
     OutOfRangeError,
     UnknownSiteError,
+    UnknownTokenError,
     VectorError,
+    check_context,
     format_tokens,
+    short,
 )
 from .memo import Memo
 from .sites import LAYERED, READ_ONLY, SITE_NAMES, SiteMap
@@ -130,6 +134,11 @@ class Lab:
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
+            raise LoadError(f"model name must be a non-empty string (a hub id such as 'gpt2', 'ioi-tiny' or a "
+                            f"local directory), got {type(name).__name__} {name!r}.")
+        name = os.fspath(name)
+        _dtype(dtype)  # an unknown dtype says so here, not as a failed load
         path = _embedded_path(name) or name
         if os.path.isdir(path):
             has_safe = any(Path(path).glob("*.safetensors"))
@@ -156,7 +165,8 @@ class Lab:
                     f"{name!r} needs custom code from its repository. Read it first; then pass "
                     f"trust_remote_code=True if you trust it."
                 ) from e
-            raise
+            raise LoadError(f"could not load {name!r}: {e}\nHow to fix: interplab loads causal language models that "
+                            f"transformers knows; check the name or the directory's config.json.") from e
         if device is not None:
             model = model.to(device)
         return cls(model, tokenizer, model_id=name, **kw)
@@ -203,9 +213,11 @@ class Lab:
         at 0..n-1, so batched runs give the same numbers as one-by-one runs."""
         prompts = _as_prompts(prompts)
         rows = [self.tokenizer(p)["input_ids"] for p in prompts]
-        for p, r in zip(prompts, rows):
+        for i, (p, r) in enumerate(zip(prompts, rows)):
             if not r:
                 raise EmptyPromptError(f"prompt {p!r} tokenizes to nothing: give some text.")
+            which = f"prompt {i} ({short(p)})" if len(prompts) > 1 else f"the prompt {short(p)}"
+            check_context(self.model, len(r), which)  # past it: a bare IndexError, or silent extrapolation
         n = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         ids = torch.full((len(rows), n), pad, dtype=torch.long)
@@ -219,6 +231,9 @@ class Lab:
         return self.encode(prompts)[0]
 
     def to_str_tokens(self, prompt: str) -> list[str]:
+        if not isinstance(prompt, str):  # a list would be tokenized as a batch and come back nested
+            raise InterplabError(f"to_str_tokens takes one prompt string, got {type(prompt).__name__}; for several: "
+                                 f"[lab.to_str_tokens(p) for p in prompts].")
         ids = self.tokenizer(prompt)["input_ids"]
         return [self.tokenizer.decode([i]) for i in ids]
 
@@ -227,9 +242,18 @@ class Lab:
 
     def token_id(self, token: str | int) -> int:
         """The id of a single-token string (' Mary'); a clear error, with the tokenization, when it is not one."""
+        if isinstance(token, bool) or not isinstance(token, (str, int)):
+            try:  # numpy / torch integers are ids too; bools, floats, None, lists are not
+                if isinstance(token, bool):
+                    raise TypeError
+                token = operator.index(token)
+            except TypeError:
+                raise InterplabError(f"an answer token must be a single-token string (' Mary') or a token id (int), "
+                                     f"got {type(token).__name__} {token!r}.") from None
         if isinstance(token, int):
-            if not 0 <= token < self.model.get_output_embeddings().weight.shape[0]:
-                raise OutOfRangeError(f"token id {token} out of range for this vocabulary.")
+            n_vocab = self.model.get_output_embeddings().weight.shape[0]
+            if not 0 <= token < n_vocab:
+                raise OutOfRangeError(f"token id {token} out of range for this vocabulary: ids are 0..{n_vocab - 1}.")
             return token
         ids = self.tokenizer(token, add_special_tokens=False)["input_ids"]
         if len(ids) != 1:
@@ -239,6 +263,13 @@ class Lab:
                 f"answer {token!r} is {len(ids)} tokens {format_tokens(pieces)}, not one. Answers must be single "
                 f"tokens{hint}; pick a word the tokenizer keeps whole, or pass a token id."
             )
+        unk = getattr(self.tokenizer, "unk_token_id", None)
+        if unk is not None and ids[0] == unk and token != self.tokenizer.unk_token:
+            raise UnknownTokenError(
+                f"answer {token!r} is not in the vocabulary: the tokenizer maps it to its unknown token "
+                f"{self.tokenizer.unk_token!r} (id {unk}), so the metric would read the logit of that token, the same "
+                f"for every unknown word. Pick an answer the vocabulary has (lab.to_str_tokens shows how text "
+                f"splits), or pass a token id.")
         return ids[0]
 
     def check_pair(self, clean, corrupt) -> None:
@@ -438,6 +469,9 @@ class Lab:
 def _as_prompts(prompts) -> list[str]:
     if isinstance(prompts, str):
         prompts = [prompts]
+    if prompts is None or isinstance(prompts, (bytes, bytearray)) or not hasattr(prompts, "__iter__"):
+        raise InterplabError(f"prompts must be a string or a list of strings, got {type(prompts).__name__}: "
+                             f"{prompts!r}" + (" (decode bytes first)" if isinstance(prompts, bytes) else ""))
     prompts = list(prompts)
     if not prompts:
         raise EmptyPromptError("no prompts given: pass a string or a non-empty list of strings.")

@@ -6,7 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import InterplabError, UnsupportedSiteError
 from .lab import Lab
+
+LENS_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")  # [batch, pos, d_model], per layer
 
 
 @dataclass
@@ -29,6 +32,22 @@ class LensResult:
 
 def logit_lens(lab: Lab, prompt: str, site: str = "resid_post", k: int = 5) -> LensResult:
     """Top-k next tokens that each layer's residual (site 'resid_post' or 'resid_pre') would predict."""
+    if not isinstance(lab, Lab):
+        raise InterplabError(f"logit_lens(lab, prompt): the first argument must be an ilab.Lab, got "
+                             f"{type(lab).__name__}.")
+    if not isinstance(prompt, str):  # only row 0 would be read: a list would silently show its first prompt
+        raise InterplabError(f"logit_lens reads one prompt string, got {type(prompt).__name__}; call it once per "
+                             f"prompt.")
+    if site not in LENS_SITES:
+        raise UnsupportedSiteError(f"logit_lens site {site!r}: the lens reads a residual-width activation at every "
+                                   f"layer; use one of {', '.join(LENS_SITES)}.")
+    if lab.sites.arch is None:
+        raise UnsupportedSiteError("logit_lens needs a known architecture to find the final norm and unembedding "
+                                   "(see ilab.sites.ARCHS).")
+    n_vocab = lab.model.get_output_embeddings().weight.shape[0]
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n_vocab:
+        raise InterplabError(f"k={k!r}: the number of top tokens to show per cell, an int in 1..{n_vocab} "
+                             f"(the vocabulary size).")
     run = lab.run(prompt, cache=[site], log=False)
     arch = lab.sites.arch
     norm = lab.model.get_submodule(arch.final_norm)

@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from .errors import InterplabError, LengthMismatchError
+
 
 class Metric:
     name = "metric"
@@ -18,8 +20,31 @@ class Metric:
         """Resolve answer strings to token ids (raising MultiTokenAnswerError for multi-token strings)."""
         return self
 
+    def check_pairs(self, n_pairs: int) -> None:
+        """Answers given per prompt pair must be one per pair (or one for all); checked before a sweep runs."""
+        for what, tokens in self._answers():
+            if isinstance(tokens, (list, tuple)) and len(tokens) not in (1, n_pairs):
+                raise LengthMismatchError(
+                    f"{self.name}: {len(tokens)} {what} tokens for {n_pairs} prompt pair(s): give one per pair, in "
+                    f"the pairs' order, or a single one for all.")
+
+    def _answers(self) -> list[tuple[str, object]]:
+        return []
+
     def __call__(self, logits: torch.Tensor, pair: torch.Tensor | None = None) -> torch.Tensor:
         raise NotImplementedError
+
+
+def _check_tokens(tokens, what: str) -> None:
+    """A single-token string, a token id, or a non-empty list of them (one per prompt pair); fails at construction."""
+    items = list(tokens) if isinstance(tokens, (list, tuple)) else [tokens]
+    if not items:
+        raise InterplabError(f"{what}=[] names no token: give a single-token string (' Mary'), a token id, or one "
+                             f"per prompt pair.")
+    for t in items:
+        if isinstance(t, bool) or not isinstance(t, (str, int)) and not hasattr(t, "__index__"):
+            raise InterplabError(f"{what} must be a single-token string (' Mary') or a token id (int), or a list of "
+                                 f"them (one per prompt pair); got {type(t).__name__} {t!r}.")
 
 
 def _ids(tokens, token_id) -> torch.Tensor:
@@ -34,16 +59,22 @@ def _pick(logits: torch.Tensor, ids: torch.Tensor, pair: torch.Tensor | None) ->
         return logits[:, ids[0]]
     if pair is None:
         if ids.numel() != logits.shape[0]:
-            raise ValueError(f"{ids.numel()} answer tokens for {logits.shape[0]} rows: give one per prompt.")
+            raise InterplabError(f"{ids.numel()} answer tokens for {logits.shape[0]} rows: give one per prompt, or one "
+                                 f"for all.")
         pair = torch.arange(logits.shape[0])
     return logits.gather(1, ids[pair.to(logits.device)].unsqueeze(1)).squeeze(1)
 
 
 class LogitDiff(Metric):
     def __init__(self, answer, wrong):
+        _check_tokens(answer, "answer")
+        _check_tokens(wrong, "wrong")
         self.answer, self.wrong = answer, wrong
         self._a = self._w = None
         self.name = f"logit diff {_show(answer)} - {_show(wrong)}"
+
+    def _answers(self):
+        return [("answer", self.answer), ("wrong", self.wrong)]
 
     def bind(self, token_id):
         m = LogitDiff(self.answer, self.wrong)
@@ -51,14 +82,19 @@ class LogitDiff(Metric):
         return m
 
     def __call__(self, logits, pair=None):
+        _check_bound(self, self._a)
         return _pick(logits, self._a, pair) - _pick(logits, self._w, pair)
 
 
 class Prob(Metric):
     def __init__(self, token, log: bool = False):
+        _check_tokens(token, "token")
         self.token, self.log = token, log
         self._t = None
         self.name = f"{'log' if log else ''}prob {_show(token)}"
+
+    def _answers(self):
+        return [("token", self.token)]
 
     def bind(self, token_id):
         m = Prob(self.token, self.log)
@@ -66,6 +102,7 @@ class Prob(Metric):
         return m
 
     def __call__(self, logits, pair=None):
+        _check_bound(self, self._t)
         lp = torch.log_softmax(logits.float(), dim=-1)
         v = _pick(lp, self._t, pair)
         return v if self.log else v.exp()
@@ -80,8 +117,22 @@ class Custom(Metric):
 
     def __call__(self, logits, pair=None):
         v = self.fn(logits)
-        v = torch.as_tensor(v, dtype=torch.float32, device=logits.device)
-        return v.expand(logits.shape[0]) if v.dim() == 0 else v
+        try:
+            v = torch.as_tensor(v, dtype=torch.float32, device=logits.device)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise InterplabError(f"metric {self.name!r} returned {type(v).__name__}, not numbers: {e}") from None
+        rows = logits.shape[0]
+        if v.dim() == 0:
+            v = v.expand(rows)
+        elif v.numel() == rows:
+            v = v.reshape(rows)
+        else:
+            raise InterplabError(f"metric {self.name!r} returned shape {tuple(v.shape)} for {rows} rows of logits: "
+                                 f"return one value per row (or one scalar for all).")
+        if torch.isnan(v).any():  # a NaN would pass silently into every normalised value
+            raise InterplabError(f"metric {self.name!r} returned NaN: make it finite on [rows, vocab] logits (e.g. "
+                                 f"use log_softmax, not log(softmax)).")
+        return v
 
 
 def logit_diff(answer, wrong) -> LogitDiff:
@@ -102,7 +153,15 @@ def as_metric(m) -> Metric:
         return m
     if callable(m):
         return Custom(m)
-    raise TypeError(f"metric must be ilab.logit_diff(...), ilab.prob(...), ilab.logprob(...) or a callable, got {m!r}")
+    raise InterplabError(
+        f"metric must be ilab.logit_diff(...), ilab.prob(...), ilab.logprob(...) or a callable on [rows, vocab] "
+        f"logits, got {type(m).__name__} {m!r}.")
+
+
+def _check_bound(metric: Metric, ids) -> None:
+    if ids is None:
+        raise InterplabError(f"{metric.name}: its answer strings are not resolved to token ids yet; call "
+                             f"metric.bind(lab.token_id) first (patch_sweep does this for you).")
 
 
 def _show(t) -> str:

@@ -299,6 +299,8 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
     metric: ilab.logit_diff(" Mary", " John") (per pair: lists of answers), prob, logprob, or a callable on
             [rows, vocab] last-position logits. direction: "denoise" (clean into corrupt) or "noise".
     """
+    if not isinstance(by, (str, list, tuple)):
+        raise InterplabError(f"by={by!r} is not a sweep layout: choose one of {', '.join(map(str, AXES))}.")
     by = tuple([by] if isinstance(by, str) else by)
     if by not in AXES:
         raise InterplabError(f"by={by!r} is not a sweep layout: choose one of {', '.join(map(str, AXES))}.")
@@ -310,12 +312,22 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
         raise InterplabError(f"method={method!r}: use 'exact' or 'attribution'.")
     if metric is None:
         raise InterplabError("metric= is required, e.g. ilab.logit_diff(' Mary', ' John').")
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+        raise InterplabError(f"max_batch={max_batch!r}: the most patched rows per forward, an int >= 1 (default 64; "
+                             f"lower it if memory runs out).")
+    if not (isinstance(progress, bool) or callable(progress)):
+        raise InterplabError(f"progress={progress!r}: use True (a progress bar), False, or a function (done, total).")
+    if cancel is not None and not callable(getattr(cancel, "is_set", None)):
+        raise InterplabError(f"cancel={cancel!r}: use a threading.Event (set it to stop the sweep) or None.")
+    if on_partial is not None and not callable(on_partial):
+        raise InterplabError(f"on_partial={on_partial!r}: use a function (SweepResult) -> None, or None.")
     if lab.sites.arch is None:
         raise InterplabError("patch_sweep needs a known architecture (see ilab.sites.ARCHS); use lab.run with "
                              "raw-path edits on this model.")
     clean, corrupt = _as_prompts(clean), _as_prompts(corrupt)
     if len(clean) != len(corrupt):
         raise LengthMismatchError(f"{len(clean)} clean prompts but {len(corrupt)} corrupt: give them in pairs.")
+    as_metric(metric).check_pairs(len(clean))  # per-pair answers: one per pair, before any forward
     lab.check_pair(clean, corrupt)
     metric = as_metric(metric).bind(lab.token_id)
     pairs = _pairs(lab, clean, corrupt, direction, by)

@@ -26,7 +26,15 @@ import torch
 
 from . import engine
 from .edits import POS_SELECTORS, ApplyContext, Edit, selection_mask
-from .errors import InterplabError, OutOfRangeError, UnknownSiteError, UnsupportedSiteError
+from .errors import (
+    InterplabError,
+    NumberError,
+    OutOfRangeError,
+    UnknownSiteError,
+    UnsupportedSiteError,
+    check_context,
+    short,
+)
 from .sites import HookPoint
 
 DEFAULT_NORM_PROMPTS = [
@@ -333,11 +341,41 @@ def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool 
     greedy=False; seed makes sampling reproducible without touching the global RNG. on_logits(step, logits) may
     return edited logits (what the sampler draws from). Other keyword arguments go to model.generate.
     """
+    import math
+    import numbers
+
     from transformers import LogitsProcessorList
 
+    # argument checks: every one fails before a hook is attached or the model runs
+    if not isinstance(prompt, (str, list, tuple)) or not prompt or not all(
+            isinstance(p, str) and p.strip() for p in ([prompt] if isinstance(prompt, str) else prompt)):
+        raise InterplabError(f"generate needs a non-empty prompt string (or a list of them), got {prompt!r}.")
     prompts = [prompt] if isinstance(prompt, str) else list(prompt)
-    if not prompts or not all(isinstance(p, str) and p for p in prompts):
-        raise InterplabError("generate needs a non-empty prompt string (or a list of them).")
+    if isinstance(edits, (Edit, SamplerEdit)):
+        raise InterplabError(f"generate: edits= takes a list; wrap the one edit: [{edits.describe()}].")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
+        raise OutOfRangeError(f"max_new_tokens must be an int >= 1, got {type(max_new_tokens).__name__} "
+                              f"{max_new_tokens!r}.")
+    max_new_tokens = int(max_new_tokens)
+    if greedy is not None and not isinstance(greedy, bool):
+        raise InterplabError(f"greedy must be True, False or None (= greedy unless a sampling option is given), got "
+                             f"{greedy!r}.")
+    for name, v in (("temperature", temperature), ("top_p", top_p)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v)):
+            raise NumberError(f"{name} must be a finite number or None, got {type(v).__name__} {v!r}.")
+    if temperature is not None and temperature <= 0:
+        raise NumberError(f"temperature={temperature} must be > 0; for greedy decoding leave temperature=None (or "
+                          f"pass greedy=True).")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise NumberError(f"top_p={top_p} must be in (0, 1]: the share of probability mass to sample from (None = "
+                          f"all).")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1):
+        raise NumberError(f"top_k must be an int >= 1 (the number of likeliest tokens to sample from) or None, got "
+                          f"{top_k!r}.")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise NumberError(f"seed must be an int or None, got {type(seed).__name__} {seed!r}.")
+    if on_logits is not None and not callable(on_logits):
+        raise InterplabError(f"on_logits must be a function (step, logits) -> logits or None, got {on_logits!r}.")
     edits = list(edits or [])
     model_edits = [e for e in edits if isinstance(e, Edit)]
     sampler = [e for e in edits if isinstance(e, SamplerEdit)]
@@ -348,11 +386,21 @@ def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool 
         greedy = temperature is None and top_k is None and top_p is None
     if max_new_tokens < 1:
         raise OutOfRangeError(f"max_new_tokens must be >= 1, got {max_new_tokens}.")
+    forced = [s.step for s in sampler if s.op == "force"]
+    for step in forced:
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < max_new_tokens:
+            raise OutOfRangeError(f"force_token step={step!r} is never reached: with max_new_tokens={max_new_tokens} "
+                                  f"the steps are 0..{max_new_tokens - 1}; force an earlier step or generate more.")
+    if len(set(forced)) < len(forced):
+        raise InterplabError(f"two force_token edits at the same step ({sorted(forced)}): keep one per step.")
 
     tok = lab.tokenizer
     rows = [tok(p)["input_ids"] for p in prompts]
     if any(not r for r in rows):
         raise InterplabError("a prompt tokenizes to nothing: give some text.")
+    for i, (p, r) in enumerate(zip(prompts, rows)):  # every new token needs a position inside the context
+        check_context(lab.model, len(r), f"prompt {i} ({short(p)})" if len(rows) > 1 else f"the prompt {short(p)}",
+                      new_tokens=max_new_tokens)
     width = max(len(r) for r in rows)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
@@ -424,8 +472,14 @@ def residual_norm(lab, site: str = "resid_post", layer: int = 0, prompts=None) -
     """Mean L2 norm of the activation at (site, layer) over every real token of `prompts`: the scale to size a
     steering vector against (alpha = 4 * norm is a strong steer)."""
     prompts = DEFAULT_NORM_PROMPTS if prompts is None else prompts
+    if site == "pattern":  # attention weights, [batch, heads, pos, pos]: no width to measure a norm along
+        raise UnsupportedSiteError("residual_norm reads an activation [batch, pos, width]; 'pattern' holds attention "
+                                   "weights. Use 'resid_post', 'resid_pre', 'attn_out' or 'mlp_out'.")
     run = lab.run(prompts, cache=[(site, layer)], log=False)
     acts = run.cache[site, layer]
+    if acts.dim() != 3:
+        raise UnsupportedSiteError(f"residual_norm: site {site!r} gives a {acts.dim()}-D activation "
+                                   f"{tuple(acts.shape)}; it needs [batch, pos, width], e.g. 'resid_post'.")
     norms = [acts[i, :n].float().norm(dim=-1) for i, n in enumerate(run.lengths)]
     return torch.cat(norms).mean().item()
 

@@ -9,12 +9,13 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 
 import torch
 
-from .edits import Edit, clamp, project, steer
-from .errors import InterplabError, LoadError, VectorError
+from .edits import Edit, _as_tensor, clamp, project, steer
+from .errors import InterplabError, LoadError, UnsupportedSiteError, VectorError
 
 _KEY = "vector"
 
@@ -30,10 +31,15 @@ class SteeringVector:
     metadata: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if not isinstance(self.tensor, torch.Tensor):
-            self.tensor = torch.as_tensor(self.tensor, dtype=torch.float32)
-        if self.tensor.dim() != 1:
+        self.tensor = _as_tensor(self.tensor, what="steering vector")  # numbers only, no NaN/Inf
+        if self.tensor.dim() != 1 or self.tensor.numel() == 0:
             raise VectorError(f"a steering vector is 1-D [width], got shape {tuple(self.tensor.shape)}.")
+        if not isinstance(self.site, str) or not self.site:
+            raise InterplabError(f"a steering vector's site is a site name such as 'resid_post', got {self.site!r}.")
+        if self.layer is not None and (isinstance(self.layer, bool) or not isinstance(self.layer, int)):
+            raise InterplabError(f"a steering vector's layer is an int or None, got {self.layer!r}.")
+        if not isinstance(self.metadata, dict):
+            raise InterplabError(f"metadata must be a dict, got {type(self.metadata).__name__}.")
 
     @property
     def norm(self) -> float:
@@ -60,7 +66,16 @@ def _acts(lab, prompts, site: str, layer, pos) -> torch.Tensor:
     """[n, width]: one row per prompt at `pos` (int: that position of each prompt), or per real token (pos=None)."""
     if isinstance(prompts, str):
         prompts = [prompts]
-    run = lab.run(list(prompts), cache=[(site, layer)], log=False)
+    if not hasattr(lab, "run") or not hasattr(lab, "tokenizer"):  # diff_of_means(pos_prompts, neg_prompts)
+        raise InterplabError(f"the first argument must be an ilab.Lab, got {type(lab).__name__}: "
+                             f"ilab.vectors.diff_of_means(lab, positive_prompts, negative_prompts, ...).")
+    if site == "pattern":  # checked before any run: attention weights have no residual width
+        raise UnsupportedSiteError("site 'pattern' holds attention weights [batch, heads, pos, pos]; steering "
+                                   "vectors live in [batch, pos, width] sites such as 'resid_post'.")
+    if pos is not None and (isinstance(pos, bool) or not isinstance(pos, int)):
+        raise InterplabError(f"pos must be an int (-1 = each prompt's last token) or None (every token), got "
+                             f"{type(pos).__name__} {pos!r}.")
+    run = lab.run(prompts, cache=[(site, layer)], log=False)  # lab.run checks the prompts
     a = run.cache[site, layer]
     if a.dim() != 3:
         raise VectorError(f"site {site!r} gives a {a.dim()}-D activation; vectors need [batch, pos, width].")
@@ -90,7 +105,7 @@ def from_tensor(tensor, site: str = "resid_post", layer: int | None = None, mode
     """Wrap a tensor as a SteeringVector (site, layer and model id travel with it)."""
     if isinstance(tensor, SteeringVector):
         return tensor
-    return SteeringVector(torch.as_tensor(tensor).detach().cpu(), site, layer, model_id, metadata)
+    return SteeringVector(_as_tensor(tensor, what="steering vector").cpu(), site, layer, model_id, metadata)
 
 
 def save(path, vector, metadata: dict | None = None) -> None:
@@ -99,6 +114,12 @@ def save(path, vector, metadata: dict | None = None) -> None:
     from safetensors.torch import save_file
 
     sv = vector if isinstance(vector, SteeringVector) else from_tensor(vector)
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InterplabError(f"metadata must be a dict of JSON-able values, got {type(metadata).__name__}.")
+    folder = os.path.dirname(os.fspath(path)) or "."
+    if not os.path.isdir(folder):
+        raise InterplabError(f"cannot write {path}: the folder {folder!r} does not exist. Create it first "
+                             f"(os.makedirs({folder!r}, exist_ok=True)) or pick another path.")
     meta = {**sv.metadata, **(metadata or {})}
     where = {"model_id": sv.model_id, "site": sv.site, "layer": sv.layer}
     for k in where:
