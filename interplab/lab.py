@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import operator
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from torch import nn
 
 from . import engine
 from .edits import ApplyContext, Edit, SourceRef, edits_to_json
+from .engine import Memo
 from .errors import (
     EmptyPromptError,
     InterplabError,
@@ -32,7 +34,6 @@ from .errors import (
     format_tokens,
     short,
 )
-from .memo import Memo
 from .sites import LAYERED, READ_ONLY, SITE_NAMES, SiteMap
 
 
@@ -302,7 +303,7 @@ class Lab:
             plan.edits.extend(self._plan_edit(e, len(prompts), lengths))
         for item in cache_req:
             plan.cache.extend(self._plan_cache(item))
-        ctx = self._ctx_factory(lengths)
+        ctx = self.contexts(lengths)
         logits, raw = engine.forward(self.model, ids.to(self.device), mask.to(self.device), plan, ctx, grad=grad)
         result = Run(prompts, ids, mask, lengths, logits if grad else logits.detach().float().cpu(),
                      Cache(raw if grad else {k: v.cpu() for k, v in raw.items()}), edits,
@@ -313,12 +314,14 @@ class Lab:
             self.memo.put(key, result)
         return result
 
-    def _ctx_factory(self, lengths):
+    def contexts(self, lengths: list[int], **where) -> Callable[[engine.PlannedEdit | None], ApplyContext]:
+        """What each planned edit needs to know about the tensor it edits: real lengths, heads, its source value;
+        `where` adds what a forward over only some positions sets (offset, positions; see ApplyContext)."""
         n_heads = self.n_heads
 
         def ctx_for(pe):
             return ApplyContext(lengths=lengths, n_heads=n_heads if pe is not None and pe.site.heads else None,
-                                source=pe.source if pe is not None else None)
+                                source=pe.source if pe is not None else None, **where)
         return ctx_for
 
     def _ensure_eager_attention(self) -> None:
@@ -456,6 +459,70 @@ class Lab:
         """The edits bound to the model right now."""
         return list(getattr(self, "_bound_edits", []))
 
+    # ---- forwards that resume from cached state: what makes a click cheap ------------------------------------
+    def last_logits(self, prompts, edits) -> torch.Tensor:
+        """[rows, vocab] last-position logits of self.run(prompts, edits), computed from the lowest edited layer up.
+
+        Layers below every edit see nothing new, so they come from the cached unedited run; for one prompt whose
+        edits all start at a position p, positions before p are unchanged too, so their keys and values come from
+        a cached run and only positions p.. are computed. Only the final position is unembedded. Falls back to a
+        full run where it cannot resume."""
+        prompts = _as_prompts(prompts)
+        edits = [e for e in edits if e.enabled]
+        layered = all(e.site in LAYERED and e.site != "pattern" and e.op != "ban_expert" for e in edits)
+        if not edits or self.sites.arch is None or not layered:
+            return self.run(prompts, edits, log=bool(edits)).last_logits
+        start = min(min(self.sites.layers_of(e.layer)) for e in edits)
+        ids, mask, lengths = self.encode(prompts)
+        plan = engine.Plan()
+        for e in edits:
+            plan.edits.extend(self._plan_edit(e, len(prompts), lengths))
+        hidden = self.residuals(prompts).cache["resid_pre", start].to(self.device)
+        first = _first_position(edits, lengths)
+        prefix = self.kv_prefix(prompts[0], first) if first else None
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        kw, ctx_for, last = {}, self.contexts(lengths), torch.tensor(lengths, device=self.device) - 1
+        if prefix is not None:  # only positions first.. are computed, on top of the cached keys and values
+            hidden, ids, last = hidden[:, first:], ids[:, first:], last - first
+            kw = {"position_ids": torch.arange(first, lengths[0], device=self.device)[None], "use_cache": True,
+                  **prefix}
+            ctx_for = self.contexts(lengths, offset=first, positions=torch.arange(first, lengths[0])[None])
+        with torch.no_grad():
+            logits = engine.resumed_last_logits(self.model, self.sites.arch, start, hidden, ids, mask, last,
+                                                install=lambda hm: engine.install(hm, plan, ctx_for, {}),
+                                                owner="interplab.run", **kw)
+        self.log.record(prompts, edits, [])
+        return logits.float().cpu()
+
+    def residuals(self, prompts) -> Run:
+        """The unedited run with resid_pre of every layer cached: one memoised run serves a resume at any layer."""
+        return self.run(prompts, cache=[("resid_pre", l) for l in range(self.n_layers)], log=False)
+
+    def kv_prefix(self, prompts, first: int, repeats: int = 1) -> dict | None:
+        """Keyword arguments that make a forward start at position `first` of `prompts` (one string, or a list of
+        equal-length prompts): the unedited run's keys/values cropped to `first` positions and tiled `repeats`
+        times along the batch. None where the model's cache cannot be cropped (sliding windows)."""
+        key = prompts if isinstance(prompts, str) else tuple(prompts)
+        memo_key = self.memo.key(("kv", key))
+        entry = self.memo.get(memo_key)
+        if entry is None:
+            ids, mask, _ = self.encode(list(key) if isinstance(key, tuple) else key)
+            entry = engine.key_values(self.model, ids.to(self.device), mask.to(self.device)) or ("uncroppable", None)
+            self.memo.put(memo_key, entry)
+        if entry[1] is None:
+            return None
+        return engine.prefix(entry, first, 1 if isinstance(key, str) else len(key), repeats, self.device)
+
+    def warm(self, prompts) -> None:
+        """Compute ahead what every later resumed run of `prompts` reuses (the cached residuals and, for one
+        prompt, keys and values), so that even the first click costs one resumed forward."""
+        prompts = _as_prompts(prompts)
+        if self.sites.arch is None:
+            return
+        self.residuals(prompts)
+        if len(prompts) == 1 and len(self.to_str_tokens(prompts[0])) > 1:
+            self.kv_prefix(prompts[0], 1)
+
     def clear_memo(self) -> None:
         """Forget memoised runs. Needed only after writing weights through `.data` (see interplab.memo)."""
         self.memo.clear()
@@ -500,6 +567,20 @@ def _check_positions(pos, lengths: list[int]) -> None:
             raise OutOfRangeError(
                 f"position {p} out of range: the shortest prompt has {n} tokens (positions 0..{n - 1}, or -{n}..-1)."
             )
+
+
+def _first_position(edits, lengths: list[int]) -> int:
+    """The earliest position any edit touches, for a single prompt with explicit int positions (else 0)."""
+    if len(lengths) != 1:
+        return 0
+    n = lengths[0]
+    firsts = []
+    for e in edits:
+        if e.pos is None or isinstance(e.pos, (str, slice)) or e.batch not in (None, 0, [0]):
+            return 0
+        items = e.pos if isinstance(e.pos, (list, tuple, range)) else [e.pos]
+        firsts.append(min(int(p) % n for p in items))
+    return min(firsts) if firsts else 0
 
 
 def _dtype(dtype):

@@ -17,13 +17,11 @@ for denoising (clean patched into corrupt) and noising (corrupt patched into cle
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 
 from . import engine
 from .errors import InterplabError, LengthMismatchError
@@ -102,170 +100,6 @@ class SweepResult:
         except ImportError:
             return self.figure()
         return heatmap_for(self, lab or self.lab)
-
-
-# ---- resuming a forward from a cached residual ---------------------------------------------------------
-
-@contextlib.contextmanager
-def _start_at(lab: Lab, layer: int, hidden: torch.Tensor, hm: engine.HookManager):
-    """Within the block, the model skips layers < `layer` and feeds `hidden` into layer `layer` (or, at n_layers,
-    into the final norm). Hooks for later layers must be attached before entering (paths shift inside)."""
-    arch = lab.sites.arch
-    parent_path, _, attr = arch.layers.rpartition(".")
-    parent = lab.model.get_submodule(parent_path)
-    layers = getattr(parent, attr)
-    cfg = lab.model.config
-    target = layers[layer] if layer < len(layers) else lab.model.get_submodule(arch.final_norm)
-
-    def feed(module, args, kwargs):
-        if args:
-            return (hidden, *args[1:]), kwargs
-        return args, {**kwargs, "hidden_states": hidden}
-
-    handle = target.register_forward_pre_hook(feed, with_kwargs=True, prepend=True)  # before any edit there
-    hm._handles.append((f"{arch.layers}.{layer}", "input", handle))
-    layer_types = getattr(cfg, "layer_types", None)
-    try:
-        setattr(parent, attr, nn.ModuleList(list(layers)[layer:]))
-        if isinstance(layer_types, list):  # some models index per-layer mask types by loop position
-            cfg.layer_types = layer_types[layer:]
-        yield
-    finally:
-        setattr(parent, attr, layers)
-        if isinstance(layer_types, list):
-            cfg.layer_types = layer_types
-
-
-def _last_logits(lab: Lab, hidden: torch.Tensor, last_idx: torch.Tensor) -> torch.Tensor:
-    h = hidden[torch.arange(hidden.shape[0], device=hidden.device), last_idx]
-    logits = lab.model.get_output_embeddings()(h)
-    cap = getattr(lab.model.config, "final_logit_softcapping", None)
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
-    return logits
-
-
-def resumed_last_logits(lab: Lab, start: int, hidden: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor,
-                        last_idx: torch.Tensor, hooks: list[tuple] = (), **forward_kw) -> torch.Tensor:
-    """Final-position logits of a forward that starts at layer `start` from `hidden` [rows, pos, d].
-
-    hooks: (HookPoint, fn) pairs attached for this forward (e.g. a per-row patch of z in layer `start`).
-    forward_kw: e.g. position_ids and a key/value cache when `hidden` holds only the later positions.
-    """
-    base = lab.model.base_model
-    forward_kw.setdefault("use_cache", False)
-    with engine._RUN_LOCK, engine.HookManager(lab.model, "interplab.sweep") as hm:
-        engine.attach(hm, list(hooks))
-        with _start_at(lab, start, hidden, hm):
-            out = base(input_ids=ids, attention_mask=mask, **forward_kw)
-    return _last_logits(lab, out.last_hidden_state, last_idx)
-
-
-def edited_last_logits(lab: Lab, prompts, edits) -> torch.Tensor:
-    """[rows, vocab] last-position logits of lab.run(prompts, edits), computed from the lowest edited layer up.
-
-    Layers below every edit see nothing new, so they come from the cached unedited run; for one prompt whose edits
-    all start at a position p, positions before p are unchanged too, so their keys and values come from a cached
-    run and only positions p.. are computed. Only the final position is unembedded. This is what makes a heatmap
-    click cheap. Falls back to a full run where it cannot resume."""
-    prompts = _as_prompts(prompts)
-    edits = [e for e in edits if e.enabled]
-    layered = all(e.site in LAYERED and e.site != "pattern" and e.op != "ban_expert" for e in edits)
-    if not edits or lab.sites.arch is None or not layered:
-        return lab.run(prompts, edits, log=bool(edits)).last_logits
-    start = min(min(lab.sites.layers_of(e.layer)) for e in edits)
-    ids, mask, lengths = lab.encode(prompts)
-    plan = engine.Plan()
-    for e in edits:
-        plan.edits.extend(lab._plan_edit(e, len(prompts), lengths))
-    hidden = _residuals(lab, prompts).cache["resid_pre", start].to(lab.device)
-    first = _first_position(edits, lengths)
-    prefix = _prefix_cache(lab, prompts[0], first) if first else None
-    base = lab.model.base_model
-    kw = {"input_ids": ids.to(lab.device), "attention_mask": mask.to(lab.device), "use_cache": False}
-    ctx_for = lab._ctx_factory(lengths)
-    if prefix is not None:  # only positions first.. are computed, on top of the cached keys and values
-        n = lengths[0]
-        hidden = hidden[:, first:]
-        kw = {"input_ids": kw["input_ids"][:, first:], "attention_mask": kw["attention_mask"],
-              "position_ids": torch.arange(first, n, device=lab.device)[None], "use_cache": True, **prefix}
-        positions = torch.arange(first, n)[None]
-
-        def ctx_for(pe, _full=ctx_for):
-            ctx = _full(pe)
-            ctx.offset, ctx.positions = first, positions
-            return ctx
-    with torch.no_grad(), engine._RUN_LOCK, engine.HookManager(lab.model, "interplab.run") as hm:
-        engine.install(hm, plan, ctx_for, {})
-        with _start_at(lab, start, hidden, hm):
-            out = base(**kw)
-        last = torch.tensor(lengths, device=lab.device) - 1 - (first if prefix is not None else 0)
-        logits = _last_logits(lab, out.last_hidden_state, last)
-    lab.log.record(prompts, edits, [])
-    return logits.float().cpu()
-
-
-def _residuals(lab: Lab, prompts: list[str]):
-    """The unedited run with resid_pre of every layer cached: one memoised run serves a click at any layer."""
-    return lab.run(prompts, cache=[("resid_pre", l) for l in range(lab.n_layers)], log=False)
-
-
-def warm_click_path(lab: Lab, prompts) -> None:
-    """Compute ahead what every later click on `prompts` reuses (the cached residuals and, for one prompt, keys
-    and values), so that even the first click costs one resumed forward. Widgets call it after their first paint."""
-    prompts = _as_prompts(prompts)
-    if lab.sites.arch is None:
-        return
-    _residuals(lab, prompts)
-    if len(prompts) == 1 and len(lab.to_str_tokens(prompts[0])) > 1:
-        _prefix_cache(lab, prompts[0], 1)
-
-
-def _first_position(edits, lengths: list[int]) -> int:
-    """The earliest position any edit touches, for a single prompt with explicit int positions (else 0)."""
-    if len(lengths) != 1:
-        return 0
-    n = lengths[0]
-    firsts = []
-    for e in edits:
-        if e.pos is None or isinstance(e.pos, (str, slice)) or e.batch not in (None, 0, [0]):
-            return 0
-        items = e.pos if isinstance(e.pos, (list, tuple, range)) else [e.pos]
-        firsts.append(min(int(p) % n for p in items))
-    return min(firsts) if firsts else 0
-
-
-def _prefix_cache(lab: Lab, prompts, first: int, repeats: int = 1) -> dict | None:
-    """{"cache" or "past_key_values": a copy of the unedited run's keys/values of `prompts` (one string or a list
-    of equal-length prompts) cropped to `first` positions and tiled `repeats` times along the batch}, or None where
-    the model's cache cannot be cropped (sliding windows)."""
-    import copy
-    import inspect
-
-    key = prompts if isinstance(prompts, str) else tuple(prompts)
-    memo_key = lab.memo.key(("kv", key))
-    entry = lab.memo.get(memo_key)
-    if entry is None:
-        ids, mask, _ = lab.encode(list(key) if isinstance(key, tuple) else key)
-        with torch.no_grad(), engine._RUN_LOCK:
-            out = lab.model.base_model(input_ids=ids.to(lab.device), attention_mask=mask.to(lab.device),
-                                       use_cache=True)
-        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-        name = "cache" if "cache" in inspect.signature(lab.model.base_model.forward).parameters else "past_key_values"
-        sliding = getattr(cache, "is_sliding", False)
-        sliding = any(sliding) if isinstance(sliding, (list, tuple)) else bool(sliding)
-        ok = cache is not None and getattr(cache, "is_croppable", True) and not sliding
-        entry = (name, cache) if ok and hasattr(cache, "crop") else ("uncroppable", None)
-        lab.memo.put(memo_key, entry)
-    name, cache = entry
-    if cache is None:
-        return None
-    cropped = copy.deepcopy(cache)
-    cropped.crop(first - cropped.get_seq_length())  # negative: drop that many trailing positions (all versions)
-    if repeats > 1:  # rows are cell-major (row c * n_prompts + i = prompt i), so tile rather than interleave
-        n = 1 if isinstance(key, str) else len(key)
-        cropped.reorder_cache(torch.arange(n, device=lab.device).repeat(repeats))
-    return {name: cropped}
 
 
 def _row_patch(src: torch.Tensor, row_mask: torch.Tensor, n_heads: int | None) -> Callable:
@@ -392,8 +226,11 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
             for chunk in _chunks(cells, max(1, max_batch // len(pairs.base))):
                 if cancel is not None and cancel.is_set():
                     raise SweepCancelled(f"sweep cancelled after {done} of {total} cells; no result returned.")
-                vals = _run_cells_adaptive(lab, site, layer, chunk, pairs, metric,
-                                           base_run.cache[_resume_key(lab, site, layer)], source_run.cache[key])
+                hidden = base_run.cache[_resume_key(lab, site, layer)]
+
+                def run_part(part, layer=layer, hidden=hidden, src=source_run.cache[key]):
+                    return _run_cells(lab, site, layer, part, pairs, metric, hidden, src)
+                vals = engine.halving(run_part, chunk)
                 for (cell_index, _, _), (v, top, run) in zip(chunk, vals):
                     result.raw[(li, *cell_index)] = v
                     result.top_tokens[(li, *cell_index)] = [(lab.tokenizer.decode([i]), p) for i, p in top]
@@ -452,20 +289,6 @@ def _resume_key(lab: Lab, site: str, layer: int) -> tuple[str, int]:
     return ("resid_pre", start) if start < lab.n_layers else ("resid_post", lab.n_layers - 1)
 
 
-def _run_cells_adaptive(lab, site, layer, chunk, pairs, metric, base_hidden, src) -> list[tuple]:
-    """Run a chunk; on out-of-memory, halve it and retry."""
-    try:
-        return _run_cells(lab, site, layer, chunk, pairs, metric, base_hidden, src)
-    except torch.OutOfMemoryError:
-        if len(chunk) == 1:
-            raise
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        half = len(chunk) // 2
-        return (_run_cells_adaptive(lab, site, layer, chunk[:half], pairs, metric, base_hidden, src)
-                + _run_cells_adaptive(lab, site, layer, chunk[half:], pairs, metric, base_hidden, src))
-
-
 def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Metric, base_hidden: torch.Tensor,
                src: torch.Tensor) -> list[tuple]:
     """One batched, resumed forward for a chunk of cells of one layer, starting from `base_hidden` (the base run's
@@ -481,7 +304,7 @@ def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Me
     start = layer + 1 if site == "resid_post" else layer
     # positions before the chunk's earliest changed one are those of the base run: keys/values from its cache
     first = min(c[2] for c in chunk)
-    prefix = _prefix_cache(lab, pairs.base, first, n_cells) if first and bool(pairs.mask.all()) else None
+    prefix = lab.kv_prefix(pairs.base, first, n_cells) if first and bool(pairs.mask.all()) else None
     first = first if prefix is not None else 0
 
     heads = site == "z"
@@ -510,7 +333,8 @@ def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Me
         kw = {"position_ids": torch.arange(first, n_pos, device=dev)[None].expand(rows, -1), "use_cache": True,
               **prefix}
     with torch.no_grad():
-        logits = resumed_last_logits(lab, start, hidden, ids, attn, last, hooks, **kw)
+        logits = engine.resumed_last_logits(lab.model, lab.sites.arch, start, hidden, ids, attn, last, hooks,
+                                            owner="interplab.sweep", **kw)
     pair_idx = torch.arange(n_pairs).repeat(n_cells)
     if isinstance(metric, Custom):
         values = [float(metric(logits[c * n_pairs:(c + 1) * n_pairs]).mean()) for c in range(n_cells)]
@@ -616,4 +440,4 @@ def _advance(bar, progress, done, total, n):
         progress(done, total)
 
 
-__all__ = ["patch_sweep", "SweepResult", "SweepCancelled", "resumed_last_logits", "LAYERED"]
+__all__ = ["patch_sweep", "SweepResult", "SweepCancelled", "LAYERED"]

@@ -13,7 +13,7 @@ from .edits import Edit, patch, steer
 from .lab import Lab
 from .lens import logit_lens
 from .metrics import as_metric, logit_diff
-from .patching import SweepResult, edited_last_logits, warm_click_path
+from .patching import SweepResult
 
 TOP_K = 8
 
@@ -131,7 +131,7 @@ class PatchSession:
                 toks, probs = [lab.tokenizer.decode([i]) for i in ids], [round(float(x), 6) for x in p]
                 lab.log.record([self.base], edits, [])  # the log reads as if the forward had run
             else:
-                patched = edited_last_logits(lab, self.base, edits)[0]
+                patched = lab.last_logits(self.base, edits)[0]
                 toks, probs = top_k(lab, patched)
                 value = float(self.metric(patched[None])[0])
             series.append({"name": f"patched: {_short(edits)}", "tokens": toks, "probs": probs})
@@ -165,7 +165,7 @@ class PatchSession:
 
     def warm(self) -> None:
         """Precompute what clicks reuse (the base prompt's cached residuals and keys/values)."""
-        warm_click_path(self.lab, self.base)
+        self.lab.warm(self.base)
 
     def hover(self, result: SweepResult | None = None) -> list[list[str]]:
         res = result or self.result

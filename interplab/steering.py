@@ -429,7 +429,7 @@ def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool 
     kw.update(generate_kwargs)
     model = lab.model
     dev = lab.device
-    with engine._RUN_LOCK, engine.HookManager(model, "interplab.generate") as hm, _seeded(seed):
+    with engine.run_lock, engine.HookManager(model, "interplab.generate") as hm, _seeded(seed):
         _install(hm, lab, planned, state)
         with torch.no_grad():
             out = model.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), **kw)

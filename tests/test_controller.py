@@ -170,7 +170,6 @@ def test_dashboard_composes_every_view(gpt2_lab):
 def test_a_click_on_an_exact_sweep_reads_the_sweep_and_equals_a_fresh_forward(gpt2_lab, monkeypatch):
     """The exact sweep ran every cell's patched forward: a click shows those numbers (top-k and metric) instead of
     running it again. They must equal a fresh forward, for computed cells and for unchanged (skipped) ones."""
-    from interplab import session as session_mod
 
     res = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), progress=False)
     ex = res.show()
@@ -183,7 +182,7 @@ def test_a_click_on_an_exact_sweep_reads_the_sweep_and_equals_a_fresh_forward(gp
     def no_forward(*a, **k):
         raise AssertionError("a click on an exact sweep's cell ran a forward")
 
-    monkeypatch.setattr(session_mod, "edited_last_logits", no_forward)
+    monkeypatch.setattr(gpt2_lab, "last_logits", no_forward)
     logged = len(gpt2_lab.log)
     for c in cells:
         view = s.logits_view([s.cell_edit(*c)], cells=[c])

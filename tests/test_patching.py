@@ -4,6 +4,7 @@ import threading
 
 import pytest
 import torch
+from core._hand import hooks_everywhere  # tests/ is on sys.path (rootdir conftest)
 
 import interplab as ilab
 from interplab.patching import SweepCancelled
@@ -210,6 +211,7 @@ def test_attribution_correlates_with_exact(models, tokenizer):
 
 def test_cancel_returns_no_partial_result_and_leaves_no_hooks(models, tokenizer):
     lab = ilab.Lab(models["gpt2"], tokenizer)
+    before_hooks = hooks_everywhere(lab.model)
     cancel = threading.Event()
     seen = []
 
@@ -224,12 +226,12 @@ def test_cancel_returns_no_partial_result_and_leaves_no_hooks(models, tokenizer)
     assert ilab.engine.attached_hooks() == []
     layers = lab.model.transformer.h
     assert len(layers) == lab.n_layers  # the layer list was restored
-    for mod in lab.model.modules():
-        assert not mod._forward_hooks and not mod._forward_pre_hooks
+    assert hooks_everywhere(lab.model) == before_hooks  # none of interplab's left; anyone else's still there
 
 
 def test_keyboard_interrupt_mid_sweep_restores_model(models, tokenizer):
     lab = ilab.Lab(models["llama"], tokenizer)
+    before_hooks = hooks_everywhere(lab.model)
     before = [p.detach().clone() for p in lab.model.parameters()]
     calls = {"n": 0}
 
@@ -243,8 +245,7 @@ def test_keyboard_interrupt_mid_sweep_restores_model(models, tokenizer):
     assert len(lab.model.model.layers) == lab.n_layers
     layer_types = getattr(lab.model.config, "layer_types", None)
     assert layer_types is None or len(layer_types) == lab.n_layers
-    for mod in lab.model.modules():
-        assert not mod._forward_hooks and not mod._forward_pre_hooks
+    assert hooks_everywhere(lab.model) == before_hooks  # none of interplab's left; anyone else's still there
     assert all(torch.equal(a, b) for a, b in zip(before, lab.model.parameters()))
 
 
@@ -289,11 +290,10 @@ def test_out_of_memory_halves_the_chunk_and_retries(models, tokenizer, monkeypat
 @pytest.mark.parametrize("arch", ["gpt2", "llama", "gpt_neox", "gemma2"])
 def test_edited_last_logits_resumes_exactly(models, tokenizer, arch):
     """The click path (resume from the lowest edited layer, unembed the last position) equals a full edited run."""
-    from interplab.patching import edited_last_logits
-
     lab = ilab.Lab(models[arch], tokenizer)
+    before_hooks = hooks_everywhere(lab.model)
     src = lab.run(CLEAN, cache=["resid_pre", "z", "attn_out"])
-    v = torch.randn(lab.d_model)
+    v = torch.randn(lab.d_model, generator=torch.Generator().manual_seed(0))  # the same whatever ran before
     cases = [
         [ilab.patch("resid_pre", 2, pos=3, source=src)],
         [ilab.patch("resid_pre", 1, pos=-1, source=src), ilab.patch("z", 2, head=1, source=src)],
@@ -302,12 +302,11 @@ def test_edited_last_logits_resumes_exactly(models, tokenizer, arch):
         [ilab.scale("mlp_out", 2, 0.5)],
     ]
     for edits in cases:
-        got = edited_last_logits(lab, [CORRUPT, CLEAN[:30]], edits)
+        got = lab.last_logits([CORRUPT, CLEAN[:30]], edits)
         lab.clear_memo()
         want = lab.run([CORRUPT, CLEAN[:30]], edits).last_logits
         assert torch.allclose(got, want, atol=1e-4), (edits, (got - want).abs().max())
-    for mod in lab.model.modules():
-        assert not mod._forward_hooks and not mod._forward_pre_hooks
+    assert hooks_everywhere(lab.model) == before_hooks  # none of interplab's left; anyone else's still there
 
 
 def test_embedded_model_sweeps_equal_the_loop_and_attribution_correlates():
@@ -338,12 +337,11 @@ def test_embedded_model_sweeps_equal_the_loop_and_attribution_correlates():
 @pytest.mark.parametrize("arch", ["gpt2", "llama", "gpt_neox", "qwen3", "gemma2"])
 def test_click_path_reuses_keys_values_before_the_patched_position(models, tokenizer, arch):
     """One prompt, edits from position p on: positions < p come from cached keys/values; logits are unchanged."""
-    from interplab.patching import edited_last_logits
-
     lab = ilab.Lab(models[arch], tokenizer)
+    before_hooks = hooks_everywhere(lab.model)
     src = lab.run(CLEAN, cache=["resid_pre", "z", "attn_out", "mlp_out"])
     n = len(lab.to_str_tokens(CORRUPT))
-    v = torch.randn(lab.d_model)
+    v = torch.randn(lab.d_model, generator=torch.Generator().manual_seed(0))  # the same whatever ran before
     cases = [
         [ilab.patch("resid_pre", 1, pos=5, source=src)],
         [ilab.patch("resid_pre", 0, pos=n - 1, source=src)],
@@ -351,7 +349,7 @@ def test_click_path_reuses_keys_values_before_the_patched_position(models, token
         [ilab.steer("resid_post", 0, v, alpha=3.0, pos=-1), ilab.patch("attn_out", 2, pos=4, source=src)],
     ]
     for edits in cases:
-        got = edited_last_logits(lab, CORRUPT, edits)
+        got = lab.last_logits(CORRUPT, edits)
         used = lab.memo.get(lab.memo.key(("kv", CORRUPT)))
         assert used is not None, "the key/value prefix was not looked up"
         if arch != "gemma2":  # gemma2's sliding-window layers are not croppable: it falls back to the full prefix
@@ -359,8 +357,7 @@ def test_click_path_reuses_keys_values_before_the_patched_position(models, token
         lab.clear_memo()
         want = lab.run(CORRUPT, edits).last_logits
         assert torch.allclose(got, want, atol=1e-4), (arch, edits, (got - want).abs().max())
-    for mod in lab.model.modules():
-        assert not mod._forward_hooks and not mod._forward_pre_hooks
+    assert hooks_everywhere(lab.model) == before_hooks  # none of interplab's left; anyone else's still there
 
 
 def test_cells_equal_in_both_runs_are_not_run(models, tokenizer):

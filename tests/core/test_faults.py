@@ -66,7 +66,7 @@ def test_error_inside_an_edit_wrong_source_length(setup):
 
 def test_error_inside_apply(setup, monkeypatch):
     calls = {"n": 0}
-    real = engine.apply_edit
+    real = engine.hooks.apply_edit  # the hooks module applies every edit
 
     def flaky(edit, h, ctx):
         calls["n"] += 1
@@ -74,7 +74,7 @@ def test_error_inside_apply(setup, monkeypatch):
             raise RuntimeError("boom inside apply")
         return real(edit, h, ctx)
 
-    monkeypatch.setattr(engine, "apply_edit", flaky)
+    monkeypatch.setattr(engine.hooks, "apply_edit", flaky)
     with pytest.raises(RuntimeError, match="boom"):
         setup.lab.run(CLEAN, edits=[ilab.zero("resid_pre", 0), ilab.zero("mlp_out", 1), ilab.zero("z", 2, head=1)],
                       cache=["resid_post"])

@@ -1,4 +1,4 @@
-"""How: hooks that are always removed, and a forward runner that applies edits and fills a cache.
+"""Hooks that are always removed, and the one place that attaches them: edits applied, sites recorded.
 
 The HookManager owns every hook interplab attaches. It removes exactly those - never the user's own hooks - when
 its block exits, whether by success, an exception or KeyboardInterrupt. Runs happen under torch.no_grad unless a
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .edits import ApplyContext, Edit, apply_edit
-from .errors import UnsupportedSiteError
-from .sites import READ_ONLY, HookPoint, Site
+from ..edits import ApplyContext, Edit, apply_edit
+from ..errors import UnsupportedSiteError
+from ..sites import READ_ONLY, HookPoint, Site
 
 _LIVE: weakref.WeakSet[HookManager] = weakref.WeakSet()
 
@@ -93,6 +93,14 @@ def _put(container, index: int, value):
     items = list(container)
     items[index] = value
     return tuple(items)
+
+
+def with_input(args, kwargs, value: torch.Tensor) -> tuple[tuple, dict]:
+    """(args, kwargs) of a forward pre-hook with the module's input tensor replaced by value."""
+    where, _ = _input_tensor(args, kwargs)
+    if where == "arg":
+        return (value, *args[1:]), kwargs
+    return args, {**kwargs, where: value}
 
 
 def _input_tensor(args, kwargs):
@@ -186,15 +194,11 @@ def _make_hook(io: str, group: list[tuple[HookPoint, Callable]], residual: dict,
             return output
     else:
         def hook(module, args, kwargs):
-            where, t = _input_tensor(args, kwargs)
-            t = transform(0, t)
-            if where == "arg":
-                return (t, *args[1:]), kwargs
-            return args, {**kwargs, where: t}
+            return with_input(args, kwargs, transform(0, _input_tensor(args, kwargs)[1]))
     return hook
 
 
-_RUN_LOCK = threading.RLock()  # hooks live on the shared model: one forward at a time
+run_lock = threading.RLock()  # hooks live on the shared model: one forward at a time
 
 
 def forward(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, plan: Plan,
@@ -202,7 +206,7 @@ def forward(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Ten
             owner: str = "interplab.run") -> tuple[torch.Tensor, dict]:
     """One forward of the full model with the plan's hooks attached; returns (logits, cache)."""
     cache: dict = {}
-    with _RUN_LOCK, HookManager(model, owner) as hm:
+    with run_lock, HookManager(model, owner) as hm:
         install(hm, plan, ctx_for, cache)
         with torch.set_grad_enabled(grad):
             out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)

@@ -1,0 +1,108 @@
+"""Forwards that start part-way: from a cached residual at some layer, and from cached keys/values at some position.
+
+A patch at (layer L, position p) changes nothing below layer L, nor at positions before p. So a patched forward can
+feed the unedited run's residual into layer L (the layers below are skipped) and reuse the unedited run's keys and
+values for positions < p (only positions p.. are computed). Only the final position is unembedded. Chunks of such
+forwards halve on out-of-memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from ..sites import Arch, HookPoint
+from .hooks import HookManager, attach, run_lock, with_input
+
+
+@contextlib.contextmanager
+def start_at(hm: HookManager, model: nn.Module, arch: Arch, layer: int, hidden: torch.Tensor):
+    """Within the block, the model skips layers < `layer` and feeds `hidden` into layer `layer` (or, at n_layers,
+    into the final norm). Hooks on later layers must be attached before entering: module paths shift inside."""
+    parent_path, _, attr = arch.layers.rpartition(".")
+    parent = model.get_submodule(parent_path)
+    layers = getattr(parent, attr)
+    cfg = model.config
+    target = f"{arch.layers}.{layer}" if layer < len(layers) else arch.final_norm
+    # prepended: the fed residual is what every edit of this layer's input sees
+    hm.add(HookPoint(target, "input"), lambda module, args, kwargs: with_input(args, kwargs, hidden), prepend=True)
+    layer_types = getattr(cfg, "layer_types", None)
+    try:
+        setattr(parent, attr, nn.ModuleList(list(layers)[layer:]))
+        if isinstance(layer_types, list):  # some models index per-layer mask types by loop position
+            cfg.layer_types = layer_types[layer:]
+        yield
+    finally:
+        setattr(parent, attr, layers)
+        if isinstance(layer_types, list):
+            cfg.layer_types = layer_types
+
+
+def final_logits(model: nn.Module, hidden: torch.Tensor, last_idx: torch.Tensor) -> torch.Tensor:
+    """[rows, vocab] logits of the final-normed hidden states at one position per row (Gemma 2's soft-cap too)."""
+    h = hidden[torch.arange(hidden.shape[0], device=hidden.device), last_idx]
+    logits = model.get_output_embeddings()(h)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def resumed_last_logits(model: nn.Module, arch: Arch, start: int, hidden: torch.Tensor, ids: torch.Tensor,
+                        mask: torch.Tensor, last_idx: torch.Tensor, ops: Sequence[tuple] = (),
+                        install: Callable[[HookManager], None] | None = None, owner: str = "interplab.resume",
+                        **forward_kw) -> torch.Tensor:
+    """Final-position logits of a forward that starts at layer `start` from `hidden` [rows, pos, d].
+
+    ops: (HookPoint, fn(tensor) -> tensor) pairs for this forward (e.g. a per-row patch in layer `start`);
+    install(hm): attaches planned edits instead (engine.hooks.install). forward_kw: e.g. position_ids and a
+    key/value cache when `hidden` holds only the later positions."""
+    forward_kw.setdefault("use_cache", False)
+    with run_lock, HookManager(model, owner) as hm:
+        attach(hm, list(ops))
+        if install is not None:
+            install(hm)
+        with start_at(hm, model, arch, start, hidden):
+            out = model.base_model(input_ids=ids, attention_mask=mask, **forward_kw)
+    return final_logits(model, out.last_hidden_state, last_idx)
+
+
+def key_values(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> tuple[str, object] | None:
+    """(keyword, cache) of an unedited forward's keys/values, or None where the cache cannot be cropped to a prefix
+    (sliding windows). The keyword is the one the model's forward takes ('cache' or 'past_key_values')."""
+    with torch.no_grad(), run_lock:
+        out = model.base_model(input_ids=ids, attention_mask=mask, use_cache=True)
+    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    name = "cache" if "cache" in inspect.signature(model.base_model.forward).parameters else "past_key_values"
+    sliding = getattr(cache, "is_sliding", False)
+    sliding = any(sliding) if isinstance(sliding, (list, tuple)) else bool(sliding)
+    ok = cache is not None and getattr(cache, "is_croppable", True) and not sliding and hasattr(cache, "crop")
+    return (name, cache) if ok else None
+
+
+def prefix(entry: tuple[str, object], first: int, n_rows: int, repeats: int, device) -> dict:
+    """{keyword: a copy of the cache cropped to `first` positions, tiled `repeats` times along the batch}."""
+    name, cache = entry
+    cropped = copy.deepcopy(cache)
+    cropped.crop(first - cropped.get_seq_length())  # negative: drop that many trailing positions (all versions)
+    if repeats > 1:  # rows are cell-major (row c * n_rows + i = prompt i), so tile rather than interleave
+        cropped.reorder_cache(torch.arange(n_rows, device=device).repeat(repeats))
+    return {name: cropped}
+
+
+def halving(run: Callable[[list], list], items: list) -> list:
+    """run(items), and on out-of-memory run each half in turn (down to one item)."""
+    try:
+        return run(items)
+    except torch.OutOfMemoryError:
+        if len(items) == 1:
+            raise
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        half = len(items) // 2
+        return halving(run, items[:half]) + halving(run, items[half:])
