@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .engine import Engine
 from .errors import InterplabError, UnsupportedSiteError
-from .lab import Lab
 
 LENS_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")  # [batch, pos, d_model], per layer
 
@@ -30,9 +30,9 @@ class LensResult:
         return self.probs[..., token_id]
 
 
-def logit_lens(lab: Lab, prompt: str, site: str = "resid_post", k: int = 5) -> LensResult:
+def logit_lens(lab: Engine, prompt: str, site: str = "resid_post", k: int = 5) -> LensResult:
     """Top-k next tokens that each layer's residual (site 'resid_post' or 'resid_pre') would predict."""
-    if not isinstance(lab, Lab):
+    if not isinstance(lab, Engine):
         raise InterplabError(f"logit_lens(lab, prompt): the first argument must be an ilab.Lab, got "
                              f"{type(lab).__name__}.")
     if not isinstance(prompt, str):  # only row 0 would be read: a list would silently show its first prompt

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import engine
+from . import display, engine
+from .engine import Engine, as_prompts
 from .errors import InterplabError, LengthMismatchError
-from .lab import Lab, _as_prompts
 from .metrics import Custom, Metric, as_metric
 from .sites import LAYERED
 
@@ -56,7 +56,7 @@ class SweepResult:
     corrupt_value: float
     clean: list[str] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)
-    lab: Lab | None = field(default=None, repr=False)  # for show(): clicking a cell re-runs on this lab
+    lab: Engine | None = field(default=None, repr=False)  # for show(): clicking a cell re-runs on this lab
     metric: Metric | None = field(default=None, repr=False)
     # exact sweeps: the patched run's top next tokens (first pair) per cell index, for the heatmap's hover
     top_tokens: dict = field(default_factory=dict, repr=False)
@@ -93,13 +93,10 @@ class SweepResult:
                           yaxis={"tickvals": list(range(len(ylab))), "ticktext": ylab, "autorange": "reversed"})
         return fig
 
-    def show(self, lab: Lab | None = None):
+    def show(self, lab: Engine | None = None):
         """The clickable heatmap with its logit panel (a static plotly figure if widgets cannot load)."""
-        try:
-            from .widgets.controller import heatmap_for
-        except ImportError:
-            return self.figure()
-        return heatmap_for(self, lab or self.lab)
+        shown = display.view("sweep", self, lab=lab or self.lab)
+        return self.figure() if shown is None else shown
 
 
 def _row_patch(src: torch.Tensor, row_mask: torch.Tensor, n_heads: int | None) -> Callable:
@@ -123,7 +120,7 @@ class _Pairs:
     lengths: list[int]
 
 
-def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
+def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
                 direction: str = "denoise", method: str = "exact", *, max_batch: int = 64,
                 progress: bool | Callable[[int, int], None] = True, cancel: threading.Event | None = None,
                 on_partial: Callable[[SweepResult], None] | None = None, layers=None) -> SweepResult:
@@ -158,7 +155,7 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
     if lab.sites.arch is None:
         raise InterplabError("patch_sweep needs a known architecture (see ilab.sites.ARCHS); use lab.run with "
                              "raw-path edits on this model.")
-    clean, corrupt = _as_prompts(clean), _as_prompts(corrupt)
+    clean, corrupt = as_prompts(clean), as_prompts(corrupt)
     if len(clean) != len(corrupt):
         raise LengthMismatchError(f"{len(clean)} clean prompts but {len(corrupt)} corrupt: give them in pairs.")
     as_metric(metric).check_pairs(len(clean))  # per-pair answers: one per pair, before any forward
@@ -245,7 +242,7 @@ def patch_sweep(lab: Lab, clean, corrupt, site: str = "resid_pre", by=("layer", 
     return finish()
 
 
-def _pairs(lab: Lab, clean, corrupt, direction, by) -> _Pairs:
+def _pairs(lab: Engine, clean, corrupt, direction, by) -> _Pairs:
     base, source = (corrupt, clean) if direction == "denoise" else (clean, corrupt)
     ids, mask, lengths = lab.encode(base)
     if "pos" in by and len(set(lengths)) > 1:
@@ -256,7 +253,7 @@ def _pairs(lab: Lab, clean, corrupt, direction, by) -> _Pairs:
     return _Pairs(base, source, ids, mask, lengths)
 
 
-def _jobs(lab: Lab, site: str, by, layer_list, pairs: _Pairs):
+def _jobs(lab: Engine, site: str, by, layer_list, pairs: _Pairs):
     """Per layer, the cells to patch: (cell index within the layer, selector (pos, head) or None = all)."""
     n_pos = pairs.base_ids.shape[1]
     jobs = []
@@ -283,13 +280,13 @@ def _chunks(cells, per_chunk: int) -> list[list]:
     return [cells[i:i + per_chunk] for i in range(0, len(cells), per_chunk)]
 
 
-def _resume_key(lab: Lab, site: str, layer: int) -> tuple[str, int]:
+def _resume_key(lab: Engine, site: str, layer: int) -> tuple[str, int]:
     """The cached residual a patched forward of (site, layer) starts from (resid_post patches start one higher)."""
     start = layer + 1 if site == "resid_post" else layer
     return ("resid_pre", start) if start < lab.n_layers else ("resid_post", lab.n_layers - 1)
 
 
-def _run_cells(lab: Lab, site: str, layer: int, chunk, pairs: _Pairs, metric: Metric, base_hidden: torch.Tensor,
+def _run_cells(lab: Engine, site: str, layer: int, chunk, pairs: _Pairs, metric: Metric, base_hidden: torch.Tensor,
                src: torch.Tensor) -> list[tuple]:
     """One batched, resumed forward for a chunk of cells of one layer, starting from `base_hidden` (the base run's
     residual at the start layer) with `src` (the source run's activation at the site) patched in.
@@ -381,7 +378,7 @@ def _metric_mean(metric: Metric, logits: torch.Tensor, pair_idx: torch.Tensor) -
 
 # ---- attribution patching -------------------------------------------------------------------------------
 
-def _attribution(lab: Lab, pairs: _Pairs, site: str, by, metric: Metric, layer_list) -> tuple:
+def _attribution(lab: Engine, pairs: _Pairs, site: str, by, metric: Metric, layer_list) -> tuple:
     """(source - base) . grad of the metric at base, summed within each cell; added to the base metric.
 
     Returns (estimated metric per cell, source metric, base metric): one forward of the source, one forward and one

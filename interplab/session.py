@@ -10,15 +10,17 @@ from dataclasses import dataclass
 import torch
 
 from .edits import Edit, patch, steer
-from .lab import Lab
+from .engine import Engine
 from .lens import logit_lens
 from .metrics import as_metric, logit_diff
-from .patching import SweepResult
+from .patching import SweepResult, patch_sweep
+from .steering import generate
+from .vectors import diff_of_means
 
 TOP_K = 8
 
 
-def top_k(lab: Lab, logits: torch.Tensor, k: int = TOP_K) -> tuple[list[str], list[float]]:
+def top_k(lab: Engine, logits: torch.Tensor, k: int = TOP_K) -> tuple[list[str], list[float]]:
     """Top-k next tokens and probabilities of one row of last-position logits."""
     probs = logits.float().softmax(-1)
     p, i = probs.topk(k)
@@ -29,7 +31,7 @@ def top_k(lab: Lab, logits: torch.Tensor, k: int = TOP_K) -> tuple[list[str], li
 class PatchSession:
     """A clean/corrupt pair, a metric, and the edits a user has clicked on."""
 
-    lab: Lab
+    lab: Engine
     clean: str
     corrupt: str
     answer: str | int | None
@@ -57,8 +59,8 @@ class PatchSession:
 
     # ---- the sweep -------------------------------------------------------------------------------------------
     def sweep(self, **kw) -> SweepResult:
-        self.result = self.lab.patch_sweep(self.clean, self.corrupt, self.site, self.by, self.metric,
-                                           self.direction, **kw)
+        self.result = patch_sweep(self.lab, self.clean, self.corrupt, self.site, self.by, self.metric,
+                                  self.direction, **kw)
         return self.result
 
     def grid(self, result: SweepResult | None = None) -> dict:
@@ -195,7 +197,7 @@ def _short(edits: list[Edit]) -> str:
 
 # ---- steering, lens, attention ---------------------------------------------------------------------------------
 
-def steering_preview(lab: Lab, prompt: str, vector: torch.Tensor | None, site: str, layer: int, alpha: float,
+def steering_preview(lab: Engine, prompt: str, vector: torch.Tensor | None, site: str, layer: int, alpha: float,
                      positions: str) -> list[dict]:
     """Next-token top-k without and with the steer (h + alpha * v) at the chosen positions."""
     base = lab.run(prompt, log=False).last_logits[0]
@@ -209,16 +211,21 @@ def steering_preview(lab: Lab, prompt: str, vector: torch.Tensor | None, site: s
     return out
 
 
-def steering_generate(lab: Lab, prompt: str, vector: torch.Tensor | None, site: str, layer: int, alpha: float,
+def steering_vector(lab: Engine, positive: list[str], negative: list[str], site: str, layer: int) -> torch.Tensor:
+    """The steering vector mean(positive) - mean(negative) at (site, layer) (interplab.vectors.diff_of_means)."""
+    return diff_of_means(lab, positive, negative, site, layer)
+
+
+def steering_generate(lab: Engine, prompt: str, vector: torch.Tensor | None, site: str, layer: int, alpha: float,
                       positions: str, max_new_tokens: int) -> str:
     edits = []
     if vector is not None:
         pos = {"all": None, "last": "newest", "prompt": "prompt"}[positions]
         edits.append(steer(site, layer, vector, alpha=alpha, pos=pos))
-    return lab.generate(prompt, edits, max_new_tokens=max_new_tokens).text
+    return generate(lab, prompt, edits, max_new_tokens=max_new_tokens).text
 
 
-def lens_view(lab: Lab, prompt: str, k: int = 5) -> dict:
+def lens_view(lab: Engine, prompt: str, k: int = 5) -> dict:
     res = logit_lens(lab, prompt, k=k)
     top = [[cell[0] for cell in layer] for layer in res.top_tokens]
     probs = res.top_probs[..., 0].tolist()
@@ -228,7 +235,7 @@ def lens_view(lab: Lab, prompt: str, k: int = 5) -> dict:
             "probs": probs, "hover": hover, "title": f"logit lens ({res.site})"}
 
 
-def attention_view(lab: Lab, prompt: str, layer: int, head: int) -> dict:
+def attention_view(lab: Engine, prompt: str, layer: int, head: int) -> dict:
     lab.sites.check_layer(layer)
     lab.sites.check_head(head)
     run = lab.run(prompt, cache=[("pattern", layer)], log=False)

@@ -486,38 +486,11 @@ def residual_norm(lab, site: str = "resid_post", layer: int = 0, prompts=None) -
 
 # ---- persistent edits ----------------------------------------------------------------------------------------------
 
-def bind(lab, edits) -> None:
-    """Apply `edits` to every call of the plain model (lab.model(...), lab.model.generate(...), lab.run ...) until
-    unbind(). Adds to the edits already bound. Positions count within each forward's input (plus its KV cache):
-    None, ints, slices, 'newest' (the last token of each forward) and 'content' work; 'prompt', 'generated' and
-    steps= need lab.generate."""
-    _rebind(lab, lab.bound + list(edits))
-
-
-def unbind(lab) -> None:
-    """Remove every bound edit (and only interplab's hooks)."""
-    _rebind(lab, [])
-
-
-@contextlib.contextmanager
-def edit_context(lab, edits):
-    """`with lab.edit([...]):` the edits are bound inside the block and removed on exit, exception or not."""
-    before = lab.bound
-    _rebind(lab, before + list(edits))
-    try:
-        yield lab
-    finally:
-        _rebind(lab, before)
-
-
-def _rebind(lab, edits: list) -> None:
-    hm = getattr(lab, "_bound_hooks", None)
-    if hm is not None:
-        hm.remove_all()
-    lab._bound_edits = []
-    lab.clear_memo()  # memoised runs were computed without (or with other) bound edits
-    if not edits:
-        return
+def bind_hooks(lab, edits: list) -> engine.HookManager:
+    """Attach `edits` to every call of the plain model (lab.model(...), lab.model.generate(...), lab.run ...) and
+    return the manager that holds their hooks (remove_all() detaches them). Positions count within each forward's
+    input (plus its KV cache): None, ints, slices, 'newest' (the last token of each forward) and 'content' work;
+    'prompt', 'generated' and steps= need lab.generate. The Lab keeps what is bound (Lab.bind / Lab.edit)."""
     for e in edits:
         if isinstance(e, SamplerEdit):
             raise InterplabError(f"{e.describe()}: sampler edits work in lab.generate only, not bound to the model.")
@@ -528,10 +501,8 @@ def _rebind(lab, edits: list) -> None:
     except BaseException:
         hm.remove_all()
         raise
-    lab._bound_hooks = hm
-    lab._bound_edits = list(edits)
-    lab.clear_memo()
+    return hm
 
 
-__all__ = ["generate", "Generation", "residual_norm", "bind", "unbind", "edit_context", "ban_expert", "ban_token",
-           "force_token", "SamplerEdit"]
+__all__ = ["generate", "Generation", "residual_norm", "bind_hooks", "ban_expert", "ban_token", "force_token",
+           "SamplerEdit"]

@@ -3,12 +3,15 @@
 hooks   HookManager (every hook interplab attaches, always removed), attach/install (edits applied, sites read)
 resume  forwards that start from a cached residual and cached keys/values; chunks that halve on out-of-memory
 memo    results keyed by what was asked and the model's state, so they are never stale
+core    Engine: tokens, runs with edits and caches, resumed runs, the memo and the log (what a Lab extends)
 """
 
+from .core import Cache, Engine, InterventionLog, Run, as_prompts, dtype_of
 from .hooks import HookManager, Plan, PlannedEdit, attach, attached_hooks, forward, install, run_lock, with_input
 from .memo import Memo, model_state
 from .resume import final_logits, halving, key_values, prefix, resumed_last_logits, start_at
 
-__all__ = ["HookManager", "Plan", "PlannedEdit", "attach", "attached_hooks", "forward", "install", "run_lock",
+__all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "dtype_of",
+           "HookManager", "Plan", "PlannedEdit", "attach", "attached_hooks", "forward", "install", "run_lock",
            "with_input", "Memo", "model_state", "final_logits", "halving", "key_values", "prefix",
            "resumed_last_logits", "start_at"]

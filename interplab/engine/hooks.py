@@ -181,8 +181,10 @@ def _make_hook(io: str, group: list[tuple[HookPoint, Callable]], residual: dict,
             new = value
             for _, fn in composite:
                 new = fn(new)
-            if new is not value or keep_graph:  # written back only when edited: a read leaves t bit for bit
+            if keep_graph:  # gradients must reach the recorded value through what the block adds
                 t = new - pre
+            elif new is not value:  # written back where edited; elsewhere t stays bit for bit
+                t = torch.where(new == value, t, new - pre)
         return t
 
     indices = sorted({point.index for point, _ in group})

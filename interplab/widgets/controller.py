@@ -11,9 +11,17 @@ import time
 
 import ipywidgets as W
 
-from ..lab import Lab
+from .. import display
+from ..engine import Engine as Lab
 from ..requests import LatestQueue
-from ..session import PatchSession, attention_view, lens_view, steering_generate, steering_preview
+from ..session import (
+    PatchSession,
+    attention_view,
+    lens_view,
+    steering_generate,
+    steering_preview,
+    steering_vector,
+)
 from .attention import AttentionView
 from .heatmap import PatchingHeatmap
 from .lens import LensView
@@ -165,9 +173,7 @@ class SteeringController:
 
     def __init__(self, lab: Lab, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
                  layer: int | None = None, alpha_range: tuple[float, float] = (-4.0, 4.0)):
-        from .. import vectors
-
-        self.lab, self._vectors = lab, vectors
+        self.lab = lab
         self.queue = _queue(lab)
         sites = [s for s in ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
                  if "unavailable" not in lab.sites.describe()[s]]
@@ -188,7 +194,7 @@ class SteeringController:
         where = (p.site, p.layer)
 
         def run():
-            return self._vectors.diff_of_means(self.lab, positive, negative, *where)
+            return steering_vector(self.lab, positive, negative, *where)
 
         def done(v):
             self.vector, self._vector_at = v, where
@@ -271,3 +277,6 @@ def steering_panel(lab: Lab, prompt: str, positive: list[str], negative: list[st
     ctrl = SteeringController(lab, prompt, positive, negative, site, layer, alpha_range)
     ctrl.panel.controller = ctrl
     return ctrl.panel
+
+
+display.register("sweep", heatmap_for)  # res.show() reaches the heatmap through the registry

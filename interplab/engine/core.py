@@ -1,0 +1,493 @@
+"""The runner a Lab is built on: tokens in, runs with edits and caches out, memoised and logged.
+
+    engine = Engine(model, tokenizer)     # what interplab.Lab extends
+    run = engine.run(prompts, edits=[...], cache=["resid_post"])
+    engine.last_logits(prompts, edits)    # the same last logits, resumed from cached state (what a click costs)
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..edits import ApplyContext, Edit, SourceRef, edits_to_json
+from ..errors import (
+    EmptyPromptError,
+    InterplabError,
+    LengthMismatchError,
+    MultiTokenAnswerError,
+    OutOfRangeError,
+    UnknownTokenError,
+    VectorError,
+    check_context,
+    format_tokens,
+    short,
+)
+from ..sites import LAYERED, READ_ONLY, SITE_NAMES, SiteMap
+from . import hooks, resume
+from .memo import Memo
+
+
+class Cache(dict):
+    """Cached activations keyed by (site, layer), or by site name for layerless sites and raw paths."""
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple) and len(key) == 2 and key[1] is None:
+            key = key[0]
+        try:
+            return super().__getitem__(key)
+        except KeyError:
+            have = ", ".join(map(repr, self.keys())) or "nothing"
+            raise KeyError(
+                f"{key!r} is not in this run's cache (it holds {have}). Ask for it: lab.run(..., cache=[...])."
+            ) from None
+
+
+@dataclass
+class Run:
+    """The result of one forward: logits and cached activations on the CPU, plus what produced them."""
+
+    prompts: list[str]
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    lengths: list[int]
+    logits: torch.Tensor  # [batch, pos, vocab]
+    cache: Cache
+    edits: list[Edit] = field(default_factory=list)
+    str_tokens: list[list[str]] = field(default_factory=list)
+
+    @property
+    def last_logits(self) -> torch.Tensor:
+        """[batch, vocab]: logits at each row's last real token (padding skipped)."""
+        idx = torch.tensor(self.lengths) - 1
+        return self.logits[torch.arange(len(self.lengths)), idx]
+
+    def source_ref(self) -> SourceRef:
+        return SourceRef(tuple(self.prompts), tuple(e.to_dict() for e in self.edits))
+
+    def __repr__(self) -> str:
+        return (f"Run({len(self.prompts)} prompt(s), {max(self.lengths)} tokens, edits={len(self.edits)}, "
+                f"cache={list(self.cache.keys())})")
+
+
+class InterventionLog:
+    """Every run with edits, in order; to_code() writes Python that reproduces the session."""
+
+    def __init__(self, lab: Engine):
+        self._lab = lab
+        self.entries: list[dict] = []
+
+    def record(self, prompts: list[str], edits: list[Edit], cache: list) -> None:
+        self.entries.append({"prompts": list(prompts), "edits": edits_to_json(edits), "cache": list(cache)})
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def to_code(self) -> str:
+        lab = self._lab
+        lines = [
+            "# Reproduces this interplab session.",
+            "import torch",
+            "import interplab as ilab",
+            "",
+            f"torch.manual_seed({lab.seed})",
+            f"lab = ilab.Lab.load({lab.model_id!r}, dtype={lab.dtype_name!r}, device={lab.device_name!r})",
+        ]
+        for i, e in enumerate(self.entries, 1):
+            lines.append(f"run_{i} = lab.run({e['prompts']!r}, edits=ilab.edits_from_json({e['edits']!r}))")
+        return "\n".join(lines) + "\n"
+
+
+class Engine:
+    """Runs one model and tokenizer: tokens, runs with edits and caches, resumed runs, a memo and a log.
+
+    The Lab (interplab.lab) is an Engine with the analyses on top; analyses take any Engine."""
+
+    def __init__(self, model: nn.Module, tokenizer, *, model_id: str | None = None, device=None, dtype=None,
+                 seed: int = 0, memo_size: int = 64):
+        if device is not None or dtype is not None:
+            model = model.to(device=device, dtype=dtype_of(dtype))
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        if getattr(tokenizer, "pad_token_id", None) is None and getattr(tokenizer, "eos_token", None) is not None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.model_id = model_id or getattr(getattr(model, "config", None), "_name_or_path", None) or "<in-memory>"
+        self.seed = seed
+        self.sites = SiteMap(model)
+        self.log = InterventionLog(self)
+        self.memo = Memo(model, memo_size)  # runs, and the click path's cached keys/values (interplab.patching)
+
+    # ---- model facts ----------------------------------------------------------------------------------
+    @property
+    def n_layers(self) -> int:
+        return self.sites.n_layers
+
+    @property
+    def n_heads(self) -> int:
+        return self.sites.n_heads
+
+    @property
+    def d_model(self) -> int:
+        return self.sites.d_model
+
+    @property
+    def d_head(self) -> int:
+        return self.sites.d_head
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def device_name(self) -> str:
+        return str(self.device)
+
+    @property
+    def dtype_name(self) -> str:
+        return str(next(self.model.parameters()).dtype).replace("torch.", "")
+
+    def module_names(self) -> list[str]:
+        return [n for n, _ in self.model.named_modules() if n]
+
+    def hooks(self) -> list[dict]:
+        """The hooks interplab has attached right now (empty between runs, unless edits are bound)."""
+        return hooks.attached_hooks()
+
+    # ---- tokens ----------------------------------------------------------------------------------------
+    def encode(self, prompts) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Right-padded input ids, attention mask and real lengths. Right padding keeps every prompt's positions
+        at 0..n-1, so batched runs give the same numbers as one-by-one runs."""
+        prompts = as_prompts(prompts)
+        rows = [self.tokenizer(p)["input_ids"] for p in prompts]
+        for i, (p, r) in enumerate(zip(prompts, rows)):
+            if not r:
+                raise EmptyPromptError(f"prompt {p!r} tokenizes to nothing: give some text.")
+            which = f"prompt {i} ({short(p)})" if len(prompts) > 1 else f"the prompt {short(p)}"
+            check_context(self.model, len(r), which)  # past it: a bare IndexError, or silent extrapolation
+        n = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        ids = torch.full((len(rows), n), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), n), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+            mask[i, : len(r)] = 1
+        return ids, mask, [len(r) for r in rows]
+
+    def to_tokens(self, prompts) -> torch.Tensor:
+        return self.encode(prompts)[0]
+
+    def to_str_tokens(self, prompt: str) -> list[str]:
+        if not isinstance(prompt, str):  # a list would be tokenized as a batch and come back nested
+            raise InterplabError(f"to_str_tokens takes one prompt string, got {type(prompt).__name__}; for several: "
+                                 f"[lab.to_str_tokens(p) for p in prompts].")
+        ids = self.tokenizer(prompt)["input_ids"]
+        return [self.tokenizer.decode([i]) for i in ids]
+
+    def to_string(self, ids) -> str:
+        return self.tokenizer.decode(ids)
+
+    def token_id(self, token: str | int) -> int:
+        """The id of a single-token string (' Mary'); a clear error, with the tokenization, when it is not one."""
+        if isinstance(token, bool) or not isinstance(token, (str, int)):
+            try:  # numpy / torch integers are ids too; bools, floats, None, lists are not
+                if isinstance(token, bool):
+                    raise TypeError
+                token = operator.index(token)
+            except TypeError:
+                raise InterplabError(f"an answer token must be a single-token string (' Mary') or a token id (int), "
+                                     f"got {type(token).__name__} {token!r}.") from None
+        if isinstance(token, int):
+            n_vocab = self.model.get_output_embeddings().weight.shape[0]
+            if not 0 <= token < n_vocab:
+                raise OutOfRangeError(f"token id {token} out of range for this vocabulary: ids are 0..{n_vocab - 1}.")
+            return token
+        ids = self.tokenizer(token, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            pieces = [self.tokenizer.decode([i]) for i in ids]
+            hint = " (answers usually start with a space: ' Mary')" if token and not token.startswith(" ") else ""
+            raise MultiTokenAnswerError(
+                f"answer {token!r} is {len(ids)} tokens {format_tokens(pieces)}, not one. Answers must be single "
+                f"tokens{hint}; pick a word the tokenizer keeps whole, or pass a token id."
+            )
+        unk = getattr(self.tokenizer, "unk_token_id", None)
+        if unk is not None and ids[0] == unk and token != self.tokenizer.unk_token:
+            raise UnknownTokenError(
+                f"answer {token!r} is not in the vocabulary: the tokenizer maps it to its unknown token "
+                f"{self.tokenizer.unk_token!r} (id {unk}), so the metric would read the logit of that token, the same "
+                f"for every unknown word. Pick an answer the vocabulary has (lab.to_str_tokens shows how text "
+                f"splits), or pass a token id.")
+        return ids[0]
+
+    def check_pair(self, clean, corrupt) -> None:
+        """Clean and corrupt must tokenize to the same length for position-wise patching."""
+        for c, k in zip(as_prompts(clean), as_prompts(corrupt)):
+            a, b = self.to_str_tokens(c), self.to_str_tokens(k)
+            if len(a) != len(b):
+                raise LengthMismatchError(
+                    f"clean and corrupt prompts tokenize to different lengths ({len(a)} vs {len(b)} tokens):\n"
+                    f"  clean:   {format_tokens(a)}\n  corrupt: {format_tokens(b)}\n"
+                    f"Position-wise patching needs equal lengths: use names/words that are one token each."
+                )
+
+    # ---- runs -------------------------------------------------------------------------------------------
+    def run(self, prompts, edits=None, cache=None, *, grad: bool = False, log: bool = True) -> Run:
+        """Forward the prompts with edits applied, recording the cached sites.
+
+        cache: site names ('resid_post' = every layer), (name, layer) pairs, or raw module paths.
+        """
+        prompts = as_prompts(prompts)
+        edits = list(edits or [])
+        cache_req = list(cache or [])
+        key = self.memo.key(("run", tuple(prompts), edits_to_json(edits), json.dumps(cache_req, default=str)))
+        hit = None if grad else self.memo.get(key)
+        if hit is not None:
+            return hit
+        ids, mask, lengths = self.encode(prompts)
+        plan = hooks.Plan(keep_grad=grad)
+        for e in edits:
+            plan.edits.extend(self._plan_edit(e, len(prompts), lengths))
+        for item in cache_req:
+            plan.cache.extend(self._plan_cache(item))
+        ctx = self.contexts(lengths)
+        logits, raw = hooks.forward(self.model, ids.to(self.device), mask.to(self.device), plan, ctx, grad=grad)
+        result = Run(prompts, ids, mask, lengths, logits if grad else logits.detach().float().cpu(),
+                     Cache(raw if grad else {k: v.cpu() for k, v in raw.items()}), edits,
+                     [self.to_str_tokens(p) for p in prompts])
+        if edits and log:
+            self.log.record(prompts, edits, cache_req)
+        if not grad:
+            self.memo.put(key, result)
+        return result
+
+    def contexts(self, lengths: list[int], **where) -> Callable[[hooks.PlannedEdit | None], ApplyContext]:
+        """What each planned edit needs to know about the tensor it edits: real lengths, heads, its source value;
+        `where` adds what a forward over only some positions sets (offset, positions; see ApplyContext)."""
+        n_heads = self.n_heads
+
+        def ctx_for(pe):
+            return ApplyContext(lengths=lengths, n_heads=n_heads if pe is not None and pe.site.heads else None,
+                                source=pe.source if pe is not None else None, **where)
+        return ctx_for
+
+    def _ensure_eager_attention(self) -> None:
+        """Attention patterns exist only under eager attention (sdpa/flash never materialise them)."""
+        cfg = getattr(self.model, "config", None)
+        if cfg is not None and getattr(cfg, "_attn_implementation", "eager") != "eager":
+            import warnings
+
+            warnings.warn(f"switching the model from {cfg._attn_implementation!r} to eager attention so that "
+                          f"'pattern' can be read (load with attn_implementation='eager' to avoid this).",
+                          stacklevel=3)
+            self.model.set_attn_implementation("eager")
+
+    def _plan_cache(self, item) -> list[tuple]:
+        name = item[0] if isinstance(item, (tuple, list)) else item
+        if name == "pattern":
+            self._ensure_eager_attention()
+        if isinstance(item, (tuple, list)):
+            name, layer = item
+            key = (name, layer) if layer is not None else name  # ("embed", None) is stored as "embed", as read
+            return [(key, self.sites.resolve(name, layer))]
+        if item in LAYERED:
+            if self.sites.arch is None:
+                self.sites.point(item, 0)  # unknown architecture: raises UnsupportedSiteError with the how-to
+            return [((item, l), self.sites.resolve(item, l)) for l in range(self.n_layers)]
+        return [(item, self.sites.resolve(item, None))]
+
+    def _plan_edit(self, e: Edit, n_rows: int, lengths: list[int]) -> list[hooks.PlannedEdit]:
+        if not isinstance(e, Edit):
+            raise InterplabError(f"edits must be ilab edits (ilab.patch, ilab.zero, ...), got {type(e).__name__}.")
+        canonical = e.site in SITE_NAMES
+        if canonical and self.sites.arch is None:
+            self.sites.point(e.site, 0)  # unknown architecture: raises UnsupportedSiteError with the how-to
+        if canonical and e.site not in LAYERED and e.layer is not None:
+            raise InterplabError(f"site {e.site!r} has no layers: drop layer={e.layer!r}.")
+        layers = self.sites.layers_of(e.layer) if canonical and e.site in LAYERED else [e.layer]
+        if e.head is not None:
+            self.sites.heads_of(e.head)
+        _check_rows(e.batch, n_rows)
+        _check_positions(e.pos, lengths)
+        out = []
+        for layer in layers:
+            site = self.sites.resolve(e.site, layer)
+            if e.head is not None and not site.heads and e.site not in READ_ONLY:  # pattern: 'read-only' wins
+                raise InterplabError(
+                    f"head={e.head!r} given for site {e.site!r}, which has no heads: per-head edits go on 'z'."
+                )
+            if e.vector is not None and e.op in ("steer", "project", "clamp") and canonical and e.site != "z":
+                if self.d_model and e.vector.shape[-1] != self.d_model and e.site not in ("logits",):
+                    raise VectorError(
+                        f"{e.op} vector has size {e.vector.shape[-1]} but {e.site!r} has width d_model="
+                        f"{self.d_model}. Vectors must come from this model's residual stream."
+                    )
+            out.append(hooks.PlannedEdit(e, site, self._source_value(e, e.site, layer)))
+        return out
+
+    def _source_value(self, e: Edit, site: str, layer):
+        """The cached activation a patch copies, or the mean a mean-ablation writes."""
+        if e.op == "patch" and e.source is not None:
+            return self._cached(e.source, site, layer)
+        if e.op == "mean":
+            refs = e.reference if isinstance(e.reference, (list, tuple)) else [e.reference]
+            acts = [(self._cached(r, site, layer), r) for r in refs]
+            same = len({a.shape[1] for a, _ in acts}) == 1 and all(len(set(self._lengths(r))) == 1 for _, r in acts)
+            if same:  # equal-length prompts: a per-position mean over rows
+                return torch.cat([a for a, _ in acts]).mean(0, keepdim=True)
+            toks = [a[i, :n] for a, r in acts for i, n in enumerate(self._lengths(r))]
+            return torch.cat(toks).mean(0)  # otherwise: the mean over every real token
+        return None
+
+    def _lengths(self, r) -> list[int]:
+        return r.lengths if isinstance(r, Run) else self.encode(list(r.prompts))[2]
+
+    def _cached(self, source, site: str, layer) -> torch.Tensor:
+        key = (site, layer) if layer is not None else site
+        if isinstance(source, Run) and key in source.cache:
+            return source.cache[key]
+        if isinstance(source, Run):
+            ref = source.source_ref()
+        elif isinstance(source, SourceRef):
+            ref = source
+        elif isinstance(source, (str, list)):
+            ref = SourceRef(tuple(as_prompts(source)))
+        else:
+            raise InterplabError(f"patch source must be a Run, a prompt, or a tensor; got {type(source).__name__}.")
+        rerun = self.run(list(ref.prompts), [Edit.from_dict(d) for d in ref.edits], cache=[key], log=False)
+        return rerun.cache[key]
+
+    # ---- forwards that resume from cached state: what makes a click cheap ------------------------------------
+    def last_logits(self, prompts, edits) -> torch.Tensor:
+        """[rows, vocab] last-position logits of self.run(prompts, edits), computed from the lowest edited layer up.
+
+        Layers below every edit see nothing new, so they come from the cached unedited run; for one prompt whose
+        edits all start at a position p, positions before p are unchanged too, so their keys and values come from
+        a cached run and only positions p.. are computed. Only the final position is unembedded. Falls back to a
+        full run where it cannot resume."""
+        prompts = as_prompts(prompts)
+        edits = [e for e in edits if e.enabled]
+        layered = all(e.site in LAYERED and e.site != "pattern" and e.op != "ban_expert" for e in edits)
+        if not edits or self.sites.arch is None or not layered:
+            return self.run(prompts, edits, log=bool(edits)).last_logits
+        start = min(min(self.sites.layers_of(e.layer)) for e in edits)
+        ids, mask, lengths = self.encode(prompts)
+        plan = hooks.Plan()
+        for e in edits:
+            plan.edits.extend(self._plan_edit(e, len(prompts), lengths))
+        hidden = self.residuals(prompts).cache["resid_pre", start].to(self.device)
+        first = _first_position(edits, lengths)
+        prefix = self.kv_prefix(prompts[0], first) if first else None
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        kw, ctx_for, last = {}, self.contexts(lengths), torch.tensor(lengths, device=self.device) - 1
+        if prefix is not None:  # only positions first.. are computed, on top of the cached keys and values
+            hidden, ids, last = hidden[:, first:], ids[:, first:], last - first
+            kw = {"position_ids": torch.arange(first, lengths[0], device=self.device)[None], "use_cache": True,
+                  **prefix}
+            ctx_for = self.contexts(lengths, offset=first, positions=torch.arange(first, lengths[0])[None])
+        with torch.no_grad():
+            logits = resume.resumed_last_logits(self.model, self.sites.arch, start, hidden, ids, mask, last,
+                                                install=lambda hm: hooks.install(hm, plan, ctx_for, {}),
+                                                owner="interplab.run", **kw)
+        self.log.record(prompts, edits, [])
+        return logits.float().cpu()
+
+    def residuals(self, prompts) -> Run:
+        """The unedited run with resid_pre of every layer cached: one memoised run serves a resume at any layer."""
+        return self.run(prompts, cache=[("resid_pre", l) for l in range(self.n_layers)], log=False)
+
+    def kv_prefix(self, prompts, first: int, repeats: int = 1) -> dict | None:
+        """Keyword arguments that make a forward start at position `first` of `prompts` (one string, or a list of
+        equal-length prompts): the unedited run's keys/values cropped to `first` positions and tiled `repeats`
+        times along the batch. None where the model's cache cannot be cropped (sliding windows)."""
+        key = prompts if isinstance(prompts, str) else tuple(prompts)
+        memo_key = self.memo.key(("kv", key))
+        entry = self.memo.get(memo_key)
+        if entry is None:
+            ids, mask, _ = self.encode(list(key) if isinstance(key, tuple) else key)
+            entry = resume.key_values(self.model, ids.to(self.device), mask.to(self.device)) or ("uncroppable", None)
+            self.memo.put(memo_key, entry)
+        if entry[1] is None:
+            return None
+        return resume.prefix(entry, first, 1 if isinstance(key, str) else len(key), repeats, self.device)
+
+    def warm(self, prompts) -> None:
+        """Compute ahead what every later resumed run of `prompts` reuses (the cached residuals and, for one
+        prompt, keys and values), so that even the first click costs one resumed forward."""
+        prompts = as_prompts(prompts)
+        if self.sites.arch is None:
+            return
+        self.residuals(prompts)
+        if len(prompts) == 1 and len(self.to_str_tokens(prompts[0])) > 1:
+            self.kv_prefix(prompts[0], 1)
+
+    def clear_memo(self) -> None:
+        """Forget memoised runs. Needed only after writing weights through `.data` (see interplab.memo)."""
+        self.memo.clear()
+
+
+def as_prompts(prompts) -> list[str]:
+    if isinstance(prompts, str):
+        prompts = [prompts]
+    if prompts is None or isinstance(prompts, (bytes, bytearray)) or not hasattr(prompts, "__iter__"):
+        raise InterplabError(f"prompts must be a string or a list of strings, got {type(prompts).__name__}: "
+                             f"{prompts!r}" + (" (decode bytes first)" if isinstance(prompts, bytes) else ""))
+    prompts = list(prompts)
+    if not prompts:
+        raise EmptyPromptError("no prompts given: pass a string or a non-empty list of strings.")
+    for p in prompts:
+        if not isinstance(p, str):
+            raise InterplabError(f"prompts must be strings, got {type(p).__name__}: {p!r}")
+        if not p.strip():
+            raise EmptyPromptError("empty prompt: give some text, e.g. 'When Mary and John went to the store,'.")
+    return prompts
+
+
+def _check_rows(batch, n_rows: int) -> None:
+    items = [] if batch is None or isinstance(batch, slice) else (
+        batch if isinstance(batch, (list, tuple, range)) else [batch])
+    for r in items:
+        if not -n_rows <= int(r) < n_rows:
+            raise OutOfRangeError(f"batch row {r} out of range: this run has {n_rows} prompt(s) (0..{n_rows - 1}).")
+
+
+def _check_positions(pos, lengths: list[int]) -> None:
+    if pos is None or isinstance(pos, (slice, str)):  # words ("prompt", "newest", ...) are checked by Edit
+        return
+    n = min(lengths)
+    for p in pos if isinstance(pos, (list, tuple, range)) else [pos]:
+        if not -n <= int(p) < n:
+            raise OutOfRangeError(
+                f"position {p} out of range: the shortest prompt has {n} tokens (positions 0..{n - 1}, or -{n}..-1)."
+            )
+
+
+def _first_position(edits, lengths: list[int]) -> int:
+    """The earliest position any edit touches, for a single prompt with explicit int positions (else 0)."""
+    if len(lengths) != 1:
+        return 0
+    n = lengths[0]
+    firsts = []
+    for e in edits:
+        if e.pos is None or isinstance(e.pos, (str, slice)) or e.batch not in (None, 0, [0]):
+            return 0
+        items = e.pos if isinstance(e.pos, (list, tuple, range)) else [e.pos]
+        firsts.append(min(int(p) % n for p in items))
+    return min(firsts) if firsts else 0
+
+
+def dtype_of(dtype):
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        short = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+        return short.get(dtype) or getattr(torch, dtype)
+    except AttributeError:
+        raise InterplabError(f"unknown dtype {dtype!r}: use 'float32', 'float16' or 'bfloat16'.") from None
+
+
+
+__all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "dtype_of"]
