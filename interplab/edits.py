@@ -114,7 +114,7 @@ class Edit:
                 f"{self.op} lo={self.lo:g} > hi={self.hi:g}: the range is empty. lo is the lower and hi the upper "
                 f"bound of the coefficient along the direction; swap them.")
         if self.vector is not None:
-            self.vector = _as_tensor(self.vector, what=f"{self.op} vector")
+            self.vector = as_tensor(self.vector, what=f"{self.op} vector")
             _check_vector(self.op, self.vector)
         if self.op == "ban_expert":
             experts = self.meta.get("experts")
@@ -503,7 +503,7 @@ def _fit_vector(edit: Edit, x: torch.Tensor) -> torch.Tensor:
     return v.to(device=x.device, dtype=x.dtype)  # device and dtype are cast silently, size never
 
 
-def _as_tensor(v, what: str) -> torch.Tensor:
+def as_tensor(v, what: str) -> torch.Tensor:
     if not isinstance(v, torch.Tensor):
         try:
             v = torch.as_tensor(v, dtype=torch.float32)

@@ -127,14 +127,13 @@ class _State:
         self.shape = None
         return None
 
-    def ctx_for(self, n_heads):
+    def ctx_for(self, lab):
+        """The lab's edit contexts for the forward running now (its positions change every decoding step)."""
         def ctx_for(pe) -> ApplyContext:
-            heads = n_heads if pe is not None and pe.site.heads else None
-            source = pe.source if pe is not None else None
             if self.positions is None:  # a submodule called on its own: plain positions 0..t-1
-                return ApplyContext(lengths=[], n_heads=heads, source=source)
-            return ApplyContext(lengths=self.lengths, n_heads=heads, source=source, positions=self.positions,
-                                prompt_lengths=self.prompt_lengths, special=self.special, step=self.step)
+                return lab.contexts([])(pe)
+            return lab.contexts(self.lengths, positions=self.positions, prompt_lengths=self.prompt_lengths,
+                                special=self.special, step=self.step)(pe)
         return ctx_for
 
 
@@ -185,7 +184,7 @@ def _plan(lab, edits: list, lengths: list[int], *, generating: bool) -> _Planned
             raise InterplabError(f"unknown position selector {e.pos!r}: allowed {', '.join(POS_SELECTORS)}.")
         if not generating:
             probe = e.with_(pos=None, batch=None)  # bound: positions and rows are checked per call
-        for pe in lab._plan_edit(probe, len(lengths), lengths):
+        for pe in lab.plan_edit(probe, len(lengths), lengths):
             pe.edit = e
             out.plan.edits.append(pe)
     return out
@@ -259,7 +258,7 @@ def _router_hook(edits: list[Edit], state: _State):
 
 def _install(hm: engine.HookManager, lab, planned: _Planned, state: _State) -> None:
     hm.add(HookPoint("", "input"), state.pre_hook)  # first: every edit hook reads what it sets
-    engine.install(hm, planned.plan, state.ctx_for(lab.n_heads), {})
+    engine.install(hm, planned.plan, state.ctx_for(lab), {})
     for path, edits in planned.routers.items():
         hm.add(HookPoint(path, "output"), _router_hook(edits, state))
     hm.add(HookPoint("", "output"), state.post_hook)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .edits import Edit, _as_tensor, clamp, project, steer
+from .edits import Edit, as_tensor, clamp, project, steer
 from .errors import InterplabError, LoadError, UnsupportedSiteError, VectorError
 
 _KEY = "vector"
@@ -31,7 +31,7 @@ class SteeringVector:
     metadata: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        self.tensor = _as_tensor(self.tensor, what="steering vector")  # numbers only, no NaN/Inf
+        self.tensor = as_tensor(self.tensor, what="steering vector")  # numbers only, no NaN/Inf
         if self.tensor.dim() != 1 or self.tensor.numel() == 0:
             raise VectorError(f"a steering vector is 1-D [width], got shape {tuple(self.tensor.shape)}.")
         if not isinstance(self.site, str) or not self.site:
@@ -105,7 +105,7 @@ def from_tensor(tensor, site: str = "resid_post", layer: int | None = None, mode
     """Wrap a tensor as a SteeringVector (site, layer and model id travel with it)."""
     if isinstance(tensor, SteeringVector):
         return tensor
-    return SteeringVector(_as_tensor(tensor, what="steering vector").cpu(), site, layer, model_id, metadata)
+    return SteeringVector(as_tensor(tensor, what="steering vector").cpu(), site, layer, model_id, metadata)
 
 
 def save(path, vector, metadata: dict | None = None) -> None:

@@ -250,7 +250,7 @@ class Engine:
         ids, mask, lengths = self.encode(prompts)
         plan = hooks.Plan(keep_grad=grad)
         for e in edits:
-            plan.edits.extend(self._plan_edit(e, len(prompts), lengths))
+            plan.edits.extend(self.plan_edit(e, len(prompts), lengths))
         for item in cache_req:
             plan.cache.extend(self._plan_cache(item))
         ctx = self.contexts(lengths)
@@ -299,7 +299,8 @@ class Engine:
             return [((item, l), self.sites.resolve(item, l)) for l in range(self.n_layers)]
         return [(item, self.sites.resolve(item, None))]
 
-    def _plan_edit(self, e: Edit, n_rows: int, lengths: list[int]) -> list[hooks.PlannedEdit]:
+    def plan_edit(self, e: Edit, n_rows: int, lengths: list[int]) -> list[hooks.PlannedEdit]:
+        """The edit checked against the model and these prompts, resolved to one PlannedEdit per layer."""
         if not isinstance(e, Edit):
             raise InterplabError(f"edits must be ilab edits (ilab.patch, ilab.zero, ...), got {type(e).__name__}.")
         canonical = e.site in SITE_NAMES
@@ -377,7 +378,7 @@ class Engine:
         ids, mask, lengths = self.encode(prompts)
         plan = hooks.Plan()
         for e in edits:
-            plan.edits.extend(self._plan_edit(e, len(prompts), lengths))
+            plan.edits.extend(self.plan_edit(e, len(prompts), lengths))
         hidden = self.residuals(prompts).cache["resid_pre", start].to(self.device)
         first = _first_position(edits, lengths)
         prefix = self.kv_prefix(prompts[0], first) if first else None

@@ -30,6 +30,7 @@ __all__ = [
     "Str",
     "Choice",
     "plain",
+    "Converted",
     "plain_grid",
     "str_grid",
     "NumberGrid",
@@ -181,7 +182,7 @@ def str_grid(x: Any) -> list[list[str]]:
     return [[("" if v is None else str(v)) for v in plain(row)] for row in x]
 
 
-class _Converted(t.TraitType):
+class Converted(t.TraitType):
     """A list trait that first converts its value (tensors/arrays accepted) with `convert`."""
 
     info_text = "a list"
@@ -205,17 +206,17 @@ class _Converted(t.TraitType):
 
 def NumberGrid(**kwargs: Any) -> t.TraitType:  # noqa: N802 - reads like a trait type
     """2-D list of float | None (NaN/inf -> None); tensors and arrays accepted."""
-    return _Converted(plain_grid, "a 2-D list of numbers (None = missing)", default_value=[], **kwargs)
+    return Converted(plain_grid, "a 2-D list of numbers (None = missing)", default_value=[], **kwargs)
 
 
 def TextGrid(**kwargs: Any) -> t.TraitType:  # noqa: N802
     """2-D list of str (None -> "")."""
-    return _Converted(str_grid, "a 2-D list of strings", default_value=[], **kwargs)
+    return Converted(str_grid, "a 2-D list of strings", default_value=[], **kwargs)
 
 
 def Labels(**kwargs: Any) -> t.TraitType:  # noqa: N802
     """list[str]; any iterable of strings (or tensor-like) accepted."""
-    return _Converted(lambda v: [str(s) for s in (plain(v) or [])], "a list of strings", default_value=[], **kwargs)
+    return Converted(lambda v: [str(s) for s in (plain(v) or [])], "a list of strings", default_value=[], **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------- the base widget

@@ -15,7 +15,7 @@ from typing import Any
 
 import traitlets as t
 
-from .base import LabWidget, _Converted, plain
+from .base import Converted, LabWidget, plain
 
 __all__ = ["LogitPanel", "Series", "clean_series"]
 
@@ -39,7 +39,7 @@ def clean_series(value: Any) -> list[dict[str, Any]]:
 
 def Series(**kwargs: Any) -> t.TraitType:  # noqa: N802 - reads like a trait type
     """list[{name, tokens, probs}] validated by `clean_series`."""
-    return _Converted(clean_series, "a list of {name, tokens, probs}", default_value=[], **kwargs)
+    return Converted(clean_series, "a list of {name, tokens, probs}", default_value=[], **kwargs)
 
 
 class LogitPanel(LabWidget):

@@ -1,0 +1,67 @@
+"""The architecture holds: layers import one way (import-linter's contracts in pyproject.toml), only the engine
+attaches hooks, and no module reaches into another's private members."""
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "interplab"
+# the embedded model's training and its independent evaluation hook the model by hand, on purpose
+HAND_HOOKS_ALLOWED = {"zoo/train_ioi_tiny.py", "zoo/evaluate_ioi_tiny.py"}
+HOOK_CALLS = {"register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+              "register_full_backward_pre_hook", "register_module_forward_hook", "register_module_forward_pre_hook"}
+# names that hold another module's objects: a lab/engine, hook manager, session, result or widget
+FOREIGN = {"lab", "engine", "hm", "session", "res", "result", "explorer", "panel", "view", "heatmap", "worker"}
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield path.relative_to(PACKAGE).as_posix(), ast.parse(path.read_text(), str(path))
+
+
+def test_layer_contracts_hold():
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    assert exe, "import-linter is missing: pip install -e '.[dev]'"
+    out = subprocess.run([exe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout
+
+
+def test_only_the_engine_attaches_hooks():
+    found = []
+    for rel, tree in _modules():
+        if rel.startswith("engine/") or rel in HAND_HOOKS_ALLOWED:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in HOOK_CALLS:
+                found.append(f"{rel}:{node.lineno} {node.attr}")
+    assert not found, f"hooks attached outside interplab/engine: {found}"
+
+
+def _base_name(node):
+    """'lab' for lab._x, and for self.lab._x; None otherwise."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return node.attr
+    return None
+
+
+def test_no_module_reads_another_modules_private_members():
+    found = []
+    for rel, tree in _modules():
+        if rel.startswith("zoo/"):
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and _base_name(node.value) in FOREIGN):
+                found.append(f"{rel}:{node.lineno} {_base_name(node.value)}.{node.attr}")
+            if isinstance(node, ast.ImportFrom) and node.module and "interplab" in (node.module or "") or (
+                    isinstance(node, ast.ImportFrom) and node.level):
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        found.append(f"{rel}:{node.lineno} imports {alias.name}")
+    assert not found, f"private members read across modules: {found}"
