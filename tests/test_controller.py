@@ -8,9 +8,11 @@ import pytest
 import torch
 
 import interplab as ilab
+from interplab.errors import InterplabError
 from interplab.lens import logit_lens
-from interplab.requests import LatestQueue
+from interplab.session import PatchSession
 from interplab.widgets.controller import PatchExplorer, attention_widget, lens_widget, steering_panel
+from interplab.worker import Worker
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
@@ -21,7 +23,7 @@ def explorer(gpt2_lab):
     res = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), progress=False)
     ex = res.show()
     assert isinstance(ex, PatchExplorer)
-    gpt2_lab.queue.join()
+    gpt2_lab.worker.join()
     return ex
 
 
@@ -47,7 +49,7 @@ def hooked_last_logits(model, tok, prompt_src, prompt_base, layer, pos):
 
 def test_click_applies_patch_and_repaints_logits(explorer, gpt2_lab, tokenizer):
     explorer.heatmap.send_test_message({"type": "click", "row": 1, "col": 3, "shift": False})
-    gpt2_lab.queue.join()
+    gpt2_lab.worker.join()
     assert explorer.heatmap.selected == [[1, 3]]
     assert [e["id"] for e in explorer.heatmap.active_edits] == ["r1c3"]
     expected = hooked_last_logits(gpt2_lab.model, tokenizer, CLEAN, CORRUPT, 1, 3)
@@ -64,18 +66,18 @@ def test_shift_click_toggle_remove_and_code_side_state(explorer, gpt2_lab):
     hm = explorer.heatmap
     hm.send_test_message({"type": "click", "row": 2, "col": 10, "shift": False})
     hm.send_test_message({"type": "click", "row": 1, "col": 4, "shift": True})
-    gpt2_lab.queue.join()
+    gpt2_lab.worker.join()
     assert len(explorer.edits) == 2 and "2 edits" in explorer.logits.series[2]["name"]
     hm.send_test_message({"type": "toggle", "id": "r2c10", "enabled": False})
-    gpt2_lab.queue.join()
+    gpt2_lab.worker.join()
     assert len(explorer.edits) == 1 and explorer.edits[0].layer == 1 and explorer.edits[0].pos == 4
     hm.send_test_message({"type": "remove", "id": "r1c4"})
-    gpt2_lab.queue.join()
+    gpt2_lab.worker.join()
     assert hm.selected == [[2, 10]] and explorer.edits == []
     assert len(explorer.logits.series) == 2  # nothing enabled: clean and corrupt only
     # set from code: the view and the logits follow
     hm.selected = [[0, 0]]
-    gpt2_lab.queue.join()
+    gpt2_lab.worker.join()
     assert [e["id"] for e in hm.active_edits] == ["r0c0"] and len(explorer.logits.series) == 3
 
 
@@ -88,8 +90,8 @@ def test_malformed_messages_keep_the_kernel_alive(explorer):
     assert hm.selected == []
 
 
-def test_queue_latest_wins_and_drops_stale():
-    q = LatestQueue()
+def test_worker_latest_wins_and_drops_stale():
+    q = Worker()
     gate = threading.Event()
     ran = []
     q.submit("x", lambda: (gate.wait(5), ran.append("first")))
@@ -106,11 +108,11 @@ def test_queue_latest_wins_and_drops_stale():
 
 def test_steering_panel_preview_and_generate(gpt2_lab):
     panel = steering_panel(gpt2_lab, CORRUPT, [CLEAN], [CORRUPT], site="resid_post", layer=1)
-    gpt2_lab.queue.join()
+    gpt2_lab.worker.join()
     v = panel.controller.vector
     assert v is not None and v.shape == (gpt2_lab.d_model,)
     panel.send_test_message({"type": "preview", "alpha": 3.0, "layer": 1, "site": "resid_post", "positions": "last"})
-    gpt2_lab.queue.join()
+    gpt2_lab.worker.join()
     assert panel.error == "" and panel.dist[1]["name"].startswith("steered")
     # independent: add 3 v to the output of block 1 at the last position by hand
     h = gpt2_lab.model.transformer.h[1].register_forward_hook(
@@ -123,7 +125,7 @@ def test_steering_panel_preview_and_generate(gpt2_lab):
     assert panel.dist[1]["probs"] == pytest.approx(ref.topk(8).values.tolist(), abs=1e-5)
     panel.send_test_message({"type": "generate", "alpha": 3.0, "layer": 1, "site": "resid_post",
                              "positions": "all", "max_new_tokens": 4})
-    gpt2_lab.queue.join()
+    gpt2_lab.worker.join()
     assert panel.error == "" and isinstance(panel.generated, str) and not panel.busy
 
 
@@ -147,7 +149,7 @@ def test_lens_last_layer_equals_model_logits(gpt2_lab):
 def test_attention_widget_shows_the_pattern(gpt2_lab):
     view = attention_widget(gpt2_lab, CLEAN, layer=0, head=0)
     view.send_test_message({"type": "select", "layer": 2, "head": 3})
-    gpt2_lab.queue.join()
+    gpt2_lab.worker.join()
     pattern = torch.tensor(view.pattern)
     # independent: eager attention weights returned by the attention module itself
     got = {}
@@ -161,7 +163,7 @@ def test_attention_widget_shows_the_pattern(gpt2_lab):
 
 def test_dashboard_composes_every_view(gpt2_lab):
     d = gpt2_lab.show(CLEAN, CORRUPT, answer=5, wrong=9)
-    gpt2_lab.queue.join(timeout=120)
+    gpt2_lab.worker.join(timeout=120)
     assert all(v is not None for row in d.heatmap.values for v in row)
     assert d.steering.panel.dist and d.lens.top_tokens and d.attention.pattern
     assert ilab.attached_hooks() == []
@@ -173,7 +175,7 @@ def test_a_click_on_an_exact_sweep_reads_the_sweep_and_equals_a_fresh_forward(gp
 
     res = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), progress=False)
     ex = res.show()
-    gpt2_lab.queue.join()
+    gpt2_lab.worker.join()
     s = ex.session
     n_pos = res.values.shape[1]
     cells = [(0, 0), (0, n_pos - 5), (1, n_pos - 5), (gpt2_lab.n_layers - 1, n_pos - 1), (2, 1)]
@@ -199,3 +201,129 @@ def test_a_click_on_an_exact_sweep_reads_the_sweep_and_equals_a_fresh_forward(gp
     s.result = attr
     with pytest.raises(AssertionError, match="ran a forward"):
         s.logits_view([s.cell_edit(1, 3)], cells=[(1, 3)])
+
+
+class FakeWidget:
+    error = ""
+
+
+def test_the_worker_survives_failing_jobs_and_callbacks(caplog):
+    """An exception in the job, its done or its error callback (even a BaseException) is logged and shown on the
+    widget; the jobs queued behind it still run, and so do later ones."""
+    w = Worker()
+    gate = threading.Event()
+    shown = [FakeWidget() for _ in range(5)]
+    ran = []
+
+    def broken_error(e):
+        raise RuntimeError("the error callback broke")
+
+    def exits():
+        raise SystemExit(3)
+
+    def bad_input():
+        raise InterplabError("layer 9 out of range")
+
+    w.submit("gate", lambda: gate.wait(5))  # hold the thread so that the rest queue behind it
+    w.submit("fn", lambda: 1 / 0, widget=shown[0])
+    w.submit("done", lambda: 1, done=lambda r: {}["missing"], widget=shown[1])
+    w.submit("error", lambda: 1 / 0, error=broken_error, widget=shown[2])
+    w.submit("base", exits, widget=shown[3])
+    w.submit("input", bad_input, widget=shown[4])
+    w.submit("after", lambda: ran.append("after") or 7, done=ran.append)
+    gate.set()
+    assert w.join(10)
+    assert shown[0].error == "ZeroDivisionError: division by zero"
+    assert shown[1].error == "error while showing the result: KeyError: 'missing'"
+    assert shown[2].error.startswith("ZeroDivisionError") and "the error callback broke" in shown[2].error
+    assert shown[3].error == "SystemExit: 3"
+    assert shown[4].error == "InterplabError: layer 9 out of range"
+    assert ran == ["after", 7] and w.failed == 5
+    logged = caplog.text
+    assert "KeyError" in logged and "the error callback broke" in logged and "ZeroDivisionError" in logged
+    w.submit("later", lambda: ran.append("later"))
+    assert w.join(5) and ran[-1] == "later"
+
+
+def test_close_cancels_the_running_job_and_drops_the_rest():
+    """What the exit handler does to every worker: queued jobs are dropped, the running one is cancelled through
+    its event and waited for; its done callback no longer runs, and later submits are refused."""
+    w = Worker()
+    cancel, started = threading.Event(), threading.Event()
+    seen = []
+
+    def sweep_like():
+        started.set()
+        while not cancel.wait(0.01):
+            pass
+        return "stopped"
+
+    w.submit("sweep", sweep_like, done=seen.append, cancel=cancel)
+    w.submit("queued", lambda: seen.append("queued"))
+    assert started.wait(5)
+    assert w.close(timeout=5)
+    assert cancel.is_set() and seen == [] and w.closed
+    assert w.submit("late", lambda: seen.append("late")) is False
+    time.sleep(0.05)
+    assert seen == [] and w.dropped == 2
+
+
+def test_no_model_work_on_the_message_thread(gpt2_lab):
+    """Frontend messages (and the observers they trigger) only set traits and submit jobs: no module of the model
+    runs on the thread that handles them (the kernel's message thread), from the very first click on. The jobs
+    then show the same numbers as before."""
+    res = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), progress=False)
+    ex = res.show()
+    panel = steering_panel(gpt2_lab, CORRUPT, [CLEAN], [CORRUPT], site="resid_post", layer=1)
+    att = attention_widget(gpt2_lab, CLEAN)
+    assert gpt2_lab.worker.join(60)
+    gpt2_lab.clear_memo()  # nothing memoised: the first click's source run is a real forward
+    main = threading.get_ident()
+    on_main = []
+
+    def watch(module, args):
+        if threading.get_ident() == main:
+            on_main.append(type(module).__name__)
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(watch)
+    try:
+        hm = ex.heatmap
+        hm.send_test_message({"type": "click", "row": 1, "col": 3, "shift": False})
+        assert [e["id"] for e in hm.active_edits] == ["r1c3"]  # listed at once, before its job has run
+        hm.send_test_message({"type": "click", "row": 2, "col": 4, "shift": True})
+        hm.send_test_message({"type": "toggle", "id": "r2c4", "enabled": False})
+        hm.send_test_message({"type": "remove", "id": "r2c4"})
+        steer = {"alpha": 2.0, "layer": 1, "site": "resid_post", "positions": "last"}
+        panel.send_test_message({"type": "preview", **steer})
+        panel.send_test_message({"type": "set_vector", "positive": CLEAN, "negative": CORRUPT})
+        panel.send_test_message({"type": "generate", **steer, "max_new_tokens": 2})
+        att.send_test_message({"type": "select", "layer": 2, "head": 1})
+        assert on_main == [], f"the message thread ran {on_main[:5]}"
+        assert gpt2_lab.worker.join(60)
+    finally:
+        handle.remove()
+    assert hm.selected == [[1, 3]] and [e.describe() for e in ex.edits] == [e["label"] for e in hm.active_edits]
+    expected = hooked_last_logits(gpt2_lab.model, gpt2_lab.tokenizer, CLEAN, CORRUPT, 1, 3)
+    assert ex.logits.metric["values"]["patched"] == pytest.approx(float(expected[5] - expected[9]), abs=1e-4)
+    assert panel.error == "" and panel.dist[1]["name"].startswith("steered") and not panel.busy
+    assert att.title.endswith("L2 H1") and att.error == "" and ex.logits.error == ""
+
+
+@pytest.mark.parametrize("site, by, layers", [("resid_pre", ("layer", "pos"), None), ("z", ("layer", "head"), None),
+                                              ("z", ("layer", "head", "pos"), None), ("resid_pre", ("layer",), None),
+                                              ("resid_pre", ("layer", "pos"), [1, 2])])
+def test_a_clicked_cell_is_listed_with_its_edits_label(gpt2_lab, site, by, layers):
+    """The message thread lists a clicked cell under the label its edit will have (the edit itself is built in the
+    job): the two must agree for every sweep shape, with and without a sweep that skips layers."""
+    session = PatchSession(gpt2_lab, CLEAN, CORRUPT, 5, 9, site, by)
+    if layers is not None:
+        session.sweep(layers=layers, progress=False)
+    ex = PatchExplorer(session)
+    n_rows = len(layers) if layers is not None else gpt2_lab.n_layers
+    n_pos, n_heads = len(session.tokens()), gpt2_lab.n_heads
+    n_cols = {("layer", "pos"): n_pos, ("layer", "head"): n_heads, ("layer", "head", "pos"): n_heads * n_pos,
+              ("layer",): 1}[by]
+    for row, col in [(0, 0), (n_rows - 1, n_cols - 1), (n_rows // 2, n_cols // 2)]:
+        ex.heatmap.selected = [[row, col]]
+        assert ex.heatmap.active_edits[0]["label"] == session.cell_edit(row, col).describe()
+    assert gpt2_lab.worker.join(60) and ex.logits.error == ""

@@ -1,7 +1,9 @@
-"""Wires the views to a Lab: clicks and drags become queued requests; results come back as traits.
+"""Wires the views to a Lab: clicks and drags become jobs on the lab's worker; results come back as traits.
 
 The views (heatmap.py, logits.py, ...) know nothing of models; interplab.session computes plain numbers; this module
-connects the two through the Lab's request queue, so the kernel's comm handler always returns at once.
+connects the two through the lab's worker (interplab.worker). Every frontend message and trait observer here only
+reads and sets traits and submits a job: nothing touches the model on the kernel's message thread, which returns at
+once. (The widget builders below compute their first picture in the caller's thread: that is the user's own cell.)
 """
 
 from __future__ import annotations
@@ -12,8 +14,7 @@ import time
 import ipywidgets as W
 
 from .. import display
-from ..engine import Engine as Lab
-from ..requests import LatestQueue
+from ..engine import Engine
 from ..session import (
     PatchSession,
     attention_view,
@@ -29,18 +30,6 @@ from .logits import LogitPanel
 from .steering import SteeringPanel
 
 
-def _queue(lab: Lab) -> LatestQueue:
-    if getattr(lab, "queue", None) is None:
-        lab.queue = LatestQueue()
-    return lab.queue
-
-
-def _fail(widget):
-    def error(e: BaseException):
-        widget.error = f"{type(e).__name__}: {e}"
-    return error
-
-
 class PatchExplorer(W.VBox):
     """The patching heatmap and the logit panel it drives. `explorer.heatmap.selected`, `.active_edits` and
     `explorer.edits` are the shared state between clicks and code: set them from Python and the view follows."""
@@ -48,8 +37,10 @@ class PatchExplorer(W.VBox):
     def __init__(self, session: PatchSession, result=None):
         self.session = session
         self.lab = session.lab
-        self.queue = _queue(self.lab)
-        self._edits: dict = {}
+        self.worker = self.lab.worker
+        self._edits: dict = {}  # cell id -> its patch, built on the worker (a forward caches the source's site)
+        self._building = threading.Lock()  # one build per cell, whichever thread asks first
+        self._tokens = session.tokens()  # for the cells' labels: the tokenizer once, not per click
         self._cancel = threading.Event()
         self.heatmap = PatchingHeatmap()
         self.logits = LogitPanel(title=f"next token after: {session.base[-60:]!r}")
@@ -64,34 +55,68 @@ class PatchExplorer(W.VBox):
         self.heatmap.on_cancel(self._cancel.set)
         self._refresh_logits()
         # after the first paint's job: precompute what clicks reuse, so the first click is as fast as the rest
-        self.queue.submit(f"warm:{id(self)}", self.session.warm, error=_fail(self.logits))
+        self.worker.submit(f"warm:{id(self)}", self.session.warm, widget=self.logits)
+
+    @property
+    def queue(self):
+        """The lab's worker, under the name notebooks and benchmarks use (`explorer.queue.join()`)."""
+        return self.worker
 
     # ---- the shared state ---------------------------------------------------------------------------------
     @property
     def edits(self) -> list:
-        """The ilab edits behind the enabled entries of the active set, in order."""
-        out = []
-        for entry in self.heatmap.active_edits:
-            if entry.get("enabled", True) and entry["id"] in self._edits:
-                out.append(self._edits[entry["id"]])
-        return out
+        """The ilab edits behind the enabled entries of the active set, in order (read from code: a cell whose job
+        has not run yet has its edit built here)."""
+        return self._edits_for(self.heatmap.active_edits)[0]
+
+    def _edits_for(self, entries) -> tuple[list, list | None]:
+        """(edits, cells) of the enabled entries; cells: the heatmap cells behind them, None where an edit set from
+        code has none (then the logit panel runs the forward). Builds missing cell edits: call it off the comm
+        thread (a job, or user code)."""
+        edits, cells = [], []
+        for e in entries:
+            if not e.get("enabled", True):
+                continue
+            edit = self._edits.get(e["id"])
+            if edit is None and e.get("row") is not None:
+                with self._building:
+                    edit = self._edits.get(e["id"]) or self.session.cell_edit(e["row"], e["col"])
+                    self._edits[e["id"]] = edit
+            if edit is None:
+                continue
+            edits.append(edit)
+            if e.get("row") is not None:
+                cells.append((e["row"], e["col"]))
+        return edits, (cells if len(cells) == len(edits) else None)
 
     def _on_selected(self, change) -> None:
+        # comm thread: list the cells; their edits are built in the logit job (the first one runs a forward)
         old = {e["id"]: e for e in self.heatmap.active_edits}
         entries = []
         for row, col in self.heatmap.selected:
             cid = PatchSession.cell_id(row, col)
-            if cid not in self._edits:
-                self._edits[cid] = self.session.cell_edit(row, col)
-            entries.append({"id": cid, "label": self._edits[cid].describe(), "row": row, "col": col,
-                            "enabled": old.get(cid, {}).get("enabled", True)})
+            edit = self._edits.get(cid)
+            entries.append({"id": cid, "label": edit.describe() if edit else self._cell_label(row, col),
+                            "row": row, "col": col, "enabled": old.get(cid, {}).get("enabled", True)})
         self.heatmap.active_edits = entries
 
+    def _cell_label(self, row: int, col: int) -> str:
+        """The label session.cell_edit(row, col) gives its edit, without the forward that builds the edit (tested
+        equal for every sweep shape)."""
+        s, res = self.session, self.session.result
+        layer = res.labels["layer"][row] if res is not None else row
+        pos = head = None
+        if s.by == ("layer", "pos"):
+            pos = col
+        elif s.by == ("layer", "head"):
+            head = col
+        elif s.by == ("layer", "head", "pos"):
+            head, pos = divmod(col, len(self._tokens))
+        return f"patch {s.site} L{layer}" + (f" H{head}" if head is not None else "") + (
+            f" pos {pos} {self._tokens[pos]!r}" if pos is not None else "")
+
     def _on_active(self, change) -> None:
-        for entry in self.heatmap.active_edits:  # entries set from code: make sure each has its edit
-            if entry["id"] not in self._edits and entry.get("row") is not None:
-                self._edits[entry["id"]] = self.session.cell_edit(entry["row"], entry["col"])
-        self._refresh_logits()
+        self._refresh_logits()  # entries set from code get their edits built in the job too
 
     def _on_toggle(self, cid: str, enabled: bool) -> None:
         self.heatmap.active_edits = [{**e, "enabled": enabled} if e["id"] == cid else e
@@ -105,12 +130,11 @@ class PatchExplorer(W.VBox):
             self.heatmap.active_edits = [e for e in self.heatmap.active_edits if e["id"] != cid]
 
     def _refresh_logits(self) -> None:
-        edits = self.edits
-        # the heatmap cells behind them (edits set from code may have none: then the forward runs)
-        cells = [(e["row"], e["col"]) for e in self.heatmap.active_edits
-                 if e.get("enabled", True) and e["id"] in self._edits and e.get("row") is not None]
-        cells = cells if len(cells) == len(edits) else None
+        entries = [dict(e) for e in self.heatmap.active_edits]  # this request's state, as of now
         t0 = time.perf_counter()
+
+        def run():
+            return self.session.logits_view(*self._edits_for(entries))
 
         def done(view):
             with self.logits.hold_sync():  # one message to the frontend, one repaint
@@ -119,8 +143,7 @@ class PatchExplorer(W.VBox):
                 self.logits.status = f"computed in {1000 * (time.perf_counter() - t0):.0f} ms"
                 self.logits.error = ""
 
-        self.queue.submit(f"logits:{id(self)}", lambda: self.session.logits_view(edits, cells), done,
-                          _fail(self.logits))
+        self.worker.submit(f"logits:{id(self)}", run, done, widget=self.logits)
 
     # ---- the sweep ------------------------------------------------------------------------------------------
     def _show_result(self, result) -> None:
@@ -129,7 +152,7 @@ class PatchExplorer(W.VBox):
         self.heatmap.hover = self.session.hover(result)
 
     def sweep(self, wait: bool = False, **kw) -> None:
-        """Run the sweep on the request queue; the heatmap fills in as cells finish, Cancel stops it."""
+        """Run the sweep on the lab's worker; the heatmap fills in as cells finish, Cancel (or exit) stops it."""
         self._cancel.clear()
         self.heatmap.progress = 0.0
         self.heatmap.status = "sweeping..."
@@ -150,12 +173,12 @@ class PatchExplorer(W.VBox):
             self.heatmap.status = ""
             self.heatmap.error = f"{type(e).__name__}: {e}"
 
-        self.queue.submit(f"sweep:{id(self)}", run, done, error)
+        self.worker.submit(f"sweep:{id(self)}", run, done, error, widget=self.heatmap, cancel=self._cancel)
         if wait:
-            self.queue.join(timeout=600)
+            self.worker.join(timeout=600)
 
 
-def heatmap_for(result, lab: Lab | None = None, answer=None, wrong=None):
+def heatmap_for(result, lab: Engine | None = None, answer=None, wrong=None):
     """The explorer for a finished sweep (res.show())."""
     lab = lab or getattr(result, "lab", None)
     if lab is None:
@@ -171,10 +194,10 @@ def heatmap_for(result, lab: Lab | None = None, answer=None, wrong=None):
 class SteeringController:
     """Drives a SteeringPanel: the vector from contrast prompts, a live preview while dragging, generation."""
 
-    def __init__(self, lab: Lab, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
+    def __init__(self, lab: Engine, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
                  layer: int | None = None, alpha_range: tuple[float, float] = (-4.0, 4.0)):
         self.lab = lab
-        self.queue = _queue(lab)
+        self.worker = lab.worker
         sites = [s for s in ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
                  if "unavailable" not in lab.sites.describe()[s]]
         self.panel = SteeringPanel(n_layers=lab.n_layers, sites=sites, site=site,
@@ -202,7 +225,7 @@ class SteeringController:
                        f"norm {float(v.norm()):.2f}"
             self.preview()
 
-        self.queue.submit(f"vector:{id(self)}", run, done, _fail(p))
+        self.worker.submit(f"vector:{id(self)}", run, done, widget=p)
 
     def preview(self) -> None:
         p = self.panel
@@ -216,7 +239,7 @@ class SteeringController:
             p.dist = dist
             p.error = ""
 
-        self.queue.submit(f"preview:{id(self)}", lambda: steering_preview(self.lab, *args), done, _fail(p))
+        self.worker.submit(f"preview:{id(self)}", lambda: steering_preview(self.lab, *args), done, widget=p)
 
     def generate(self) -> None:
         p = self.panel
@@ -231,22 +254,22 @@ class SteeringController:
             p.busy = False
             p.error = f"{type(e).__name__}: {e}"
 
-        self.queue.submit(f"generate:{id(self)}", lambda: steering_generate(self.lab, *args), done, error)
+        self.worker.submit(f"generate:{id(self)}", lambda: steering_generate(self.lab, *args), done, error, widget=p)
 
 
-def lens_widget(lab: Lab, prompt: str) -> LensView:
+def lens_widget(lab: Engine, prompt: str) -> LensView:
     return LensView(**lens_view(lab, prompt))
 
 
-def attention_widget(lab: Lab, prompt: str, layer: int = 0, head: int = 0) -> AttentionView:
+def attention_widget(lab: Engine, prompt: str, layer: int = 0, head: int = 0) -> AttentionView:
     view = AttentionView(n_layers=lab.n_layers, n_heads=lab.n_heads, layer=layer, head=head,
                          **attention_view(lab, prompt, layer, head))
-    queue = _queue(lab)
+    worker = lab.worker
 
     def select(layer, head):
         def done(d):
             view.pattern, view.title = d["pattern"], d["title"]
-        queue.submit(f"attention:{id(view)}", lambda: attention_view(lab, prompt, layer, head), done, _fail(view))
+        worker.submit(f"attention:{id(view)}", lambda: attention_view(lab, prompt, layer, head), done, widget=view)
 
     view.on_select(select)
     return view
@@ -255,7 +278,7 @@ def attention_widget(lab: Lab, prompt: str, layer: int = 0, head: int = 0) -> At
 class Dashboard(W.VBox):
     """Heatmap + logits, steering, logit lens and attention for one clean/corrupt pair."""
 
-    def __init__(self, lab: Lab, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre",
+    def __init__(self, lab: Engine, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre",
                  by=("layer", "pos"), direction: str = "denoise", sweep: bool = True):
         session = PatchSession(lab, clean, corrupt, answer, wrong, site, tuple(by), direction)
         self.explorer = PatchExplorer(session)
@@ -271,7 +294,7 @@ class Dashboard(W.VBox):
             self.explorer.sweep()
 
 
-def steering_panel(lab: Lab, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
+def steering_panel(lab: Engine, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
                    layer: int | None = None, alpha_range: tuple[float, float] = (-4.0, 4.0)) -> SteeringPanel:
     """A SteeringPanel wired to the lab (its controller stays reachable as panel.controller)."""
     ctrl = SteeringController(lab, prompt, positive, negative, site, layer, alpha_range)
