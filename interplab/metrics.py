@@ -148,6 +148,12 @@ def logprob(token) -> Prob:
     return Prob(token, log=True)
 
 
+def top_k(logits: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float]]]:
+    """Per row of [rows, vocab] logits: the k most probable next-token ids, and their probabilities."""
+    p, i = logits.float().softmax(-1).topk(k)
+    return i.tolist(), p.tolist()
+
+
 def as_metric(m) -> Metric:
     if isinstance(m, Metric):
         return m

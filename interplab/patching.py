@@ -17,6 +17,7 @@ for denoising (clean patched into corrupt) and noising (corrupt patched into cle
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ import torch
 from . import display, engine
 from .engine import Engine, as_prompts
 from .errors import InterplabError, LengthMismatchError
-from .metrics import Custom, Metric, as_metric
+from .metrics import Custom, Metric, as_metric, top_k
 from .sites import LAYERED
 
 SWEEP_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
@@ -40,6 +41,68 @@ AXES = {
 
 class SweepCancelled(InterplabError):
     """The sweep was cancelled (from a widget or code) before every cell was computed."""
+
+
+@dataclass(frozen=True)
+class Cells:
+    """The cells of a sweep and what each stands for: the one place a heatmap cell (row, col) becomes a
+    (layer, position, head). Rows are layers; columns are positions, heads, or (head, position) head-major, or one
+    column for the whole layer."""
+
+    by: tuple[str, ...]
+    layers: tuple[int, ...]
+    tokens: tuple[str, ...]  # the clean prompt's tokens (position labels)
+    n_heads: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of values/raw: [layers] + one axis per entry of `by` after 'layer'."""
+        size = {"pos": len(self.tokens), "head": self.n_heads}
+        return (len(self.layers), *(size[a] for a in self.by[1:]))
+
+    @property
+    def n_cols(self) -> int:
+        return math.prod(self.shape[1:])
+
+    def index(self, row: int, col: int) -> tuple[int, ...]:
+        """The index of heatmap cell (row, col) in values/raw."""
+        if self.by == ("layer",):
+            return (row,)
+        if len(self.by) == 3:
+            return (row, *divmod(col, len(self.tokens)))
+        return (row, col)
+
+    def meaning(self, row: int, col: int) -> tuple[int, int | None, int | None]:
+        """(layer, position or None = all, head or None = all) of heatmap cell (row, col)."""
+        index = dict(zip(self.by[1:], self.index(row, col)[1:]))
+        return self.layers[row], index.get("pos"), index.get("head")
+
+    def in_layer(self) -> list[tuple[tuple[int, ...], tuple[int | None, int | None]]]:
+        """Every cell of one row: (index within the row, (position, head)), in values order."""
+        out = []
+        for col in range(self.n_cols):
+            _, pos, head = self.meaning(0, col)
+            out.append((self.index(0, col)[1:], (pos, head)))
+        return out
+
+    def grid(self, values: torch.Tensor) -> torch.Tensor:
+        """values as the heatmap's rows x cols (a 3-D (layer, head, pos) sweep is laid out head-major)."""
+        return values.reshape(values.shape[0], -1) if values.dim() != 1 else values[:, None]
+
+    def col_labels(self, short: bool = False) -> list[str]:
+        if self.by == ("layer",):
+            return ["all positions" if not short else "all"]
+        if self.by == ("layer", "pos"):
+            return [f"{i}: {t}" for i, t in enumerate(self.tokens)] if short else list(self.tokens)
+        if self.by == ("layer", "head"):
+            return [f"H{h}" for h in range(self.n_heads)]
+        if short:
+            return [f"H{h} p{p}" for h in range(self.n_heads) for p in range(len(self.tokens))]
+        return [f"H{h}:{t}" for h in range(self.n_heads) for t in self.tokens]
+
+    def col_title(self) -> str:
+        return {("layer",): "", ("layer", "pos"): "position", ("layer", "head"): "head",
+                ("layer", "head", "pos"): "head : position"}[self.by]
 
 
 @dataclass
@@ -70,6 +133,10 @@ class SweepResult:
     def shape(self):
         return tuple(self.values.shape)
 
+    @property
+    def cells(self) -> Cells:
+        return Cells(tuple(self.by), tuple(self.labels["layer"]), tuple(self.labels["pos"]), len(self.labels["head"]))
+
     def describe(self) -> str:
         what = "clean into corrupt (denoising)" if self.direction == "denoise" else "corrupt into clean (noising)"
         return (f"{self.site} patched {what}, by {' x '.join(self.by)}, {self.method}; "
@@ -80,13 +147,9 @@ class SweepResult:
         """A static plotly heatmap (RdBu centred at 0), for reports and when widgets are unavailable."""
         import plotly.graph_objects as go
 
-        v = self.values if self.values.dim() == 2 else self.values.reshape(self.values.shape[0], -1)
+        v = self.cells.grid(self.values)
         ylab = [f"L{x}" for x in self.labels["layer"]]
-        xkey = self.by[1] if len(self.by) > 1 else None
-        xlab = ([f"{i}: {t}" for i, t in enumerate(self.labels[xkey])] if xkey == "pos"
-                else [f"H{h}" for h in self.labels.get("head", [])] if xkey == "head" else ["all"])
-        if len(self.by) == 3:
-            xlab = [f"H{h} p{p}" for h in self.labels["head"] for p in range(len(self.labels["pos"]))]
+        xlab = self.cells.col_labels(short=True)
         fig = go.Figure(go.Heatmap(z=v.tolist(), x=list(range(len(xlab))), y=list(range(len(ylab))),
                                    colorscale="RdBu", zmid=0, colorbar={"title": "restored"}))
         fig.update_layout(title=self.describe(), xaxis={"tickvals": list(range(len(xlab))), "ticktext": xlab},
@@ -166,7 +229,8 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
 
     pair_idx = torch.arange(len(clean))
     if method == "attribution":  # its two runs (source with cache, base with gradient) give both metric values
-        estimate, source_value, base_value = _attribution(lab, pairs, site, by, metric, layer_list)
+        shape = Cells(by, tuple(layer_list), tuple(lab.to_str_tokens(clean[0])), lab.n_heads).shape
+        estimate, source_value, base_value = _attribution(lab, pairs, site, by, metric, layer_list, shape)
         clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
                                       else (base_value, source_value))
     else:  # the site at every layer, in both runs: cells where they are equal need no forward (see _first_change)
@@ -185,7 +249,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
             f"normalised values would divide by zero. Pick a corrupt prompt that changes the answer."
         )
     labels = {"layer": layer_list, "pos": lab.to_str_tokens(clean[0]), "head": list(range(lab.n_heads))}
-    shape = [len(layer_list)] + [len(labels[a]) for a in by[1:]]
+    shape = Cells(by, tuple(layer_list), tuple(labels["pos"]), lab.n_heads).shape
     raw = torch.full(shape, float("nan"))
     result = SweepResult(raw.clone(), raw, by, labels, site, metric.name, direction, method, clean_value,
                          corrupt_value, clean, corrupt, lab, metric)
@@ -198,12 +262,13 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
         result.raw = estimate.reshape(shape)
         return finish()
 
-    jobs = _jobs(lab, site, by, layer_list, pairs)
+    layer_cells = result.cells.in_layer()
+    jobs = [(li, layer, layer_cells) for li, layer in enumerate(layer_list)]
     total = sum(len(cells) for _, _, cells in jobs)
     bar = _progress_bar(total, progress)
     done = 0
-    base_top = _top3(base_run.last_logits[:1])[0]
     base_cell = _cell_run(base_run.last_logits[:1], metric)[0]
+    base_top = _hover_top(base_cell)
     try:
         for li, layer, all_cells in jobs:
             key = (site, layer)
@@ -251,23 +316,6 @@ def _pairs(lab: Engine, clean, corrupt, direction, by) -> _Pairs:
             f"{sorted(set(lengths))}. Sweep by ('layer',) or ('layer', 'head'), or use one template."
         )
     return _Pairs(base, source, ids, mask, lengths)
-
-
-def _jobs(lab: Engine, site: str, by, layer_list, pairs: _Pairs):
-    """Per layer, the cells to patch: (cell index within the layer, selector (pos, head) or None = all)."""
-    n_pos = pairs.base_ids.shape[1]
-    jobs = []
-    for li, layer in enumerate(layer_list):
-        if by == ("layer",):
-            cells = [((), (None, None))]
-        elif by == ("layer", "pos"):
-            cells = [((p,), (p, None)) for p in range(n_pos)]
-        elif by == ("layer", "head"):
-            cells = [((h,), (None, h)) for h in range(lab.n_heads)]
-        else:
-            cells = [((h, p), (p, h)) for h in range(lab.n_heads) for p in range(n_pos)]
-        jobs.append((li, layer, cells))
-    return jobs
 
 
 def _chunks(cells, per_chunk: int) -> list[list]:
@@ -337,8 +385,8 @@ def _run_cells(lab: Engine, site: str, layer: int, chunk, pairs: _Pairs, metric:
         values = [float(metric(logits[c * n_pairs:(c + 1) * n_pairs]).mean()) for c in range(n_cells)]
     else:
         values = metric(logits.float(), pair_idx).reshape(n_cells, n_pairs).mean(1).tolist()
-    first_pair = logits[::n_pairs]
-    return list(zip(values, _top3(first_pair), _cell_run(first_pair, metric)))
+    runs = _cell_run(logits[::n_pairs], metric)
+    return list(zip(values, map(_hover_top, runs), runs))
 
 
 CELL_TOP_K = 8  # next tokens kept per cell for the logit panel (interplab.session.TOP_K)
@@ -346,15 +394,15 @@ CELL_TOP_K = 8  # next tokens kept per cell for the logit panel (interplab.sessi
 
 def _cell_run(logits: torch.Tensor, metric: Metric) -> list[tuple]:
     """Per row of first-pair logits: (top CELL_TOP_K ids, probabilities, the metric of pair 0)."""
-    top_p, top_i = logits.float().softmax(-1).topk(CELL_TOP_K)
+    ids, probs = top_k(logits, CELL_TOP_K)
     values = ([float(metric(row[None]).reshape(-1)[0]) for row in logits] if isinstance(metric, Custom)
               else metric(logits.float(), torch.zeros(len(logits), dtype=torch.long)).tolist())
-    return list(zip(top_i.tolist(), top_p.tolist(), values))
+    return list(zip(ids, probs, values))
 
 
-def _top3(logits: torch.Tensor) -> list[list[tuple[int, float]]]:
-    top_p, top_i = logits.float().softmax(-1).topk(3)
-    return [list(zip(i, p)) for i, p in zip(top_i.tolist(), top_p.tolist())]
+def _hover_top(cell_run: tuple, n: int = 3) -> list[tuple[int, float]]:
+    """The first n (token id, probability) pairs of a cell run, for the heatmap's hover."""
+    return list(zip(cell_run[0][:n], cell_run[1][:n]))
 
 
 def _first_change(base: torch.Tensor, source: torch.Tensor, selector, n_heads: int) -> int | None:
@@ -378,7 +426,7 @@ def _metric_mean(metric: Metric, logits: torch.Tensor, pair_idx: torch.Tensor) -
 
 # ---- attribution patching -------------------------------------------------------------------------------
 
-def _attribution(lab: Engine, pairs: _Pairs, site: str, by, metric: Metric, layer_list) -> tuple:
+def _attribution(lab: Engine, pairs: _Pairs, site: str, by, metric: Metric, layer_list, shape) -> tuple:
     """(source - base) . grad of the metric at base, summed within each cell; added to the base metric.
 
     Returns (estimated metric per cell, source metric, base metric): one forward of the source, one forward and one
@@ -386,9 +434,6 @@ def _attribution(lab: Engine, pairs: _Pairs, site: str, by, metric: Metric, laye
     keys = [(site, l) for l in layer_list]
     src_run = lab.run(pairs.source, cache=keys, log=False)
     src = src_run.cache
-    n_cols = {("layer",): [], ("layer", "pos"): [pairs.base_ids.shape[1]], ("layer", "head"): [lab.n_heads],
-              ("layer", "head", "pos"): [lab.n_heads, pairs.base_ids.shape[1]]}[by]
-    shape = [len(layer_list), *n_cols]
     base_run = lab.run(pairs.base, cache=keys, grad=True, log=False)
     pair_idx = torch.arange(len(pairs.base))
     value = metric(base_run.last_logits.float(), pair_idx).sum()  # per-pair contributions add up
@@ -437,4 +482,4 @@ def _advance(bar, progress, done, total, n):
         progress(done, total)
 
 
-__all__ = ["patch_sweep", "SweepResult", "SweepCancelled", "LAYERED"]
+__all__ = ["patch_sweep", "SweepResult", "SweepCancelled", "Cells", "LAYERED"]

@@ -13,7 +13,8 @@ from .edits import Edit, patch, steer
 from .engine import Engine
 from .lens import logit_lens
 from .metrics import as_metric, logit_diff
-from .patching import SweepResult, patch_sweep
+from .metrics import top_k as top_tokens
+from .patching import Cells, SweepResult, patch_sweep
 from .steering import generate
 from .vectors import diff_of_means
 
@@ -22,9 +23,8 @@ TOP_K = 8
 
 def top_k(lab: Engine, logits: torch.Tensor, k: int = TOP_K) -> tuple[list[str], list[float]]:
     """Top-k next tokens and probabilities of one row of last-position logits."""
-    probs = logits.float().softmax(-1)
-    p, i = probs.topk(k)
-    return [lab.tokenizer.decode([t]) for t in i.tolist()], [round(float(x), 6) for x in p]
+    (ids,), (probs,) = top_tokens(logits[None], k)
+    return [lab.tokenizer.decode([t]) for t in ids], [round(float(x), 6) for x in probs]
 
 
 @dataclass
@@ -63,45 +63,27 @@ class PatchSession:
                                   self.direction, **kw)
         return self.result
 
+    @property
+    def cells(self):
+        """What each heatmap cell stands for: the sweep's own, or (before any sweep) every layer of this model."""
+        if self.result is not None:
+            return self.result.cells
+        return Cells(tuple(self.by), tuple(range(self.lab.n_layers)), tuple(self.tokens()), self.lab.n_heads)
+
     def grid(self, result: SweepResult | None = None) -> dict:
         """Heatmap traits for a result: values as rows x cols, axis labels and titles."""
         res = result or self.result
-        v = res.values
-        if v.dim() == 1:
-            v = v[:, None]
-        elif v.dim() == 3:  # (layer, head, pos) -> columns head-major
-            v = v.reshape(v.shape[0], -1)
-        return {"values": v.tolist(), "x_labels": self.col_labels(res),
+        cells = res.cells
+        return {"values": cells.grid(res.values).tolist(), "x_labels": cells.col_labels(),
                 "y_labels": [f"L{l}" for l in res.labels["layer"]],
-                "x_title": self.col_title(), "y_title": "layer", "direction": res.direction,
+                "x_title": cells.col_title(), "y_title": "layer", "direction": res.direction,
                 "metric_name": f"normalised {res.metric_name}",
                 "title": f"{res.site}: {res.direction} ({res.method})"}
-
-    def col_labels(self, res: SweepResult) -> list[str]:
-        if res.by == ("layer",):
-            return ["all positions"]
-        if res.by == ("layer", "pos"):
-            return list(res.labels["pos"])
-        if res.by == ("layer", "head"):
-            return [f"H{h}" for h in res.labels["head"]]
-        return [f"H{h}:{t}" for h in res.labels["head"] for t in res.labels["pos"]]
-
-    def col_title(self) -> str:
-        return {("layer",): "", ("layer", "pos"): "position", ("layer", "head"): "head",
-                ("layer", "head", "pos"): "head : position"}[tuple(self.by)]
 
     # ---- clicked cells -> edits ------------------------------------------------------------------------------
     def cell_edit(self, row: int, col: int) -> Edit:
         """The patch a heatmap cell stands for (source -> base at that layer / position / head)."""
-        n_pos = len(self.tokens())
-        layer = self.result.labels["layer"][row] if self.result is not None else row
-        pos = head = None
-        if self.by == ("layer", "pos"):
-            pos = col
-        elif self.by == ("layer", "head"):
-            head = col
-        elif self.by == ("layer", "head", "pos"):
-            head, pos = divmod(col, n_pos)
+        layer, pos, head = self.cells.meaning(row, col)
         label = f"patch {self.site} L{layer}" + (f" H{head}" if head is not None else "") + (
             f" pos {pos} {self.tokens()[pos]!r}" if pos is not None else "")
         # the source run caches the whole site once, so no click re-runs it
@@ -153,17 +135,8 @@ class PatchSession:
                 or res.direction != self.direction or res.metric is not None and res.metric.name != self.metric.name
                 or len(res.cell_runs) == 0):
             return None
-        run = res.cell_runs.get(self.cell_key(res, *cell))
+        run = res.cell_runs.get(res.cells.index(*cell))
         return run if run is not None and len(run[0]) >= TOP_K else None
-
-    @staticmethod
-    def cell_key(res: SweepResult, row: int, col: int) -> tuple:
-        """The index of heatmap cell (row, col) in res.raw (the heatmap shows (layer, head, pos) head-major)."""
-        if res.by == ("layer",):
-            return (row,)
-        if len(res.by) == 3:
-            return (row, *divmod(col, len(res.labels["pos"])))
-        return (row, col)
 
     def warm(self) -> None:
         """Precompute what clicks reuse (the base prompt's cached residuals and keys/values)."""
@@ -172,12 +145,11 @@ class PatchSession:
     def hover(self, result: SweepResult | None = None) -> list[list[str]]:
         res = result or self.result
         rows = []
-        v = res.raw if res.raw.dim() == 2 else res.raw.reshape(res.raw.shape[0], -1)
-        for li, r in enumerate(v.tolist()):
+        for li, r in enumerate(res.cells.grid(res.raw).tolist()):
             row = []
             for c, x in enumerate(r):
                 text = "not computed" if x != x else f"{res.metric_name}: {x:.3f}"
-                key = self.cell_key(res, li, c)
+                key = res.cells.index(li, c)
                 top = res.top_tokens.get(key)
                 if top:
                     text += "\nnext: " + ", ".join(f"{t!r} {p:.2f}" for t, p in top)

@@ -32,8 +32,6 @@ from .errors import (
     OutOfRangeError,
     UnknownSiteError,
     UnsupportedSiteError,
-    check_context,
-    short,
 )
 from .sites import HookPoint
 
@@ -394,20 +392,9 @@ def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool 
         raise InterplabError(f"two force_token edits at the same step ({sorted(forced)}): keep one per step.")
 
     tok = lab.tokenizer
-    rows = [tok(p)["input_ids"] for p in prompts]
-    if any(not r for r in rows):
-        raise InterplabError("a prompt tokenizes to nothing: give some text.")
-    for i, (p, r) in enumerate(zip(prompts, rows)):  # every new token needs a position inside the context
-        check_context(lab.model, len(r), f"prompt {i} ({short(p)})" if len(rows) > 1 else f"the prompt {short(p)}",
-                      new_tokens=max_new_tokens)
-    width = max(len(r) for r in rows)
+    ids, mask, lengths = lab.encode(prompts, side="left", new_tokens=max_new_tokens)
+    width = ids.shape[1]
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):  # left padding: every row's new tokens start in the same column
-        ids[i, width - len(r):] = torch.tensor(r)
-        mask[i, width - len(r):] = 1
-    lengths = [len(r) for r in rows]
 
     bans = [lab.token_id(s.token) for s in sampler if s.op == "ban"]
     forces = {s.step: lab.token_id(s.token) for s in sampler if s.op == "force"}

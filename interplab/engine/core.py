@@ -159,23 +159,31 @@ class Engine:
         return hooks.attached_hooks()
 
     # ---- tokens ----------------------------------------------------------------------------------------
-    def encode(self, prompts) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-        """Right-padded input ids, attention mask and real lengths. Right padding keeps every prompt's positions
-        at 0..n-1, so batched runs give the same numbers as one-by-one runs."""
+    def encode(self, prompts, *, side: str = "right", new_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                   list[int]]:
+        """Padded input ids, attention mask and real lengths: the one place prompts become a batch.
+
+        Right padding (runs) keeps every prompt's positions at 0..n-1, so batched runs give the same numbers as
+        one-by-one runs; left padding (generation) starts every row's new tokens in the same column. new_tokens:
+        positions the context must also hold (tokens still to be generated)."""
+        if side not in ("right", "left"):
+            raise InterplabError(f"side={side!r}: pad on the 'right' (runs) or the 'left' (generation).")
         prompts = as_prompts(prompts)
         rows = [self.tokenizer(p)["input_ids"] for p in prompts]
         for i, (p, r) in enumerate(zip(prompts, rows)):
             if not r:
                 raise EmptyPromptError(f"prompt {p!r} tokenizes to nothing: give some text.")
             which = f"prompt {i} ({short(p)})" if len(prompts) > 1 else f"the prompt {short(p)}"
-            check_context(self.model, len(r), which)  # past it: a bare IndexError, or silent extrapolation
+            # past it: a bare IndexError, or silent extrapolation
+            check_context(self.model, len(r), which, new_tokens=new_tokens)
         n = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         ids = torch.full((len(rows), n), pad, dtype=torch.long)
         mask = torch.zeros((len(rows), n), dtype=torch.long)
         for i, r in enumerate(rows):
-            ids[i, : len(r)] = torch.tensor(r)
-            mask[i, : len(r)] = 1
+            cols = slice(0, len(r)) if side == "right" else slice(n - len(r), n)
+            ids[i, cols] = torch.tensor(r)
+            mask[i, cols] = 1
         return ids, mask, [len(r) for r in rows]
 
     def to_tokens(self, prompts) -> torch.Tensor:
