@@ -7,15 +7,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from _tiny_models import ARCHS, CORPUS, make_model  # noqa: E402  (re-exported: `from conftest import` still works)
 
 torch.set_num_threads(1)
-
-CORPUS = [
-    "When Mary and John went to the store, John gave a drink to Mary.",
-    "The Eiffel Tower is in the city of Paris.",
-    "After the party, Alice gave a book to Bob because Bob asked for it.",
-    "The capital of France is Paris and the capital of Italy is Rome.",
-] * 20
 
 
 @pytest.fixture(scope="session")
@@ -30,44 +24,53 @@ def tokenizer():
     return tok
 
 
-def make_model(arch: str, vocab: int = 320):
-    """A tiny fp32 random-init causal LM of one architecture family, eager attention, eval mode."""
-    import transformers as tf
-
-    torch.manual_seed(0)
-    common = dict(vocab_size=vocab, attn_implementation="eager")
-    if arch == "gpt2":
-        cfg = tf.GPT2Config(n_layer=3, n_embd=32, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=0, **common)
-    elif arch == "gpt_neox":
-        cfg = tf.GPTNeoXConfig(num_hidden_layers=3, hidden_size=32, num_attention_heads=4, intermediate_size=64,
-                               max_position_embeddings=64, use_parallel_residual=False, bos_token_id=0,
-                               eos_token_id=0, **common)
-    elif arch == "gpt_neox_parallel":
-        cfg = tf.GPTNeoXConfig(num_hidden_layers=3, hidden_size=32, num_attention_heads=4, intermediate_size=64,
-                               max_position_embeddings=64, use_parallel_residual=True, bos_token_id=0,
-                               eos_token_id=0, **common)
-    elif arch in ("llama", "mistral", "qwen2", "qwen3"):
-        cls = {"llama": tf.LlamaConfig, "mistral": tf.MistralConfig, "qwen2": tf.Qwen2Config,
-               "qwen3": tf.Qwen3Config}[arch]
-        cfg = cls(num_hidden_layers=3, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                  intermediate_size=64, max_position_embeddings=64, head_dim=8, bos_token_id=0, eos_token_id=0,
-                  pad_token_id=0, **common)
-    elif arch in ("gemma", "gemma2"):
-        cls = {"gemma": tf.GemmaConfig, "gemma2": tf.Gemma2Config}[arch]
-        cfg = cls(num_hidden_layers=3, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                  intermediate_size=64, max_position_embeddings=64, head_dim=8, bos_token_id=0, eos_token_id=0,
-                  pad_token_id=0, **common)
-    else:
-        raise ValueError(arch)
-    return tf.AutoModelForCausalLM.from_config(cfg).eval()
-
-
-ARCHS = ["gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2"]
-
-
 @pytest.fixture(scope="session")
 def models():
     return {a: make_model(a) for a in ARCHS + ["gpt_neox_parallel"]}
+
+
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def model_state(model) -> dict:
+    """What a test must leave as it found it on a shared model: hooks (anyone's: a later test may count them),
+    modules, config (attention implementation, output flags), modes, and parameters (identity, dtype, norm)."""
+    ts = list(model.state_dict(keep_vars=True).items())
+    return {
+        "hooks": [(n, d, k) for n, m in model.named_modules() for d in _HOOK_DICTS for k in getattr(m, d)],
+        "modules": [(n, type(m).__name__, m.training) for n, m in model.named_modules()],
+        "config": (model.config._attn_implementation, model.config.to_dict()),
+        "tensors": [(k, id(t), t.dtype, t.device, t.requires_grad, getattr(t, "grad", None) is None) for k, t in ts],
+        "norms": torch.stack(torch._foreach_norm([t.detach().float() for _, t in ts])).tolist(),
+        "output_capturing": getattr(model, "_output_capturing_hooks_installed", False),
+    }
+
+
+def _global_state(tokenizer=None) -> dict:
+    from torch.nn.modules import module as nn_module
+
+    hooks = {d: list(getattr(nn_module, d)) for d in dir(nn_module) if d.startswith("_global_") and d.endswith("hooks")}
+    tok = None if tokenizer is None else (tokenizer.padding_side, tokenizer.truncation_side, len(tokenizer),
+                                          tokenizer.pad_token, tokenizer.bos_token, tokenizer.eos_token)
+    return {"global hooks": hooks, "threads": torch.get_num_threads(), "grad enabled": torch.is_grad_enabled(),
+            "default dtype": torch.get_default_dtype(), "tokenizer": tok}
+
+
+@pytest.fixture(autouse=True)
+def _no_state_leaks_between_tests(request):
+    """Tests run in random order (pytest-randomly): each one gets torch's RNG seeded the same way whatever ran before,
+    and must leave the session's shared models, tokenizer and torch's global state unchanged. A test that needs
+    output_hidden_states / output_attentions (transformers then installs hooks for good), another attention
+    implementation or another config builds its own model (make_model) or restores what it changed."""
+    torch.manual_seed(0)
+    shared = request.getfixturevalue("models") if "models" in request.fixturenames else {}
+    tok = request.getfixturevalue("tokenizer") if "tokenizer" in request.fixturenames else None
+    before = ({a: model_state(m) for a, m in shared.items()}, _global_state(tok))
+    yield
+    after = ({a: model_state(m) for a, m in shared.items()}, _global_state(tok))
+    changed = [f"{a}: {k}" for a in before[0] for k in before[0][a] if before[0][a][k] != after[0][a][k]]
+    changed += [k for k in before[1] if before[1][k] != after[1][k]]
+    assert not changed, f"the test changed shared state that later tests see: {changed}"
 
 
 @pytest.fixture()

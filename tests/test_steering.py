@@ -394,8 +394,10 @@ def test_edit_json_round_trip_with_steps_and_words():
 # ---- vectors --------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ["gpt2", "qwen3"])
-def test_diff_of_means_and_residual_norm_by_hand(models, tokenizer, arch):
-    m = models[arch]
+def test_diff_of_means_and_residual_norm_by_hand(tokenizer, arch):
+    from _tiny_models import make_model
+
+    m = make_model(arch)  # its own: output_hidden_states makes transformers add hooks to the model for good
     lab = ilab.Lab(m, tokenizer)
     pos_p = ["Mary gave a drink", "The capital of France"]
     neg_p = ["John went to the store, then", "Bob"]

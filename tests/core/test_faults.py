@@ -3,7 +3,7 @@ no weight changes. Checked on the module tree itself (every module's _forward_ho
 
 import pytest
 import torch
-from conftest import make_model
+from _tiny_models import make_model
 
 import interplab as ilab
 import interplab.engine as engine

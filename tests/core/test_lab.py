@@ -108,7 +108,7 @@ def test_facts_and_repr(lab):
 @pytest.fixture()
 def own_lab(tokenizer):
     """A lab on a model of its own: these tests change weights, hooks and modes."""
-    from conftest import make_model
+    from _tiny_models import make_model
 
     return ilab.Lab(make_model("gpt2"), tokenizer, model_id="tiny-gpt2")
 

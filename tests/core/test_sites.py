@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import ARCHS
+from _tiny_models import ARCHS
 from torch import nn
 
 import interplab as ilab
