@@ -17,4 +17,8 @@ if command -v npm >/dev/null 2>&1; then
 fi
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 mkdir -p artifacts
-python -m pytest -q -p no:cacheprovider "$@"
+# Random test order (pytest-randomly), reproducible: -q hides pytest-randomly's own "Using --randomly-seed=N" line,
+# so the seed is chosen and printed here; SEED=N repeats an order, -p no:randomly runs in file order.
+seed="${SEED:-$RANDOM}"
+echo "test order: random, --randomly-seed=$seed (repeat it: SEED=$seed bash scripts/test.sh)"
+python -m pytest -q -p no:cacheprovider -p randomly --randomly-seed="$seed" "$@"
