@@ -1,4 +1,4 @@
-"""The seed 000 and 003 example scripts run and pass their own checks (other seeds' scripts are tested elsewhere)."""
+"""The seed 000, 001 and 003 example scripts run and pass their own checks (002's: tests/test_examples_002.py)."""
 
 import os
 import subprocess
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = sorted(p for pat in ("000_*.py", "003_*.py") for p in (ROOT / "examples" / "seeds").glob(pat))
+SEEDS = ("000", "001", "003")
+SCRIPTS = sorted(p for seed in SEEDS for p in (ROOT / "examples" / "seeds").glob(f"{seed}_*.py"))
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def procs():
 
 
 def test_scripts_exist():
-    assert {p.name[:3] for p in SCRIPTS} == {"000", "003"}
+    assert sorted(p.name[:3] for p in SCRIPTS) == list(SEEDS)  # one script per seed
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
