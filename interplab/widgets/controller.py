@@ -103,16 +103,8 @@ class PatchExplorer(W.VBox):
     def _cell_label(self, row: int, col: int) -> str:
         """The label session.cell_edit(row, col) gives its edit, without the forward that builds the edit (tested
         equal for every sweep shape)."""
-        s, res = self.session, self.session.result
-        layer = res.labels["layer"][row] if res is not None else row
-        pos = head = None
-        if s.by == ("layer", "pos"):
-            pos = col
-        elif s.by == ("layer", "head"):
-            head = col
-        elif s.by == ("layer", "head", "pos"):
-            head, pos = divmod(col, len(self._tokens))
-        return f"patch {s.site} L{layer}" + (f" H{head}" if head is not None else "") + (
+        layer, pos, head = self.session.cells.meaning(row, col)
+        return f"patch {self.session.site} L{layer}" + (f" H{head}" if head is not None else "") + (
             f" pos {pos} {self._tokens[pos]!r}" if pos is not None else "")
 
     def _on_active(self, change) -> None:
