@@ -105,8 +105,9 @@ def put(index, src):
 
 def close(a, b, what):
     a, b = torch.as_tensor(a, dtype=torch.float32), torch.as_tensor(b, dtype=torch.float32)
+    assert a.shape == b.shape, f"{what}: shapes {tuple(a.shape)} vs {tuple(b.shape)}"
     err = (a - b).abs().max().item()
-    assert a.shape == b.shape and err < ATOL, f"{what}: max error {err:.2e} (shapes {a.shape} vs {b.shape})"
+    assert err < ATOL, f"{what}: max error {err:.2e}"  # a NaN fails too
     return err
 
 
@@ -175,9 +176,9 @@ show("normalised", by_pos.values, [f"L{layer}" for layer in range(n_layers)])
 close(by_pos.raw, results, "layer x position, raw logit diff")
 close(by_pos.values, (results - corrupted_diff) / (clean_diff - corrupted_diff), "layer x position, normalised")
 assert by_pos.labels["pos"] == tokens and by_pos.shape == (n_layers, seq_len)
-# positions before the first token where the prompts differ are equal in both runs (attention is causal): the
+# positions before the first token where the prompts differ (9) are equal in both runs (attention is causal): the
 # sweep computes them without a forward, and they read exactly "corrupted" (0)
-assert by_pos.cells_run < by_pos.values.numel()
+assert by_pos.cells_run < by_pos.values.numel() and bool((by_pos.values[:, :9] == 0).all())
 one = lab.run(corrupted_prompt, edits=[ilab.patch("resid_post", 1, pos=9, source=clean_run)])
 close([logit_diff(one.logits, correct_token, incorrect_token)], [results[1, 9]], "one (layer, position) cell")
 
