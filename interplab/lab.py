@@ -21,6 +21,7 @@ from . import steering
 from .engine import Cache, Engine, InterventionLog, Run, dtype_of
 from .errors import LoadError, UnknownSiteError
 from .patching import patch_sweep
+from .widgets.controller import Dashboard  # also registers the sweep heatmap, so res.show() finds it
 
 
 class Lab(Engine):
@@ -88,20 +89,7 @@ class Lab(Engine):
     def show(self, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre", by=("layer", "pos"),
              direction: str = "denoise", sweep: bool = True):
         """The dashboard: clickable patching heatmap + logits, steering slider, logit lens, attention."""
-        from .widgets.controller import Dashboard
-
         return Dashboard(self, clean, corrupt, answer, wrong, site, by, direction, sweep)
-
-    @property
-    def worker(self):
-        """The one thread that runs this lab's widget requests (interplab.worker): made on first use, stopped at
-        interpreter exit. `lab.worker.join()` waits until it is idle."""
-        from .worker import Worker
-
-        with Worker.creating:  # widgets built on two threads at once still share one worker
-            if self.__dict__.get("_worker") is None:
-                self._worker = Worker(f"interplab-worker {self.model_id}")
-        return self._worker
 
     # ---- generation and persistent edits: implemented in interplab.steering -------------------------------
     def generate(self, prompt, edits=None, **kw):

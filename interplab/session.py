@@ -5,7 +5,7 @@ Everything here returns lists, dicts, floats and strings; the widgets (interplab
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -41,6 +41,7 @@ class PatchSession:
     direction: str = "denoise"
     result: SweepResult | None = None
     metric: object = None  # any ilab metric; default logit_diff(answer, wrong)
+    _tokens: list[str] | None = field(default=None, repr=False)
 
     def __post_init__(self):
         self.lab.check_pair(self.clean, self.corrupt)
@@ -55,7 +56,9 @@ class PatchSession:
         return self.clean if self.direction == "denoise" else self.corrupt
 
     def tokens(self) -> list[str]:
-        return self.lab.to_str_tokens(self.clean)
+        if self._tokens is None:  # the tokenizer once, not per click
+            self._tokens = self.lab.to_str_tokens(self.clean)
+        return self._tokens
 
     # ---- the sweep -------------------------------------------------------------------------------------------
     def sweep(self, **kw) -> SweepResult:
@@ -84,11 +87,15 @@ class PatchSession:
     def cell_edit(self, row: int, col: int) -> Edit:
         """The patch a heatmap cell stands for (source -> base at that layer / position / head)."""
         layer, pos, head = self.cells.meaning(row, col)
-        label = f"patch {self.site} L{layer}" + (f" H{head}" if head is not None else "") + (
-            f" pos {pos} {self.tokens()[pos]!r}" if pos is not None else "")
         # the source run caches the whole site once, so no click re-runs it
         source = self.lab.run(self.source, cache=[self.site], log=False)
-        return patch(self.site, layer, pos=pos, head=head, source=source, label=label)
+        return patch(self.site, layer, pos=pos, head=head, source=source, label=self.cell_label(row, col))
+
+    def cell_label(self, row: int, col: int) -> str:
+        """The label of a cell's patch, known without building it (a widget lists a clicked cell at once)."""
+        layer, pos, head = self.cells.meaning(row, col)
+        return f"patch {self.site} L{layer}" + (f" H{head}" if head is not None else "") + (
+            f" pos {pos} {self.tokens()[pos]!r}" if pos is not None else "")
 
     @staticmethod
     def cell_id(row: int, col: int) -> str:
@@ -189,12 +196,12 @@ def steering_vector(lab: Engine, positive: list[str], negative: list[str], site:
 
 
 def steering_generate(lab: Engine, prompt: str, vector: torch.Tensor | None, site: str, layer: int, alpha: float,
-                      positions: str, max_new_tokens: int) -> str:
+                      positions: str, max_new_tokens: int, cancel=None) -> str:
     edits = []
     if vector is not None:
         pos = {"all": None, "last": "newest", "prompt": "prompt"}[positions]
         edits.append(steer(site, layer, vector, alpha=alpha, pos=pos))
-    return generate(lab, prompt, edits, max_new_tokens=max_new_tokens).text
+    return generate(lab, prompt, edits, max_new_tokens=max_new_tokens, cancel=cancel).text
 
 
 def lens_view(lab: Engine, prompt: str, k: int = 5) -> dict:

@@ -19,6 +19,7 @@ from it.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -330,7 +331,8 @@ class _SamplerProcessor:
 def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool | None = None,
              temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
              seed: int | None = None, use_cache: bool = True, stop_at_eos: bool = True,
-             on_logits: Callable | None = None, logits_processor=None, **generate_kwargs) -> Generation:
+             on_logits: Callable | None = None, logits_processor=None, cancel: threading.Event | None = None,
+             **generate_kwargs) -> Generation:
     """Generate from `prompt` (a string or a list) with `edits` active at every decoding step.
 
     edits: ilab edits (steer, project, clamp, zero, scale, set, patch, ban_expert ...) and sampler edits
@@ -412,6 +414,10 @@ def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool 
         kw.update(temperature=None, top_k=None, top_p=None)
     if not stop_at_eos:
         kw["eos_token_id"] = None
+    if cancel is not None:  # a widget's job stops at the next token when its event is set (e.g. at exit)
+        from transformers import StoppingCriteriaList
+
+        kw["stopping_criteria"] = StoppingCriteriaList([_Cancelled(cancel), *kw.get("stopping_criteria", [])])
     kw.update(generate_kwargs)
     model = lab.model
     dev = lab.device
@@ -433,6 +439,16 @@ def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool 
         texts.append(tok.decode(real, skip_special_tokens=True))
         toks.append([tok.decode([t]) for t in real])
     return Generation(prompts, texts, new, seqs, lengths, edits, toks)
+
+
+class _Cancelled:
+    """A stopping criterion: every row is done once the event is set."""
+
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
 def _eos(lab, model):

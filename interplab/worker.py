@@ -48,8 +48,6 @@ class Job:
 class Worker:
     """Runs submitted jobs one at a time on its own thread (or inline with threaded=False)."""
 
-    creating = threading.Lock()  # Lab.worker: two widgets built at once share one worker
-
     def __init__(self, name: str = "interplab-worker", threaded: bool = True):
         self.name = name
         self.threaded = threaded

@@ -439,3 +439,15 @@ def test_patch_from_a_run_during_generation(lab, tokenizer):
     ref = ref_generate(m, tokenizer, PROMPT, [(blocks(m)[1], "fwd", _counting(
         lambda i, h: src.clone() if i == 0 else h))])  # prompt positions take the other run's activations
     assert ours(lab, [ilab.patch("resid_post", 1, source=lab.run(other))]) == ref
+
+
+def test_cancel_stops_generation_at_the_next_token(lab):
+    """A widget's generation job stops when its event is set (interpreter exit): one token, not max_new_tokens."""
+    import threading
+
+    stop = threading.Event()
+    full = lab.generate("When Mary and John went to the store,", max_new_tokens=6, stop_at_eos=False, cancel=stop)
+    assert len(full.new_ids) == 6
+    stop.set()
+    cut = lab.generate("When Mary and John went to the store,", max_new_tokens=6, stop_at_eos=False, cancel=stop)
+    assert cut.new_ids == full.new_ids[:1]

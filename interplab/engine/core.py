@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import operator
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -29,6 +30,7 @@ from ..errors import (
     short,
 )
 from ..sites import LAYERED, READ_ONLY, SITE_NAMES, SiteMap
+from ..worker import Worker
 from . import hooks, resume
 from .memo import Memo
 
@@ -80,10 +82,13 @@ class InterventionLog:
 
     def __init__(self, lab: Engine):
         self._lab = lab
+        self._lock = threading.Lock()  # the lab's worker records (clicks) while the notebook does
         self.entries: list[dict] = []
 
     def record(self, prompts: list[str], edits: list[Edit], cache: list) -> None:
-        self.entries.append({"prompts": list(prompts), "edits": edits_to_json(edits), "cache": list(cache)})
+        entry = {"prompts": list(prompts), "edits": edits_to_json(edits), "cache": list(cache)}
+        with self._lock:
+            self.entries.append(entry)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -98,7 +103,9 @@ class InterventionLog:
             f"torch.manual_seed({lab.seed})",
             f"lab = ilab.Lab.load({lab.model_id!r}, dtype={lab.dtype_name!r}, device={lab.device_name!r})",
         ]
-        for i, e in enumerate(self.entries, 1):
+        with self._lock:  # one consistent snapshot, not a list growing under the loop
+            entries = list(self.entries)
+        for i, e in enumerate(entries, 1):
             lines.append(f"run_{i} = lab.run({e['prompts']!r}, edits=ilab.edits_from_json({e['edits']!r}))")
         return "\n".join(lines) + "\n"
 
@@ -121,6 +128,17 @@ class Engine:
         self.sites = SiteMap(model)
         self.log = InterventionLog(self)
         self.memo = Memo(model, memo_size)  # runs, and the click path's cached keys/values (interplab.patching)
+        self._worker: Worker | None = None
+        self._worker_lock = threading.Lock()  # widgets built on two threads at once still share one worker
+
+    @property
+    def worker(self) -> Worker:
+        """The one thread that runs this lab's widget requests (interplab.worker): made on first use, stopped at
+        interpreter exit. `lab.worker.join()` waits until it is idle."""
+        with self._worker_lock:
+            if self._worker is None:
+                self._worker = Worker(f"interplab-worker {self.model_id}")
+        return self._worker
 
     # ---- model facts ----------------------------------------------------------------------------------
     @property

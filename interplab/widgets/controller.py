@@ -40,7 +40,6 @@ class PatchExplorer(W.VBox):
         self.worker = self.lab.worker
         self._edits: dict = {}  # cell id -> its patch, built on the worker (a forward caches the source's site)
         self._building = threading.Lock()  # one build per cell, whichever thread asks first
-        self._tokens = session.tokens()  # for the cells' labels: the tokenizer once, not per click
         self._cancel = threading.Event()
         self.heatmap = PatchingHeatmap()
         self.logits = LogitPanel(title=f"next token after: {session.base[-60:]!r}")
@@ -96,16 +95,9 @@ class PatchExplorer(W.VBox):
         for row, col in self.heatmap.selected:
             cid = PatchSession.cell_id(row, col)
             edit = self._edits.get(cid)
-            entries.append({"id": cid, "label": edit.describe() if edit else self._cell_label(row, col),
+            entries.append({"id": cid, "label": edit.describe() if edit else self.session.cell_label(row, col),
                             "row": row, "col": col, "enabled": old.get(cid, {}).get("enabled", True)})
         self.heatmap.active_edits = entries
-
-    def _cell_label(self, row: int, col: int) -> str:
-        """The label session.cell_edit(row, col) gives its edit, without the forward that builds the edit (tested
-        equal for every sweep shape)."""
-        layer, pos, head = self.session.cells.meaning(row, col)
-        return f"patch {self.session.site} L{layer}" + (f" H{head}" if head is not None else "") + (
-            f" pos {pos} {self._tokens[pos]!r}" if pos is not None else "")
 
     def _on_active(self, change) -> None:
         self._refresh_logits()  # entries set from code get their edits built in the job too
@@ -246,7 +238,9 @@ class SteeringController:
             p.busy = False
             p.error = f"{type(e).__name__}: {e}"
 
-        self.worker.submit(f"generate:{id(self)}", lambda: steering_generate(self.lab, *args), done, error, widget=p)
+        stop = threading.Event()  # set by the worker at interpreter exit: generation ends at the next token
+        self.worker.submit(f"generate:{id(self)}", lambda: steering_generate(self.lab, *args, cancel=stop), done,
+                           error, widget=p, cancel=stop)
 
 
 def lens_widget(lab: Engine, prompt: str) -> LensView:
