@@ -19,6 +19,7 @@ from it.
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,9 +50,17 @@ def ban_expert(layer, expert, pos=None, steps=None, site: str = "router", **kw) 
     """Set the router logit of `expert` (int or list) to -inf at `layer` of a mixture-of-experts model, so no token
     is routed to it (each token's next-best expert takes its place). site: 'router' (found on the layer), or a raw
     module path such as 'model.layers.{layer}.mlp.gate'."""
-    experts = [int(e) for e in (expert if isinstance(expert, (list, tuple, range)) else [expert])]
+    experts = list(expert) if isinstance(expert, (list, tuple, range)) else [expert]
+    experts = [_as_index(e) for e in experts]  # numpy / torch ints are indices too; anything else: Edit says why
     meta = {**kw.pop("meta", {}), "experts": experts}
     return Edit("ban_expert", site, layer, pos, steps=steps, meta=meta, **kw)
+
+
+def _as_index(x):
+    try:
+        return x if isinstance(x, bool) else operator.index(x)
+    except TypeError:
+        return x
 
 
 @dataclass(frozen=True)

@@ -268,7 +268,7 @@ class Engine:
         """
         prompts = as_prompts(prompts)
         edits = list(edits or [])
-        cache_req = list(cache or [])
+        cache_req = _cache_request(cache)
         key = self.memo.key(("run", tuple(prompts), edits_to_json(edits), json.dumps(cache_req, default=str)))
         hit = None if grad else self.memo.get(key)
         if hit is not None:
@@ -471,6 +471,28 @@ def as_prompts(prompts) -> list[str]:
         if not p.strip():
             raise EmptyPromptError("empty prompt: give some text, e.g. 'When Mary and John went to the store,'.")
     return prompts
+
+
+def _cache_request(cache) -> list:
+    """cache=: site names, (name, layer) pairs or raw module paths, in a list; checked before any forward."""
+    if cache is None:
+        return []
+    if isinstance(cache, (str, tuple)):
+        raise InterplabError(f"cache={cache!r}: give a list, e.g. cache=[{cache!r}] (a list of site names, "
+                             f"(name, layer) pairs or module paths).")
+    try:
+        items = list(cache)
+    except TypeError:
+        raise InterplabError(f"cache must be a list of site names, (name, layer) pairs or module paths, got "
+                             f"{type(cache).__name__}.") from None
+    for item in items:
+        pair = isinstance(item, (tuple, list))
+        if pair and (len(item) != 2 or not isinstance(item[0], str)):
+            raise InterplabError(f"cache entry {item!r}: a pair is (site name, layer), e.g. ('resid_post', 3).")
+        if not pair and not isinstance(item, str):
+            raise InterplabError(f"cache entry {item!r}: use a site name ('resid_post'), a (name, layer) pair or "
+                                 f"a module path, not {type(item).__name__}.")
+    return items
 
 
 def _check_rows(batch, n_rows: int) -> None:
