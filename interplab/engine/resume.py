@@ -8,7 +8,6 @@ forwards halve on out-of-memory.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import inspect
 from collections.abc import Callable, Sequence
@@ -20,27 +19,24 @@ from ..sites import Arch, HookPoint
 from .hooks import HookManager, attach, run_lock, with_input
 
 
-@contextlib.contextmanager
-def start_at(hm: HookManager, model: nn.Module, arch: Arch, layer: int, hidden: torch.Tensor):
-    """Within the block, the model skips layers < `layer` and feeds `hidden` into layer `layer` (or, at n_layers,
-    into the final norm). Hooks on later layers must be attached before entering: module paths shift inside."""
-    parent_path, _, attr = arch.layers.rpartition(".")
-    parent = model.get_submodule(parent_path)
-    layers = getattr(parent, attr)
-    cfg = model.config
+def start_at(hm: HookManager, model: nn.Module, arch: Arch, layer: int, hidden: torch.Tensor) -> nn.Module:
+    """A view of the model's base that skips layers < `layer` and feeds `hidden` into layer `layer` (or, at
+    n_layers, into the final norm): call it like model.base_model. The model itself is not changed, so another
+    caller running it meanwhile sees every layer: the view is a shallow copy holding the later layers (the same
+    modules, weights and hooks) and a copy of the config whose per-layer lists start at `layer`."""
+    base = model.base_model
+    attr = arch.layers.rpartition(".")[2]
+    layers = getattr(base, attr)
+    view = copy.copy(base)
+    view.__dict__["_modules"] = {**base._modules, attr: nn.ModuleList(list(layers)[layer:])}
+    cfg = copy.copy(base.config)
+    if isinstance(getattr(cfg, "layer_types", None), list):  # the model's loop reads these by loop position
+        cfg.layer_types = cfg.layer_types[layer:]
+    view.__dict__["config"] = cfg
     target = f"{arch.layers}.{layer}" if layer < len(layers) else arch.final_norm
     # prepended: the fed residual is what every edit of this layer's input sees
     hm.add(HookPoint(target, "input"), lambda module, args, kwargs: with_input(args, kwargs, hidden), prepend=True)
-    layer_types = getattr(cfg, "layer_types", None)
-    try:
-        setattr(parent, attr, nn.ModuleList(list(layers)[layer:]))
-        if isinstance(layer_types, list):  # some models index per-layer mask types by loop position
-            cfg.layer_types = layer_types[layer:]
-        yield
-    finally:
-        setattr(parent, attr, layers)
-        if isinstance(layer_types, list):
-            cfg.layer_types = layer_types
+    return view
 
 
 def final_logits(model: nn.Module, hidden: torch.Tensor, last_idx: torch.Tensor) -> torch.Tensor:
@@ -67,8 +63,7 @@ def resumed_last_logits(model: nn.Module, arch: Arch, start: int, hidden: torch.
         attach(hm, list(ops))
         if install is not None:
             install(hm)
-        with start_at(hm, model, arch, start, hidden):
-            out = model.base_model(input_ids=ids, attention_mask=mask, **forward_kw)
+        out = start_at(hm, model, arch, start, hidden)(input_ids=ids, attention_mask=mask, **forward_kw)
     return final_logits(model, out.last_hidden_state, last_idx)
 
 
