@@ -388,3 +388,17 @@ def test_cells_equal_in_both_runs_are_not_run(models, tokenizer):
         for p in range(res.values.shape[1]):
             if (l, p) not in differ:
                 assert res.values[l, p] == 0.0
+
+
+def test_a_resumed_forward_leaves_the_model_whole(models, tokenizer):
+    """A click's resumed forward skips the lower layers on a view of the model: anyone looking at the model during
+    it (here a hook of the test's own, inside the resumed forward) still sees every layer."""
+    model = models["gpt2"]
+    lab = ilab.Lab(model, tokenizer)
+    seen = []
+    h = model.transformer.h[2].register_forward_hook(lambda m, a, o: seen.append(len(model.transformer.h)))
+    try:
+        lab.last_logits(CORRUPT, [ilab.zero("resid_pre", 2, pos=-1)])
+    finally:
+        h.remove()
+    assert seen and all(n == lab.n_layers for n in seen), seen
