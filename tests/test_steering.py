@@ -451,3 +451,20 @@ def test_cancel_stops_generation_at_the_next_token(lab):
     stop.set()
     cut = lab.generate("When Mary and John went to the store,", max_new_tokens=6, stop_at_eos=False, cancel=stop)
     assert cut.new_ids == full.new_ids[:1]
+
+
+def test_resid_mid_edits_act_the_same_in_generation_and_bound(lab):
+    """An edit at resid_mid changes the residual stream in lab.run (checked against the model's math in
+    tests/core/test_invariants.py); generation and bound edits go through the same hooks, so the first generated
+    token is lab.run's argmax and a bound edit gives lab.run's logits."""
+    v = torch.randn(lab.d_model, generator=torch.Generator().manual_seed(1)) * 8.0
+    prompt = "When Mary and John went to the store,"
+    edit = ilab.steer("resid_mid", 1, v, alpha=1.0)
+    run = lab.run(prompt, [edit])
+    assert not torch.allclose(run.logits, lab.run(prompt).logits, atol=1e-3)  # the edit does something
+    gen = lab.generate(prompt, [edit], max_new_tokens=1, stop_at_eos=False)
+    assert gen.new_ids[0] == int(run.last_logits[0].argmax())
+    with lab.edit([edit]):
+        with torch.no_grad():
+            bound = lab.model(input_ids=lab.to_tokens(prompt)).logits.float()
+    assert torch.allclose(bound, run.logits, atol=1e-5)
