@@ -1,6 +1,7 @@
 // Bundles js/src/index.js (+ plotly cartesian) into ONE ESM: interplab/static/widgets.js.
 // The bundle starts with a hash of the sources so a Python test can tell when it is stale:
-//   sha256 over, for each file in sorted(js/src/** relative posix paths) then "package-lock.json":
+//   sha256 over, for each file in sorted(js/src/** relative posix paths), "package-lock.json", then
+//   "../interplab/widgets/protocol.json" (the request declaration, bundled by js/src/protocol.js):
 //   path + "\0" + bytes + "\0"      (paths relative to js/; src files as "src/<name>")
 import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
@@ -22,7 +23,7 @@ export function sourceHash() {
   const files = walk(join(here, "src"))
     .map((p) => relative(here, p).split(sep).join("/"))
     .sort();
-  files.push("package-lock.json");
+  files.push("package-lock.json", "../interplab/widgets/protocol.json");
   const h = createHash("sha256");
   for (const rel of files) {
     h.update(rel + "\0");
@@ -60,7 +61,7 @@ writeFileSync(
   outfile,
   `/* interplab-src-hash: ${hash} */\n` +
     `const __il=(globalThis[${key}]??=${code.slice(head.length, -1)});\n` +
-    "export const VIEWS=__il.VIEWS;export default __il.default;\n" +
+    "export const VIEWS=__il.VIEWS;export const PROTOCOL=__il.PROTOCOL;export default __il.default;\n" +
     (legal ? `/* Licenses of bundled code:\n${legal.replaceAll("*/", "* /")}\n*/\n` : ""),
 );
 console.log(`interplab-src-hash: ${hash}`);

@@ -68,10 +68,10 @@ def test_shift_click_toggle_remove_and_code_side_state(explorer, gpt2_lab):
     hm.send_test_message({"type": "click", "row": 1, "col": 4, "shift": True})
     gpt2_lab.worker.join()
     assert len(explorer.edits) == 2 and "2 edits" in explorer.logits.series[2]["name"]
-    hm.send_test_message({"type": "toggle", "id": "r2c10", "enabled": False})
+    assert hm.send_test_message({"type": "toggle", "edit_id": "r2c10", "enabled": False})["ok"]
     gpt2_lab.worker.join()
     assert len(explorer.edits) == 1 and explorer.edits[0].layer == 1 and explorer.edits[0].pos == 4
-    hm.send_test_message({"type": "remove", "id": "r1c4"})
+    assert hm.send_test_message({"type": "remove", "edit_id": "r1c4"})["ok"]
     gpt2_lab.worker.join()
     assert hm.selected == [[2, 10]] and explorer.edits == []
     assert len(explorer.logits.series) == 2  # nothing enabled: clean and corrupt only
@@ -85,8 +85,8 @@ def test_malformed_messages_keep_the_kernel_alive(explorer):
     hm = explorer.heatmap
     for bad in [{"type": "click", "row": 99, "col": 0, "shift": False}, {"type": "nope"}, "garbage", None,
                 {"type": "click", "row": "1", "col": 0, "shift": False}]:
-        hm.send_test_message(bad)
-        assert hm.error.startswith("bad message from the frontend")
+        reply = hm.send_test_message(bad)
+        assert hm.error.startswith("bad message from the frontend") and reply["error"] == hm.error
     assert hm.selected == []
 
 
@@ -288,17 +288,21 @@ def test_no_model_work_on_the_message_thread(gpt2_lab):
     handle = torch.nn.modules.module.register_module_forward_pre_hook(watch)
     try:
         hm = ex.heatmap
-        hm.send_test_message({"type": "click", "row": 1, "col": 3, "shift": False})
+        replies = [hm.send_test_message({"type": "click", "row": 1, "col": 3, "shift": False})]
         assert [e["id"] for e in hm.active_edits] == ["r1c3"]  # listed at once, before its job has run
-        hm.send_test_message({"type": "click", "row": 2, "col": 4, "shift": True})
-        hm.send_test_message({"type": "toggle", "id": "r2c4", "enabled": False})
-        hm.send_test_message({"type": "remove", "id": "r2c4"})
         steer = {"alpha": 2.0, "layer": 1, "site": "resid_post", "positions": "last"}
-        panel.send_test_message({"type": "preview", **steer})
-        panel.send_test_message({"type": "set_vector", "positive": CLEAN, "negative": CORRUPT})
-        panel.send_test_message({"type": "generate", **steer, "max_new_tokens": 2})
-        att.send_test_message({"type": "select", "layer": 2, "head": 1})
+        replies += [
+            hm.send_test_message({"type": "click", "row": 2, "col": 4, "shift": True}),
+            hm.send_test_message({"type": "toggle", "edit_id": "r2c4", "enabled": False}),
+            hm.send_test_message({"type": "remove", "edit_id": "r2c4"}),
+            panel.send_test_message({"type": "update", "prompt": CORRUPT, "max_new_tokens": 2}),
+            panel.send_test_message({"type": "preview", **steer}),
+            panel.send_test_message({"type": "set_vector", "positive": CLEAN, "negative": CORRUPT}),
+            panel.send_test_message({"type": "generate", **steer, "max_new_tokens": 2}),
+            att.send_test_message({"type": "select", "layer": 2, "head": 1}),
+        ]
         assert on_main == [], f"the message thread ran {on_main[:5]}"
+        assert [r["ok"] for r in replies] == [True] * len(replies), replies  # answered at once, before the jobs
         assert gpt2_lab.worker.join(60)
     finally:
         handle.remove()

@@ -6,9 +6,9 @@ Traits:
     layer, head         int          the head shown (selectors in the view)
     pattern    list[list[float]]     [query][key] probabilities of that head
     title, status, error  str
-Message -> callback:
-    {type:"select", layer, head}  -> on_select(fn(layer, head))   (after `layer`/`head` are set; the controller
-                                                                   then sets `pattern`)
+Request (protocol.json; it also carries its `id`) -> callback, called with keywords:
+    {type:"select", layer, head}  -> on_select(fn(layer=, head=))   (after `layer`/`head` are set; the controller
+                                                                     then sets `pattern`)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class AttentionView(LabWidget):
     pattern = NumberGrid().tag(sync=True)
     title = t.Unicode("").tag(sync=True)
 
-    def _schema(self):
+    def _limits(self):
         return {"select": {"layer": Int(0, self.n_layers - 1), "head": Int(0, self.n_heads - 1)}}
 
     def _handle_select(self, layer, head):
@@ -40,5 +40,5 @@ class AttentionView(LabWidget):
             self.head = head
 
     def on_select(self, fn, remove: bool = False):
-        """fn(layer, head) when the user picks another head."""
+        """fn(layer=, head=) when the user picks another head."""
         return self._register("select", fn, remove)

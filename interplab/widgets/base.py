@@ -1,16 +1,22 @@
 """LabWidget: the thin anywidget base every interplab view shares.
 
-A widget is state (synced traits) + validated messages + Python callbacks. It never imports torch: the controller
-(``interplab.lab``) turns results into plain numbers and sets traits; the widget turns frontend messages into
-callback calls.
+A widget is state (synced traits, set by Python only) + validated requests from the frontend + Python callbacks. It
+never imports torch: the controller (``interplab.lab``) turns results into plain numbers and sets traits; the widget
+turns requests into callback calls.
 
-Every message from the frontend goes through ``_validate`` against the widget's schema (allowed ``type`` values,
-required fields, their types and ranges). A malformed message, or a callback that raises, sets ``self.error`` to a
-readable text; nothing ever raises into the kernel's comm handler.
+The requests each view may send are declared once, in ``protocol.json`` (the bundle checks them against the same
+file before sending). ``_validate`` checks a request against that declaration (known ``type``, an ``id``, no
+unexpected fields, each field's type, required or optional), then against the widget's ``_limits()`` (ranges that
+follow the current traits). Every request gets exactly one reply, ``{type: "reply", id, ok, error?}``, after the
+widget's own handling and its callbacks. A malformed request, or a callback that raises, also sets ``self.error``
+to a readable text; nothing ever raises into the kernel's comm handler.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
+import json
 import logging
 import math
 import pathlib
@@ -36,15 +42,18 @@ __all__ = [
     "NumberGrid",
     "TextGrid",
     "Labels",
+    "PROTOCOL",
+    "declared_requests",
 ]
 
 log = logging.getLogger("interplab.widgets")
 
 BUNDLE = pathlib.Path(__file__).resolve().parent.parent / "static" / "widgets.js"
+PROTOCOL = json.loads(pathlib.Path(__file__).with_name("protocol.json").read_text(encoding="utf-8"))
 
 #: prefix of every error the widget sets for a bad message
 BAD_MESSAGE = "bad message from the frontend: "
-MAX_STR = 10_000  # default bound for free text (prompts)
+MAX_STR = 100_000  # bound for every declared string (prompts, newline-separated contrast prompts)
 MAX_NAME = 200  # bound for ids, names, site strings
 
 
@@ -219,12 +228,37 @@ def Labels(**kwargs: Any) -> t.TraitType:  # noqa: N802
     return Converted(lambda v: [str(s) for s in (plain(v) or [])], "a list of strings", default_value=[], **kwargs)
 
 
+# ---------------------------------------------------------------------------------------------- the declaration
+_TYPES = {"int": Int, "number": Float, "bool": Bool, "string": Str}
+
+
+def declared_field(spec: str | list[str]) -> Field:
+    """A protocol.json field: "int" | "number" | "bool" | "string" (+ "?" = optional), or a list = one of these."""
+    if isinstance(spec, list):
+        return Choice(spec)
+    return _TYPES[spec.removesuffix("?")](optional=spec.endswith("?"))
+
+
+@functools.cache
+def declared_requests(view_kind: str) -> dict[str, dict[str, Field]]:
+    """{request type: {field: checker}} of a view, as protocol.json declares them (no requests for unknown kinds)."""
+    view = PROTOCOL["views"].get(view_kind, {"requests": {}})
+    return {kind: {k: declared_field(v) for k, v in fields.items()} for kind, fields in view["requests"].items()}
+
+
+def _request_id(msg: Any) -> int | None:
+    """The id a reply answers: the request's own when it is an integer, else None (the frontend ignores that)."""
+    rid = msg.get("id") if isinstance(msg, Mapping) else None
+    return rid if isinstance(rid, int) and not isinstance(rid, bool) else None
+
+
 # ---------------------------------------------------------------------------------------------- the base widget
-Schema = Mapping[str, Mapping[str, Field]]
+Limits = Mapping[str, Mapping[str, Field]]
 
 
 class LabWidget(anywidget.AnyWidget):
-    """Base class: `_view_kind` picks the view in the shared bundle; `status` and `error` are shown by every view."""
+    """Base class: `_view_kind` picks the view in the shared bundle and its requests in protocol.json; `status` and
+    `error` are shown by every view."""
 
     _esm = BUNDLE
     _view_kind = t.Unicode("").tag(sync=True)
@@ -235,15 +269,24 @@ class LabWidget(anywidget.AnyWidget):
         super().__init__(**kwargs)
         self._callbacks: dict[str, list[Callable[..., Any]]] = defaultdict(list)
         self._message_error = ""  # the last error text we set ourselves (cleared by the next good message)
+        self._test_ids = itertools.count(-1, -1)  # negative: never an id the frontend is waiting for
+        self._last_reply: dict[str, Any] | None = None
         self.on_msg(self._on_frontend_msg)
 
     # -- to override ---------------------------------------------------------------------------------------------
-    def _schema(self) -> Schema:
-        """{message type: {field: checker}}; computed per message so ranges follow the current traits."""
+    def _limits(self) -> Limits:
+        """{request type: {field: checker}}: the checks that follow the current traits (row < rows, an edit id that
+        exists), run after the declared type check; computed per request."""
         return {}
+
+    def _callback_kwargs(self, kind: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments callbacks get: the request's fields."""
+        return fields
 
     # -- callbacks -----------------------------------------------------------------------------------------------
     def _register(self, kind: str, fn: Callable[..., Any], remove: bool = False) -> Callable[..., Any]:
+        if kind not in declared_requests(self._view_kind):
+            raise ValueError(f"protocol.json declares no {kind!r} request for the {self._view_kind!r} view")
         if not callable(fn):
             raise TypeError(f"on_{kind} needs a callable, got {type(fn).__name__}")
         if remove:
@@ -257,16 +300,20 @@ class LabWidget(anywidget.AnyWidget):
     def _validate(self, msg: Any) -> tuple[str, dict[str, Any]]:
         if not isinstance(msg, Mapping):
             raise MessageError(f"expected an object with a 'type', got {type(msg).__name__} {_short(msg)}")
-        schema = self._schema()
+        requests = declared_requests(self._view_kind)
         kind = msg.get("type")
         if kind is None:
-            raise MessageError(f"missing 'type' (allowed: {', '.join(schema) or 'none'}) in {_short(dict(msg))}")
-        if not isinstance(kind, str) or kind not in schema:
-            raise MessageError(f"unknown message type {_short(kind)} (allowed: {', '.join(schema) or 'none'})")
-        fields = schema[kind]
-        extra = sorted(str(k) for k in msg if k != "type" and k not in fields)
+            raise MessageError(f"missing 'type' (allowed: {', '.join(requests) or 'none'}) in {_short(dict(msg))}")
+        if not isinstance(kind, str) or kind not in requests:
+            raise MessageError(f"unknown message type {_short(kind)} (allowed: {', '.join(requests) or 'none'})")
+        if "id" not in msg:
+            raise MessageError(f"{kind!r} message is missing the field 'id'")
+        Int().check("id", msg["id"])
+        fields = requests[kind]
+        extra = sorted(str(k) for k in msg if k not in ("type", "id") and k not in fields)
         if extra:
             raise MessageError(f"{kind!r} message has unexpected field(s) {', '.join(extra)}")
+        limits = self._limits().get(kind, {})
         out: dict[str, Any] = {}
         for key, checker in fields.items():
             if key not in msg:
@@ -274,56 +321,75 @@ class LabWidget(anywidget.AnyWidget):
                     continue
                 raise MessageError(f"{kind!r} message is missing the field {key!r}")
             out[key] = checker.check(key, msg[key])
+            if key in limits:
+                out[key] = limits[key].check(key, out[key])
         return kind, out
 
     def _on_frontend_msg(self, _widget: Any, content: Any, _buffers: Any = None) -> None:
         # anywidget's own RPC ("anywidget-command") is handled by anywidget itself
         if isinstance(content, Mapping) and content.get("kind") == "anywidget-command":
             return
+        error = self._answer(content)
+        reply: dict[str, Any] = {"type": "reply", "id": _request_id(content), "ok": not error}
+        if error:
+            reply["error"] = error
+        self._last_reply = reply
+        try:
+            self.send(reply)
+        except Exception:  # noqa: BLE001 - never raise into the comm handler
+            log.exception("interplab widget: sending the reply to request %r failed", reply["id"])
+
+    def _answer(self, content: Any) -> str:
+        """Validate and handle one request; returns "" or the error text its reply carries."""
         try:
             kind, fields = self._validate(content)
         except MessageError as e:
-            self._set_message_error(BAD_MESSAGE + str(e))
-            return
+            return self._set_message_error(BAD_MESSAGE + str(e))
         except Exception as e:  # noqa: BLE001 - never raise into the comm handler
-            self._set_message_error(BAD_MESSAGE + f"{type(e).__name__}: {e}")
-            return
+            return self._set_message_error(BAD_MESSAGE + f"{type(e).__name__}: {e}")
         if self._message_error and self.error == self._message_error:
             self.error = ""
         self._message_error = ""
-        self.handle(kind, fields)
+        return self.handle(kind, fields)
 
-    def handle(self, kind: str, fields: dict[str, Any]) -> None:
+    def handle(self, kind: str, fields: dict[str, Any]) -> str:
         """Run the widget's own reaction (``_handle_<kind>``) then the registered callbacks; never raises. The
-        trait changes they make go back to the frontend as one message."""
+        trait changes they make go back to the frontend as one message (before the reply). Returns "" or the
+        error text."""
         with self.hold_sync():
-            self._handle(kind, fields)
+            errors = self._handle(kind, fields)
+            if errors:
+                self._set_message_error("\n".join(errors))
+        return "\n".join(errors)
 
-    def _handle(self, kind: str, fields: dict[str, Any]) -> None:
+    def _handle(self, kind: str, fields: dict[str, Any]) -> list[str]:
         own = getattr(self, f"_handle_{kind}", None)
         try:
             if own is not None:
                 own(**fields)
         except Exception as e:  # noqa: BLE001
             log.exception("interplab widget: handling %r failed", kind)
-            self._set_message_error(f"error while handling {kind!r}: {type(e).__name__}: {e}")
-            return
+            return [f"error while handling {kind!r}: {type(e).__name__}: {e}"]
+        errors = []
         for fn in list(self._callbacks.get(kind, ())):
             try:
-                fn(*self._callback_args(kind, fields))
+                fn(**self._callback_kwargs(kind, fields))
             except Exception as e:  # noqa: BLE001
                 log.exception("interplab widget: on_%s callback failed", kind)
                 name = getattr(fn, "__name__", repr(fn))
-                self._set_message_error(f"error in on_{kind} callback {name}: {type(e).__name__}: {e}")
+                errors.append(f"error in on_{kind} callback {name}: {type(e).__name__}: {e}")
+        return errors
 
-    def _callback_args(self, kind: str, fields: dict[str, Any]) -> tuple[Any, ...]:
-        """Positional args for callbacks, in the schema's field order."""
-        return tuple(fields.get(k) for k in self._schema().get(kind, {}))
-
-    def _set_message_error(self, text: str) -> None:
+    def _set_message_error(self, text: str) -> str:
         self._message_error = text
         self.error = text
+        return text
 
-    def send_test_message(self, msg: Any) -> None:
-        """Feed a message as if the frontend had sent it (tests, scripted demos)."""
+    def send_test_message(self, msg: Any) -> dict[str, Any] | None:
+        """Feed a request as if the frontend had sent it (tests, scripted demos); one without an id gets one.
+        Returns its reply (None for anywidget's own commands, which get none from us)."""
+        if isinstance(msg, Mapping) and "id" not in msg and msg.get("kind") != "anywidget-command":
+            msg = {**msg, "id": next(self._test_ids)}
+        self._last_reply = None
         self._handle_custom_msg(msg, [])
+        return self._last_reply

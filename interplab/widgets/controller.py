@@ -1,7 +1,7 @@
 """Wires the views to a Lab: clicks and drags become jobs on the lab's worker; results come back as traits.
 
 The views (heatmap.py, logits.py, ...) know nothing of models; interplab.session computes plain numbers; this module
-connects the two through the lab's worker (interplab.worker). Every frontend message and trait observer here only
+connects the two through the lab's worker (interplab.worker). Every frontend request and trait observer here only
 reads and sets traits and submits a job: nothing touches the model on the kernel's message thread, which returns at
 once. (The widget builders below compute their first picture in the caller's thread: that is the user's own cell.)
 """
@@ -102,16 +102,16 @@ class PatchExplorer(W.VBox):
     def _on_active(self, change) -> None:
         self._refresh_logits()  # entries set from code get their edits built in the job too
 
-    def _on_toggle(self, cid: str, enabled: bool) -> None:
-        self.heatmap.active_edits = [{**e, "enabled": enabled} if e["id"] == cid else e
+    def _on_toggle(self, edit_id: str, enabled: bool) -> None:
+        self.heatmap.active_edits = [{**e, "enabled": enabled} if e["id"] == edit_id else e
                                      for e in self.heatmap.active_edits]
 
-    def _on_remove(self, cid: str) -> None:
-        entry = next((e for e in self.heatmap.active_edits if e["id"] == cid), None)
+    def _on_remove(self, edit_id: str) -> None:
+        entry = next((e for e in self.heatmap.active_edits if e["id"] == edit_id), None)
         if entry is not None and [entry.get("row"), entry.get("col")] in self.heatmap.selected:
             self.heatmap.selected = [c for c in self.heatmap.selected if c != [entry["row"], entry["col"]]]
         else:
-            self.heatmap.active_edits = [e for e in self.heatmap.active_edits if e["id"] != cid]
+            self.heatmap.active_edits = [e for e in self.heatmap.active_edits if e["id"] != edit_id]
 
     def _refresh_logits(self) -> None:
         entries = [dict(e) for e in self.heatmap.active_edits]  # this request's state, as of now
@@ -190,9 +190,10 @@ class SteeringController:
                                    positive="\n".join(positive), negative="\n".join(negative),
                                    title="steering: h + alpha * (mean positive - mean negative)")
         self.vector, self._vector_at = None, None
-        self.panel.on_set_vector(lambda pos, neg: self.set_vector(pos, neg))
-        self.panel.on_preview(lambda alpha, layer, site, positions: self.preview())
-        self.panel.on_generate(lambda alpha, layer, site, positions, n: self.generate())
+        # preview and generate read the request's fields from the panel's traits (the panel took them first)
+        self.panel.on_set_vector(lambda positive, negative: self.set_vector(positive, negative))
+        self.panel.on_preview(lambda **_: self.preview())
+        self.panel.on_generate(lambda **_: self.generate())
         self.set_vector(positive, negative)
 
     def set_vector(self, positive, negative) -> None:

@@ -13,12 +13,12 @@ Traits (all synced; settable from Python, each set repaints):
     zmin, zmax    float | None  fixed colour range; default: RdBu centred at 0
     status, error str
 
-Messages from the frontend -> callbacks:
-    {type:"click", row, col, shift}   -> on_click(fn(row, col, shift))   (after `selected` is updated)
-    {type:"toggle", id, enabled}      -> on_toggle(fn(id, enabled))
-    {type:"remove", id}               -> on_remove(fn(id))
-    {type:"clear"}                    -> on_clear(fn())                  (after `selected` is emptied)
-    {type:"cancel"}                   -> on_cancel(fn())
+Requests from the frontend (protocol.json; each also carries its `id`) -> callbacks, called with keywords:
+    {type:"click", row, col, shift}      -> on_click(fn(row=, col=, shift=))   (after `selected` is updated)
+    {type:"toggle", edit_id, enabled}    -> on_toggle(fn(edit_id=, enabled=))  (edit_id: an `active_edits` id)
+    {type:"remove", edit_id}             -> on_remove(fn(edit_id=))
+    {type:"clear"}                       -> on_clear(fn())                     (after `selected` is emptied)
+    {type:"cancel"}                      -> on_cancel(fn())
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import traitlets as t
 
-from .base import Bool, Choice, Int, Labels, LabWidget, NumberGrid, TextGrid, plain
+from .base import Choice, Int, Labels, LabWidget, NumberGrid, TextGrid, plain
 
 __all__ = ["PatchingHeatmap"]
 
@@ -114,15 +114,13 @@ class PatchingHeatmap(LabWidget):
         rows[row][col] = value
         self.values = rows
 
-    # -- messages --------------------------------------------------------------------------------------------------
-    def _schema(self):
-        ids = [str(e.get("id")) for e in self.active_edits]
+    # -- requests --------------------------------------------------------------------------------------------------
+    def _limits(self):
+        edit_ids = Choice([str(e.get("id")) for e in self.active_edits])
         return {
-            "click": {"row": Int(0, self.n_rows - 1), "col": Int(0, self.n_cols - 1), "shift": Bool()},
-            "toggle": {"id": Choice(ids), "enabled": Bool()},
-            "remove": {"id": Choice(ids)},
-            "clear": {},
-            "cancel": {},
+            "click": {"row": Int(0, self.n_rows - 1), "col": Int(0, self.n_cols - 1)},
+            "toggle": {"edit_id": edit_ids},
+            "remove": {"edit_id": edit_ids},
         }
 
     def _handle_click(self, row: int, col: int, shift: bool) -> None:
@@ -138,15 +136,15 @@ class PatchingHeatmap(LabWidget):
         self.selected = []
 
     def on_click(self, fn, remove: bool = False):
-        """fn(row, col, shift) after a cell click (``selected`` already updated)."""
+        """fn(row=, col=, shift=) after a cell click (``selected`` already updated)."""
         return self._register("click", fn, remove)
 
     def on_toggle(self, fn, remove: bool = False):
-        """fn(id, enabled) when an active edit's checkbox is changed."""
+        """fn(edit_id=, enabled=) when an active edit's checkbox is changed."""
         return self._register("toggle", fn, remove)
 
     def on_remove(self, fn, remove: bool = False):
-        """fn(id) when an active edit's × is clicked."""
+        """fn(edit_id=) when an active edit's × is clicked."""
         return self._register("remove", fn, remove)
 
     def on_clear(self, fn, remove: bool = False):

@@ -8,8 +8,8 @@ Traits:
     hover       list[list[str]]      [layer][position] extra hover text, e.g. the top-k
     selected    list[int]            [row, col] of the last clicked cell, or []
     title, status, error  str
-Message -> callback:
-    {type:"select", row, col}  -> on_select(fn(row, col))   (after `selected` is set)
+Request (protocol.json; it also carries its `id`) -> callback, called with keywords:
+    {type:"select", row, col}  -> on_select(fn(row=, col=))   (after `selected` is set)
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ class LensView(LabWidget):
         widths = [len(r) for r in (*self.probs, *self.top_tokens)]
         return max(max(widths, default=0), len(self.x_labels))
 
-    def _schema(self):
+    def _limits(self):
         return {"select": {"row": Int(0, self.n_rows - 1), "col": Int(0, self.n_cols - 1)}}
 
     def _handle_select(self, row, col):
         self.selected = [row, col]
 
     def on_select(self, fn, remove: bool = False):
-        """fn(row, col) when a cell is clicked."""
+        """fn(row=, col=) when a cell is clicked."""
         return self._register("select", fn, remove)

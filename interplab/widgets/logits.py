@@ -5,7 +5,7 @@ Traits:
     metric  {name: str, values: {label: float}}   shown as text, e.g. {"name": "logit diff",
             "values": {"clean": 3.2, "corrupt": -3.1, "patched": 1.0}}
     title, status, error   str
-No messages from the frontend.
+No requests from the frontend.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """SteeringPanel: a strength slider that previews the next-token distribution while dragging, plus generation.
 
-Traits (synced; the frontend writes back alpha, layer, site, positions, prompt, positive, negative,
-max_new_tokens when the user changes them):
+Traits (synced, set by Python only; the requests below carry what the user changes, and the widget takes it into
+these traits):
     n_layers        int
     sites           list[str]          choices for `site` (e.g. ["resid_pre", "resid_post", "attn_out", "mlp_out"])
     site            str
@@ -17,14 +17,17 @@ max_new_tokens when the user changes them):
     busy            bool               disables Generate / Compute vector
     title, status, error  str
 
-Messages -> callbacks:
-    {type:"preview", alpha, layer, site, positions}                   -> on_preview(fn(alpha, layer, site, positions))
+Requests (protocol.json; each also carries its `id`) -> callbacks, called with keywords:
+    {type:"preview", alpha, layer, site, positions}                   -> on_preview(fn(alpha=, layer=, site=,
+                                                                                       positions=))
         sent while dragging (throttled to one per 40 ms, latest value) and once on release
-    {type:"generate", alpha, layer, site, positions, max_new_tokens}  -> on_generate(fn(alpha, layer, site, positions,
-                                                                                     max_new_tokens))
-    {type:"set_vector", positive, negative}                           -> on_set_vector(fn(positive, negative))
+    {type:"generate", alpha, layer, site, positions, max_new_tokens}  -> on_generate(fn(alpha=, layer=, site=,
+                                                                                        positions=, max_new_tokens=))
+    {type:"set_vector", positive, negative}                           -> on_set_vector(fn(positive=, negative=))
         positive/negative passed as lists of the non-blank lines (exact text; `self.positive` keeps the raw text)
-Before the callbacks run, the widget's traits are updated from the message (alpha, layer, ...), so the controller
+    {type:"update", prompt?, positive?, negative?, max_new_tokens?}   (no callback: the text boxes and the token
+        count the user edited, taken into the traits)
+Before the callbacks run, the widget's traits are updated from the request (alpha, layer, ...), so the controller
 may read either.
 """
 
@@ -34,13 +37,12 @@ from typing import Any
 
 import traitlets as t
 
-from .base import MAX_NAME, Choice, Float, Int, LabWidget, Str
+from .base import MAX_NAME, PROTOCOL, Choice, Float, Int, LabWidget, Str
 from .logits import Series
 
 __all__ = ["SteeringPanel", "POSITIONS", "prompt_lines"]
 
-POSITIONS = ("all", "last", "prompt")
-MAX_PROMPTS_TEXT = 100_000
+POSITIONS = tuple(PROTOCOL["views"]["steering"]["requests"]["preview"]["positions"])  # "all", "last", "prompt"
 MAX_NEW_TOKENS = 1024
 
 
@@ -81,25 +83,21 @@ class SteeringPanel(LabWidget):
             raise t.TraitError(f"n_layers must be >= 1, got {proposal['value']}")
         return proposal["value"]
 
-    # -- messages --------------------------------------------------------------------------------------------------
-    def _steer_fields(self):
+    # -- requests --------------------------------------------------------------------------------------------------
+    def _limits(self):
         sites = list(self.sites) or [self.site]
         if self.site and self.site not in sites:
             sites.append(self.site)
         lo, hi = sorted((self.alpha_min, self.alpha_max))
-        return {
+        steer = {
             "alpha": Float(lo, hi),
             "layer": Int(0, self.n_layers - 1),
             "site": Choice(sites) if sites else Str(MAX_NAME, min_len=1),
-            "positions": Choice(POSITIONS),
         }
-
-    def _schema(self):
-        steer = self._steer_fields()
         return {
             "preview": steer,
             "generate": {**steer, "max_new_tokens": Int(1, MAX_NEW_TOKENS)},
-            "set_vector": {"positive": Str(MAX_PROMPTS_TEXT), "negative": Str(MAX_PROMPTS_TEXT)},
+            "update": {"max_new_tokens": Int(1, MAX_NEW_TOKENS)},
         }
 
     def _take(self, **fields: Any) -> None:
@@ -117,19 +115,22 @@ class SteeringPanel(LabWidget):
     def _handle_set_vector(self, positive, negative):
         self._take(positive=positive, negative=negative)
 
-    def _callback_args(self, kind, fields):
+    def _handle_update(self, **fields):
+        self._take(**fields)
+
+    def _callback_kwargs(self, kind, fields):
         if kind == "set_vector":
-            return (prompt_lines(fields["positive"]), prompt_lines(fields["negative"]))
-        return super()._callback_args(kind, fields)
+            return {"positive": prompt_lines(fields["positive"]), "negative": prompt_lines(fields["negative"])}
+        return fields
 
     def on_preview(self, fn, remove: bool = False):
-        """fn(alpha, layer, site, positions): recompute `dist` for this strength (called while dragging)."""
+        """fn(alpha=, layer=, site=, positions=): recompute `dist` for this strength (called while dragging)."""
         return self._register("preview", fn, remove)
 
     def on_generate(self, fn, remove: bool = False):
-        """fn(alpha, layer, site, positions, max_new_tokens): generate from `prompt` and set `generated`."""
+        """fn(alpha=, layer=, site=, positions=, max_new_tokens=): generate from `prompt` and set `generated`."""
         return self._register("generate", fn, remove)
 
     def on_set_vector(self, fn, remove: bool = False):
-        """fn(positive: list[str], negative: list[str]): compute the steering vector from contrast prompts."""
+        """fn(positive=list[str], negative=list[str]): compute the steering vector from contrast prompts."""
         return self._register("set_vector", fn, remove)

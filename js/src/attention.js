@@ -1,5 +1,5 @@
 // AttentionView: one head's pattern, queries on y (top to bottom), keys on x; tokens on both axes.
-// Message to Python: {type:"select", layer, head} when a selector changes.
+// Request to Python (declared in interplab/widgets/protocol.json): select {layer, head} when a selector changes.
 import { BLUES, baseLayout, esc, fmt, grid, h, paint, quoted, scheduler, shell, tokenAxis } from "./plot.js";
 
 export function render({ model, el }) {
@@ -11,8 +11,7 @@ export function render({ model, el }) {
     state.plot,
   );
   const onSelect = () =>
-    state.send({
-      type: "select",
+    state.request("select", {
       layer: Number.parseInt(layer.value, 10) || 0,
       head: Number.parseInt(head.value, 10) || 0,
     });

@@ -1,6 +1,6 @@
 // PatchingHeatmap: one cell per (row, col) patch; click to select, shift-click to add; the active edits listed below.
-// Messages to Python: {type:"click", row, col, shift}, {type:"toggle", id, enabled}, {type:"remove", id},
-//                     {type:"clear"}, {type:"cancel"}.
+// Requests to Python (declared in interplab/widgets/protocol.json): click {row, col, shift},
+// toggle {edit_id, enabled}, remove {edit_id}, clear, cancel (the Cancel button, in plot.js).
 import {
   RDBU, baseLayout, clickedCell, esc, fmt, grid, h, hoverLines, paint, quoted, recordPaint, scheduler, shell, strGrid,
   tokenAxis,
@@ -31,7 +31,7 @@ export function render({ model, el }) {
   const edits = h("ul", { class: "il-edits" });
   const editsTitle = h("div", { class: "il-edits-title" });
   const clear = h("button", { class: "il-clear", type: "button", text: "Clear all" });
-  clear.addEventListener("click", () => state.send({ type: "clear" }));
+  clear.addEventListener("click", () => state.request("clear"));
   const below = h("div", { class: "il-below" }, h("div", { class: "il-row" }, editsTitle, clear), edits);
   state.root.append(below);
 
@@ -43,9 +43,9 @@ export function render({ model, el }) {
         const id = String(e?.id ?? "");
         const enabled = e?.enabled !== false;
         const box = h("input", { type: "checkbox", class: "il-edit-toggle", checked: enabled, title: "enable / disable" });
-        box.addEventListener("change", () => state.send({ type: "toggle", id, enabled: box.checked }));
+        box.addEventListener("change", () => state.request("toggle", { edit_id: id, enabled: box.checked }));
         const rm = h("button", { type: "button", class: "il-edit-remove", title: "remove", text: "×" });
-        rm.addEventListener("click", () => state.send({ type: "remove", id }));
+        rm.addEventListener("click", () => state.request("remove", { edit_id: id }));
         const li = h("li", { class: enabled ? "on" : "off" }, box, h("span", { class: "il-edit-label", text: e?.label ?? id }), rm);
         li.dataset.id = id;
         return li;
@@ -166,7 +166,7 @@ export function render({ model, el }) {
           const z = gd._fullData?.[0]?.z ?? [];
           const cell = clickedCell(gd, ev, z.length, z.reduce((m, r) => Math.max(m, r?.length ?? 0), 0));
           if (!cell) return;
-          state.send({ type: "click", row: cell.row, col: cell.col, shift: !!ev.event?.shiftKey });
+          state.request("click", { row: cell.row, col: cell.col, shift: !!ev.event?.shiftKey });
         });
       }
     });

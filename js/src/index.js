@@ -7,6 +7,7 @@ import * as steering from "./steering.js";
 import { h } from "./plot.js";
 
 export const VIEWS = { heatmap, logits, steering, lens, attention };
+export { PROTOCOL } from "./protocol.js"; // exported so a test can compare the bundled copy with protocol.json
 
 function render({ model, el }) {
   const kind = String(model.get("_view_kind") ?? "");

@@ -1,5 +1,5 @@
 // LensView (logit lens): layers x positions; the cell text is the top token, the colour its probability.
-// Message to Python (optional): {type:"select", row, col} on a cell click.
+// Request to Python (declared in interplab/widgets/protocol.json): select {row, col} on a cell click.
 import { BLUES, baseLayout, clickedCell, esc, fmt, grid, hoverLines, paint, quoted, scheduler, shell, strGrid, tick, tokenAxis } from "./plot.js";
 
 export function render({ model, el }) {
@@ -58,7 +58,7 @@ export function render({ model, el }) {
       gd.on("plotly_click", (ev) => {
         const zNow = gd._fullData?.[0]?.z ?? [];
         const cell = clickedCell(gd, ev, zNow.length, zNow[0]?.length ?? 0);
-        if (cell) state.send({ type: "select", row: cell.row, col: cell.col });
+        if (cell) state.request("select", { row: cell.row, col: cell.col });
       });
     });
   }

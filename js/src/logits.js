@@ -1,5 +1,5 @@
 // LogitPanel: top-k next-token bars per series (e.g. clean / corrupt / patched), side by side, plus a metric line.
-// No messages to Python.
+// No requests to Python.
 import { paintBars } from "./bars.js";
 import { fmt, h, scheduler, shell } from "./plot.js";
 

@@ -2,8 +2,12 @@
 // Rule: anything that comes from data (tokens, prompts, labels) is TEXT. DOM gets it through textContent;
 // plotly gets it through esc(), because plotly parses pseudo-HTML (<b>, <br>, <a>) inside its strings.
 import Plotly from "plotly.js-cartesian-dist-min";
+import { checkRequest } from "./protocol.js";
 
 export { Plotly };
+
+// One request counter for the page: every view of a model hears every reply, so ids must not repeat across views.
+let lastRequestId = 0;
 
 // ---------------------------------------------------------------- text
 /** Escape a string for plotly labels/hover: &, <, > become entities (plotly renders them back as characters). */
@@ -223,6 +227,8 @@ export function shell(model, el, kind, { progress = false } = {}) {
 
   const offs = [];
   const timers = new Set();
+  const pending = new Set(); // ids of the requests sent and not answered yet
+  let requestError = ""; // the last reply's error (cleared by the next ok reply)
   const state = {
     kind,
     model,
@@ -245,8 +251,19 @@ export function shell(model, el, kind, { progress = false } = {}) {
       const v = model.get(name);
       return v === undefined || v === null ? fallback : v;
     },
-    send(msg) {
-      model.send(msg);
+    /** Send a request declared in protocol.json as {type, id, ...fields}; returns its id. Python answers it with
+     * one {type: "reply", id, ok, error?}; an undeclared request is a bug: shown here and thrown, never sent. */
+    request(type, fields = {}) {
+      const problem = checkRequest(kind, type, fields);
+      if (problem) {
+        requestError = `interplab bug: ${problem}`;
+        showError();
+        throw new Error(`interplab: ${problem}`);
+      }
+      const id = ++lastRequestId;
+      pending.add(id);
+      model.send({ type, id, ...fields });
+      return id;
     },
     timeout(fn, ms) {
       const id = setTimeout(() => {
@@ -280,10 +297,20 @@ export function shell(model, el, kind, { progress = false } = {}) {
     showError();
   };
   const showError = () => {
-    const text = [String(model.get("error") ?? ""), localError].filter(Boolean).join("\n");
+    // a bad request's text usually arrives twice, as the `error` trait and in the reply: shown once
+    const texts = new Set([String(model.get("error") ?? ""), localError, requestError].filter(Boolean));
+    const text = [...texts].join("\n");
     error.textContent = text;
     error.classList.toggle("on", text.length > 0);
   };
+  state.on("msg:custom", (msg) => {
+    if (msg?.type !== "reply" || !pending.delete(msg.id)) return; // another message, or not our request: ignored
+    requestError = msg.ok ? "" : String(msg.error ?? "request failed");
+    showError();
+    const log = (window.__interplab_replies ||= []); // for tests and benchmarks, like the paint log
+    log.push({ widget: kind, id: msg.id, ok: !!msg.ok, t: performance.now() });
+    if (log.length > 20000) log.splice(0, 10000);
+  });
   const showStatus = () => {
     status.textContent = String(model.get("status") ?? "");
   };
@@ -300,7 +327,7 @@ export function shell(model, el, kind, { progress = false } = {}) {
   if (progress) {
     showProgress();
     state.watch(["progress"], showProgress);
-    cancel.addEventListener("click", () => state.send({ type: "cancel" }));
+    cancel.addEventListener("click", () => state.request("cancel"));
   }
   return state;
 }

@@ -1,11 +1,11 @@
 // SteeringPanel: a strength slider that previews next-token probabilities WHILE dragging, Generate, Compute vector.
-// Messages to Python:
-//   {type:"preview", alpha, layer, site, positions}                  on slider input (throttled 40 ms) and change,
-//                                                                    and when layer / site / positions change
-//   {type:"generate", alpha, layer, site, positions, max_new_tokens}
-//   {type:"set_vector", positive, negative}
-// The controls also write their traits back (alpha, layer, site, positions, prompt, positive, negative,
-// max_new_tokens) with save_changes() on `change`, so Python always reads what the user sees.
+// Requests to Python (declared in interplab/widgets/protocol.json):
+//   preview {alpha, layer, site, positions}                  on slider input (throttled 40 ms) and change,
+//                                                            and when layer / site / positions change
+//   generate {alpha, layer, site, positions, max_new_tokens}
+//   set_vector {positive, negative}
+//   update {prompt?, positive?, negative?, max_new_tokens?}  when a text box or the token count changes
+// The view never writes a trait: Python takes each request's fields into its traits, so it reads what the user sees.
 import { paintBars } from "./bars.js";
 import { h, scheduler, shell } from "./plot.js";
 
@@ -68,26 +68,16 @@ export function render({ model, el }) {
     site: String(site.value),
     positions: String(positions.value),
   });
-  const saveTrait = (name, value) => {
-    if (model.get(name) === value) return;
-    model.set(name, value);
-    model.save_changes();
-  };
-  const saveControls = () => {
-    const c = current();
-    for (const [k, v] of Object.entries(c)) saveTrait(k, v);
-  };
 
   // ---- preview: throttled while dragging, latest value wins, identical consecutive previews skipped
   let pendingTimer = null;
   let lastSent = "";
   const sendPreview = () => {
     pendingTimer = null;
-    const msg = { type: "preview", ...current() };
-    const key = JSON.stringify(msg);
+    const key = JSON.stringify(current());
     if (key === lastSent) return;
     lastSent = key;
-    state.send(msg);
+    state.request("preview", current());
   };
   const previewSoon = () => {
     if (pendingTimer === null) pendingTimer = state.timeout(sendPreview, PREVIEW_MS);
@@ -110,35 +100,25 @@ export function render({ model, el }) {
     dragging = false;
     showAlpha();
     previewNow();
-    saveControls();
   });
-  for (const sel of [site, layer, positions]) {
-    sel.addEventListener("change", () => {
-      previewNow();
-      saveControls();
-    });
-  }
-  for (const [ta, name] of [[prompt, "prompt"], [positive, "positive"], [negative, "negative"]]) {
-    ta.addEventListener("change", () => saveTrait(name, ta.value));
-  }
+  for (const sel of [site, layer, positions]) sel.addEventListener("change", previewNow);
+  // a text box or the token count changed (`change` fires on blur, so before a click on Generate): Python takes
+  // the new value into its trait
+  prompt.addEventListener("change", () => state.request("update", { prompt: prompt.value }));
+  positive.addEventListener("change", () => state.request("update", { positive: positive.value }));
+  negative.addEventListener("change", () => state.request("update", { negative: negative.value }));
   maxTokens.addEventListener("change", () => {
     const v = Number.parseInt(maxTokens.value, 10);
-    if (Number.isInteger(v) && v > 0) saveTrait("max_new_tokens", v);
+    if (Number.isInteger(v) && v > 0) state.request("update", { max_new_tokens: v });
   });
   const maxNew = () => {
     const v = Number.parseInt(maxTokens.value, 10);
     return Number.isInteger(v) && v > 0 ? v : Number(model.get("max_new_tokens")) || 20;
   };
-  generateBtn.addEventListener("click", () => {
-    saveTrait("prompt", prompt.value);
-    saveControls();
-    state.send({ type: "generate", ...current(), max_new_tokens: maxNew() });
-  });
-  computeBtn.addEventListener("click", () => {
-    saveTrait("positive", positive.value);
-    saveTrait("negative", negative.value);
-    state.send({ type: "set_vector", positive: positive.value, negative: negative.value });
-  });
+  generateBtn.addEventListener("click", () => state.request("generate", { ...current(), max_new_tokens: maxNew() }));
+  computeBtn.addEventListener("click", () =>
+    state.request("set_vector", { positive: positive.value, negative: negative.value }),
+  );
 
   // ---- writing the controls from traits
   function syncControls() {

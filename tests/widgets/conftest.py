@@ -106,8 +106,21 @@ class Mounted:
     def sent(self) -> list[dict]:
         return self.js("(w) => w.model.sent")
 
+    @property
+    def requests(self) -> list[dict]:
+        """What the view sent, without the ids, which must be integers increasing from one request to the next."""
+        sent = self.sent
+        ids = [m.get("id") for m in sent]
+        assert all(isinstance(i, int) and not isinstance(i, bool) for i in ids), sent
+        assert ids == sorted(set(ids)), f"request ids must increase: {ids}"
+        return [{k: v for k, v in m.items() if k != "id"} for m in sent]
+
     def clear_sent(self):
         self.js("(w) => { w.model.sent.length = 0; }")
+
+    def receive(self, msg: dict):
+        """The fake kernel sends `msg` (e.g. a reply) to the view."""
+        self.js("(w, m) => w.model.receive(m)", msg)
 
     def set(self, **traits):
         self.js("(w, t) => { for (const [k, v] of Object.entries(t)) w.model.set(k, v); }", traits)

@@ -1,11 +1,16 @@
 """Bare-page browser tests: the bundled ESM rendered with a fake anywidget model in Debian's Chromium.
 
-Each test speaks in the user's terms: click a heatmap cell by its pixels -> the exact message the kernel gets.
+Each test speaks in the user's terms: click a heatmap cell by its pixels -> the exact request the kernel gets (with
+its id), and the fake kernel's reply -> what the view shows.
 """
 
 from __future__ import annotations
 
+import json
+
 import pytest
+
+from interplab.widgets.base import PROTOCOL
 
 pytestmark = pytest.mark.browser
 
@@ -55,15 +60,70 @@ def test_heatmap_paints_and_click_sends_exact_messages(page, mount):
 
     click_cell(page, w, 2, 4)
     w.wait_sent(1)
-    assert w.sent == [{"type": "click", "row": 2, "col": 4, "shift": False}]
+    assert w.requests == [{"type": "click", "row": 2, "col": 4, "shift": False}]
 
     click_cell(page, w, 3, 10, shift=True)  # the second " John"
     w.wait_sent(2)
-    assert w.sent[1] == {"type": "click", "row": 3, "col": 10, "shift": True}
+    assert w.requests[1] == {"type": "click", "row": 3, "col": 10, "shift": True}
 
     click_cell(page, w, 0, 0)  # a not-yet-computed cell is clickable too
     w.wait_sent(3)
-    assert w.sent[2] == {"type": "click", "row": 0, "col": 0, "shift": False}
+    assert w.requests[2] == {"type": "click", "row": 0, "col": 0, "shift": False}
+
+
+def test_a_failed_reply_shows_its_error_in_the_view(page, mount):
+    """A click is a request with an id; the kernel's reply with ok:false puts its error text in the view's error box
+    (once, even when the `error` trait says the same); replies to ids the view is not waiting for are ignored; the
+    next ok reply clears it."""
+    w = mount("heatmap", **heatmap_traits())
+    w.wait_paints(1)
+    box = page.locator(w.sel(".il-error"))
+    click_cell(page, w, 1, 3)
+    w.wait_sent(1)
+    first = w.sent[0]
+    assert isinstance(first["id"], int) and w.requests == [{"type": "click", "row": 1, "col": 3, "shift": False}]
+    assert not box.is_visible()
+    text = f"error in on_click callback patch: RuntimeError: CUDA out of memory {XSS}"
+    w.receive({"type": "reply", "id": first["id"] + 1000, "ok": False, "error": "not ours"})  # unknown id: ignored
+    w.receive({"type": "other", "id": first["id"], "ok": False, "error": "not a reply"})  # not a reply: ignored
+    assert not box.is_visible()
+    w.receive({"type": "reply", "id": first["id"], "ok": False, "error": text})
+    assert box.is_visible() and box.text_content() == text
+    assert w.js("(w) => w.el.querySelectorAll('img').length") == 0 and page.evaluate("window.__xss") is None
+    w.set(error=text)  # Python sets the trait to the same text: shown once
+    assert box.text_content() == text
+    w.set(error="")
+    assert box.text_content() == text  # the reply's error stays until a later request succeeds
+    w.receive({"type": "reply", "id": first["id"], "ok": True})  # a second reply to the same id: ignored
+    assert box.text_content() == text
+    click_cell(page, w, 2, 2)
+    w.wait_sent(2)
+    second = w.sent[1]
+    assert second["id"] > first["id"]
+    w.receive({"type": "reply", "id": second["id"], "ok": True})
+    assert not box.is_visible()
+    replies = page.evaluate("window.__interplab_replies")
+    assert [(r["widget"], r["id"], r["ok"]) for r in replies] == [("heatmap", first["id"], False),
+                                                                  ("heatmap", second["id"], True)]
+
+
+def test_the_bundle_carries_protocol_json(page):
+    assert page.evaluate("window.__protocol") == json.loads(json.dumps(PROTOCOL))
+
+
+def test_an_undeclared_request_is_shown_and_never_sent(page, mount):
+    """A request the declaration does not allow is a bug in the view: shown in its error box, thrown, not sent.
+    (Here: a positions value the view has no option for, which Python would never set.)"""
+    w = mount("steering", **steering_traits(positions="first"))
+    w.wait_paints(1)
+    page.locator(w.sel(".il-layer")).select_option("3")
+    page.wait_for_timeout(50)
+    assert w.sent == []
+    box = page.locator(w.sel(".il-error"))
+    assert box.is_visible() and "interplab bug: preview request: positions must be one of all, last, prompt" in (
+        box.text_content())
+    assert any("positions must be one of" in e for e in page.errors), page.errors
+    page.errors.clear()  # the thrown error is the point of this test
 
 
 def test_heatmap_kernel_update_repaints(page, mount):
@@ -116,10 +176,10 @@ def test_heatmap_active_list_toggle_remove_clear_cancel(page, mount):
     page.locator(w.sel(".il-clear")).click()
     page.locator(w.sel(".il-cancel")).click()
     w.wait_sent(5)
-    assert w.sent == [
-        {"type": "toggle", "id": "e1", "enabled": False},
-        {"type": "toggle", "id": "e2", "enabled": True},
-        {"type": "remove", "id": "e2"},
+    assert w.requests == [
+        {"type": "toggle", "edit_id": "e1", "enabled": False},
+        {"type": "toggle", "edit_id": "e2", "enabled": True},
+        {"type": "remove", "edit_id": "e2"},
         {"type": "clear"},
         {"type": "cancel"},
     ]
@@ -252,7 +312,7 @@ def test_steering_slider_drag_sends_throttled_previews(page, mount):
     )
     w.wait_sent(1)
     page.wait_for_timeout(120)
-    sent = w.sent
+    sent = w.requests
     assert 1 <= len(sent) < 10, sent
     assert sent[-1] == {"type": "preview", "alpha": 5.0, "layer": 6, "site": "resid_pre", "positions": "all"}
     # a real mouse drag along the slider: previews while moving, then one for the final value on release
@@ -266,13 +326,13 @@ def test_steering_slider_drag_sends_throttled_previews(page, mount):
         page.wait_for_timeout(25)
     page.mouse.up()
     page.wait_for_timeout(100)
-    sent = w.sent
+    sent = w.requests
     final = w.js("(w) => Number(w.el.querySelector('.il-alpha').value)")
     assert final > 5.0
     assert len(sent) >= 2 and all(m["type"] == "preview" for m in sent), sent
     assert sent[-1]["alpha"] == pytest.approx(final)
-    assert w.js("(w) => w.model.get('alpha')") == pytest.approx(final)  # written back on change
-    assert w.js("(w) => w.model.saves") >= 1
+    # the view never writes a trait: the request carries alpha, and Python sets the trait
+    assert w.js("(w) => [w.model.get('alpha'), w.model.saves]") == [0.0, 0]
 
 
 def test_steering_buttons_and_selectors(page, mount):
@@ -285,22 +345,22 @@ def test_steering_buttons_and_selectors(page, mount):
     page.locator(w.sel(".il-generate")).click()
     page.locator(w.sel(".il-positive")).fill("Joy\n\nHappy")
     page.locator(w.sel(".il-set-vector")).click()
-    sent = w.sent
-    assert sent[-2] == {
-        "type": "generate",
-        "alpha": 0.0,
-        "layer": 3,
-        "site": "mlp_out",
-        "positions": "last",
-        "max_new_tokens": 7,
-    }
-    assert sent[-1] == {"type": "set_vector", "positive": "Joy\n\nHappy", "negative": "Hate\nI despise you"}
-    assert [m["type"] for m in sent[:-2]] == ["preview"] * 3  # each selector change previews once
-    assert w.js("(w) => [w.model.get('layer'), w.model.get('site'), w.model.get('positions')]") == [
-        3,
-        "mlp_out",
-        "last",
+    page.locator(w.sel(".il-prompt")).fill("I hope")
+    page.locator(w.sel(".il-generate")).click()
+    sent = w.requests
+    generate = {"type": "generate", "alpha": 0.0, "layer": 3, "site": "mlp_out", "positions": "last",
+                "max_new_tokens": 7}
+    assert [m["type"] for m in sent[:3]] == ["preview"] * 3  # each selector change previews once
+    assert sent[3:] == [
+        {"type": "update", "max_new_tokens": 7},  # the box lost focus to Generate: its value travels first
+        generate,
+        {"type": "update", "positive": "Joy\n\nHappy"},
+        {"type": "set_vector", "positive": "Joy\n\nHappy", "negative": "Hate\nI despise you"},
+        {"type": "update", "prompt": "I hope"},
+        generate,
     ]
+    # the view wrote no trait: the requests carry the values, Python sets the traits
+    assert w.js("(w) => [w.model.get('layer'), w.model.get('prompt'), w.model.saves]") == [6, f"I think that {XSS}", 0]
     # busy from the kernel disables the buttons; generated text and prompts are literal text
     w.set(busy=True)
     assert page.locator(w.sel(".il-generate")).is_disabled()
@@ -338,7 +398,7 @@ def test_lens_paints_cell_text_literally_and_selects(page, mount):
     assert 'L2, position 1 "␣Mary"'.replace("␣", " ") in hover and f"{XSS} 0.5" in hover, hover
     page.mouse.click(p["x"], p["y"])
     w.wait_sent(1)
-    assert w.sent == [{"type": "select", "row": 2, "col": 1}]
+    assert w.requests == [{"type": "select", "row": 2, "col": 1}]
     n = w.paints()
     w.set(probs=[[0.2, 0.2, 0.2, 0.2]] * 3)
     w.wait_paints(n + 1)
@@ -357,7 +417,7 @@ def test_attention_paints_and_select_sends(page, mount):
     assert w.js("(w) => w.el.querySelector('.il-head').options.length") == 8
     page.locator(w.sel(".il-head")).select_option("5")
     page.locator(w.sel(".il-layer")).select_option("3")
-    assert w.sent == [{"type": "select", "layer": 1, "head": 5}, {"type": "select", "layer": 3, "head": 5}]
+    assert w.requests == [{"type": "select", "layer": 1, "head": 5}, {"type": "select", "layer": 3, "head": 5}]
     c = w.paints()
     w.set(layer=3, head=5, pattern=[[1.0] * n] * n)
     w.wait_paints(c + 1)

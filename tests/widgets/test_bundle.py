@@ -14,9 +14,10 @@ BUNDLE = ROOT / "interplab" / "static" / "widgets.js"
 
 
 def source_hash() -> str:
-    """Same recipe as js/build.mjs: sorted js/src/** then package-lock.json, each as path NUL bytes NUL."""
+    """Same recipe as js/build.mjs: sorted js/src/**, package-lock.json, then the protocol declaration the bundle
+    includes, each as path NUL bytes NUL."""
     files = sorted(p.relative_to(JS).as_posix() for p in (JS / "src").rglob("*") if p.is_file())
-    files.append("package-lock.json")
+    files += ["package-lock.json", "../interplab/widgets/protocol.json"]
     h = hashlib.sha256()
     for rel in files:
         h.update(rel.encode() + b"\0")
@@ -48,7 +49,7 @@ def test_bundle_is_built_from_current_sources():
     m = re.fullmatch(r"/\* interplab-src-hash: ([0-9a-f]{64}) \*/", first.strip())
     assert m, f"bundle does not start with the source hash comment: {first[:120]!r}"
     assert m.group(1) == source_hash(), (
-        "interplab/static/widgets.js is stale (js/src or package-lock.json changed): "
+        "interplab/static/widgets.js is stale (js/src, package-lock.json or protocol.json changed): "
         "run `cd js && npm ci && npm run build` and commit the bundle"
     )
 

@@ -1,5 +1,5 @@
-"""Frontend messages, no browser: validators reject malformed messages by setting `.error` (never raising into the
-kernel), valid messages reach the callbacks, a raising callback sets `.error`."""
+"""Frontend requests, no browser: validators reject malformed requests by setting `.error` (never raising into the
+kernel), valid requests reach the callbacks (as keyword arguments), a raising callback sets `.error`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from interplab.widgets import AttentionView, LensView, LogitPanel, PatchingHeatmap, SteeringPanel
-from interplab.widgets.base import BAD_MESSAGE
+from interplab.widgets.base import BAD_MESSAGE, declared_requests
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HUGE = "x" * 1_000_001
@@ -22,8 +22,8 @@ class Recorder:
     def __init__(self):
         self.calls = []
 
-    def __call__(self, *args):
-        self.calls.append(args)
+    def __call__(self, **kwargs):  # callbacks get keywords only
+        self.calls.append(kwargs)
 
 
 def heatmap():
@@ -63,6 +63,8 @@ GENERIC_BAD = [
     {"type": "definitely-not-a-type"},
     {"type": HUGE},
 ]
+# with a type each widget declares (filled in per widget): a bad request id
+BAD_IDS = [{"id": "7"}, {"id": True}, {"id": None}, {"id": 1.5}, {"id": [1]}]
 
 CASES = {
     "heatmap": (
@@ -80,11 +82,12 @@ CASES = {
             {"type": "click", "row": 0, "col": 0, "shift": 1},
             {"type": "click", "row": 0, "col": 0, "shift": False, "extra": 1},
             {"type": "click", "row": 10**30, "col": 0, "shift": False},
-            {"type": "toggle", "id": "nope", "enabled": True},
-            {"type": "toggle", "id": "e1", "enabled": "yes"},
-            {"type": "toggle", "id": HUGE, "enabled": True},
+            {"type": "toggle", "edit_id": "nope", "enabled": True},
+            {"type": "toggle", "edit_id": "e1", "enabled": "yes"},
+            {"type": "toggle", "edit_id": HUGE, "enabled": True},
+            {"type": "toggle", "id": "e1", "enabled": True},  # the edit's id is `edit_id`; `id` is the request's
             {"type": "remove"},
-            {"type": "remove", "id": 1},
+            {"type": "remove", "edit_id": 1},
             {"type": "clear", "all": True},
         ],
     ),
@@ -119,6 +122,10 @@ CASES = {
             {"type": "set_vector", "positive": HUGE, "negative": ""},
             {"type": "set_vector", "positive": ["a"], "negative": ""},
             {"type": "set_vector", "positive": "a"},
+            {"type": "update", "max_new_tokens": 0},
+            {"type": "update", "prompt": HUGE},
+            {"type": "update", "prompt": None},
+            {"type": "update", "alpha": 1.0},  # slider values travel with preview / generate only
         ],
     ),
     "lens": (
@@ -154,7 +161,8 @@ def test_malformed_messages_set_error_and_never_raise(kind):
     rec = Recorder()
     if registrar:
         getattr(w, registrar)(rec)
-    for msg in GENERIC_BAD + bad:
+    any_type = next(iter(declared_requests(kind)), "click")
+    for msg in GENERIC_BAD + bad + [{"type": any_type, **bad_id} for bad_id in BAD_IDS]:
         w.error = ""
         w.send_test_message(msg)  # must not raise
         assert w.error.startswith(BAD_MESSAGE), (kind, msg, w.error)
@@ -176,15 +184,22 @@ def test_error_texts_say_what_was_wrong():
 
 
 def test_the_comm_path_validates_too():
-    """The ipywidgets entry point (a comm 'custom' message) goes through the same validator."""
+    """The ipywidgets entry point (a comm 'custom' message) goes through the same validator; there, a request
+    without an id is malformed (send_test_message gives one)."""
     w = heatmap()
     rec = Recorder()
     w.on_click(rec)
-    w._handle_msg({"content": {"data": {"method": "custom", "content": {"type": "click", "row": 9}}}, "buffers": []})
+
+    def comm(content):
+        w._handle_msg({"content": {"data": {"method": "custom", "content": content}}, "buffers": []})
+
+    comm({"type": "click", "id": 1, "row": 9})
     assert w.error.startswith(BAD_MESSAGE)
     good = {"type": "click", "row": 1, "col": 2, "shift": False}
-    w._handle_msg({"content": {"data": {"method": "custom", "content": good}}, "buffers": []})
-    assert rec.calls == [(1, 2, False)] and w.error == ""
+    comm(good)
+    assert w.error == BAD_MESSAGE + "'click' message is missing the field 'id'" and rec.calls == []
+    comm({**good, "id": 2})
+    assert rec.calls == [{"row": 1, "col": 2, "shift": False}] and w.error == ""
 
 
 def test_heatmap_valid_messages_reach_callbacks_and_selection():
@@ -203,15 +218,20 @@ def test_heatmap_valid_messages_reach_callbacks_and_selection():
     assert w.selected == [[0, 0]]
     w.send_test_message({"type": "click", "row": 1, "col": 1, "shift": False})  # plain click: only that cell
     assert w.selected == [[1, 1]]
-    w.send_test_message({"type": "toggle", "id": "e1", "enabled": False})
-    w.send_test_message({"type": "remove", "id": "e1"})
+    w.send_test_message({"type": "toggle", "edit_id": "e1", "enabled": False})
+    w.send_test_message({"type": "remove", "edit_id": "e1"})
     w.send_test_message({"type": "cancel"})
     w.send_test_message({"type": "clear"})
     assert w.selected == []
-    assert got["click"].calls == [(1, 2, False), (0, 0, True), (1, 2, True), (1, 1, False)]
-    assert got["toggle"].calls == [("e1", False)]
-    assert got["remove"].calls == [("e1",)]
-    assert got["clear"].calls == [()] and got["cancel"].calls == [()]
+    assert got["click"].calls == [
+        {"row": 1, "col": 2, "shift": False},
+        {"row": 0, "col": 0, "shift": True},
+        {"row": 1, "col": 2, "shift": True},
+        {"row": 1, "col": 1, "shift": False},
+    ]
+    assert got["toggle"].calls == [{"edit_id": "e1", "enabled": False}]
+    assert got["remove"].calls == [{"edit_id": "e1"}]
+    assert got["clear"].calls == [{}] and got["cancel"].calls == [{}]
     assert w.error == ""
     # unregistering
     w.on_click(got["click"], remove=True)
@@ -226,15 +246,21 @@ def test_steering_valid_messages():
     w.on_generate(gen)
     w.on_set_vector(vec)
     w.send_test_message({"type": "preview", "alpha": 2, "layer": 3, "site": "mlp_out", "positions": "last"})
-    assert prev.calls == [(2.0, 3, "mlp_out", "last")]
+    assert prev.calls == [{"alpha": 2.0, "layer": 3, "site": "mlp_out", "positions": "last"}]
     assert (w.alpha, w.layer, w.site, w.positions) == (2.0, 3, "mlp_out", "last")
     w.send_test_message(
         {"type": "generate", "alpha": -1.5, "layer": 0, "site": "resid_pre", "positions": "all", "max_new_tokens": 5}
     )
-    assert gen.calls == [(-1.5, 0, "resid_pre", "all", 5)] and w.max_new_tokens == 5
+    assert gen.calls == [{"alpha": -1.5, "layer": 0, "site": "resid_pre", "positions": "all", "max_new_tokens": 5}]
+    assert w.max_new_tokens == 5
     w.send_test_message({"type": "set_vector", "positive": " Love\n\nJoy\n", "negative": "Hate"})
-    assert vec.calls == [([" Love", "Joy"], ["Hate"])]
+    assert vec.calls == [{"positive": [" Love", "Joy"], "negative": ["Hate"]}]
     assert w.positive == " Love\n\nJoy\n"
+    # the text boxes and the token count: taken into the traits, only the fields sent
+    w.send_test_message({"type": "update", "prompt": "I think", "max_new_tokens": 9})
+    assert (w.prompt, w.max_new_tokens, w.negative) == ("I think", 9, "Hate")
+    w.send_test_message({"type": "update"})
+    assert w.prompt == "I think"
     assert w.error == ""
 
 
@@ -243,26 +269,26 @@ def test_lens_and_attention_valid_messages():
     rec = Recorder()
     v.on_select(rec)
     v.send_test_message({"type": "select", "row": 2, "col": 1})
-    assert rec.calls == [(2, 1)] and v.selected == [2, 1]
+    assert rec.calls == [{"row": 2, "col": 1}] and v.selected == [2, 1]
     a = attention()
     rec = Recorder()
     a.on_select(rec)
     a.send_test_message({"type": "select", "layer": 3, "head": 7})
-    assert rec.calls == [(3, 7)] and (a.layer, a.head) == (3, 7)
+    assert rec.calls == [{"layer": 3, "head": 7}] and (a.layer, a.head) == (3, 7)
 
 
 def test_raising_callback_sets_error_and_others_still_run():
     w = heatmap()
     after = Recorder()
 
-    def broken(row, col, shift):
+    def broken(*, row, col, shift):
         raise RuntimeError("CUDA out of memory")
 
     w.on_click(broken)
     w.on_click(after)
     w.send_test_message({"type": "click", "row": 0, "col": 1, "shift": False})  # must not raise
     assert "on_click callback broken" in w.error and "RuntimeError: CUDA out of memory" in w.error
-    assert after.calls == [(0, 1, False)]
+    assert after.calls == [{"row": 0, "col": 1, "shift": False}]
     assert w.selected == [[0, 1]]
 
 
