@@ -53,6 +53,12 @@ def test_click_heatmap_cell_patches_and_repaints_logits(lab_server, chromium_bro
         names = nb.series_names(shown)
         assert any(n.startswith("patched") for n in names), f"no patched series after the click: {names}"
         assert "patched" in nb.logits_text(shown)
+        # the click was one request, answered by the kernel with exactly one ok reply (over the real comm)
+        nb.page.wait_for_function("(t) => (window.__interplab_replies || []).some((r) => r.widget === 'heatmap' "
+                                  "&& r.t > t)", arg=t_click, timeout=30000)
+        replies = nb.page.evaluate("(t) => window.__interplab_replies.filter((r) => r.widget === 'heatmap' "
+                                   "&& r.t > t)", t_click)
+        assert [r["ok"] for r in replies] == [True], replies
         # the click is outlined on the heatmap (the selection came back from the kernel)
         nb.page.wait_for_function(
             "([i, r, c]) => !!window.__il.cellNode(i).querySelector("
