@@ -47,13 +47,19 @@ def model_state(model) -> dict:
 
 
 def _global_state(tokenizer=None) -> dict:
+    import sys
+
     from torch.nn.modules import module as nn_module
 
     hooks = {d: list(getattr(nn_module, d)) for d in dir(nn_module) if d.startswith("_global_") and d.endswith("hooks")}
     tok = None if tokenizer is None else (tokenizer.padding_side, tokenizer.truncation_side, len(tokenizer),
                                           tokenizer.pad_token, tokenizer.bos_token, tokenizer.eos_token)
+    # interplab's hooks on any model (a later test may assert there are none); not imported here: the widget tests
+    # must run while interplab itself does not import
+    live = getattr(sys.modules.get("interplab"), "attached_hooks", None)
     return {"global hooks": hooks, "threads": torch.get_num_threads(), "grad enabled": torch.is_grad_enabled(),
-            "default dtype": torch.get_default_dtype(), "tokenizer": tok}
+            "default dtype": torch.get_default_dtype(), "tokenizer": tok,
+            "interplab hooks": sorted(map(repr, live())) if live is not None else []}
 
 
 @pytest.fixture(autouse=True)
