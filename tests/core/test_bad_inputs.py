@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import CORPUS
+from _tiny_models import CORPUS
 
 import interplab as ilab
 import interplab.engine as engine

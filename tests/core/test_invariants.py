@@ -26,7 +26,7 @@ from collections import defaultdict
 
 import pytest
 import torch
-from conftest import CORPUS
+from _tiny_models import CORPUS
 
 import interplab as ilab
 from interplab.lens import logit_lens

@@ -20,7 +20,7 @@ import os
 import nnsight  # the dev extra: a missing peer must fail, not skip
 import pytest
 import torch
-from conftest import CORPUS
+from _tiny_models import CORPUS
 
 import interplab as ilab
 
