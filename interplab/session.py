@@ -5,6 +5,7 @@ Everything here returns lists, dicts, floats and strings; the widgets (interplab
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -132,18 +133,44 @@ class PatchSession:
                 values["normalised"] = (values["patched"] - values["corrupt"]) / denom
         return {"series": series, "metric": {"name": self.metric.name, "values": values}}
 
+    def _own_exact(self, res: SweepResult | None) -> bool:
+        """Whether res is this session's exact sweep (same pair, site, cells, direction, metric) with its runs."""
+        return not (res is None or res.method != "exact" or len(res.clean) != 1 or res.clean[0] != self.clean
+                    or res.corrupt[0] != self.corrupt or res.site != self.site or tuple(res.by) != tuple(self.by)
+                    or res.direction != self.direction
+                    or res.metric is not None and res.metric.name != self.metric.name or len(res.cell_runs) == 0)
+
     def cell_run(self, cell: tuple[int, int]) -> tuple | None:
         """(top token ids, probabilities, metric) of the patched run behind heatmap cell (row, col), as the exact
         sweep computed it; None where the sweep is not this session's (another pair, site, metric; several
         pairs; attribution) or lacks the cell. Equal to a fresh forward up to float rounding (tested)."""
         res = self.result
-        if (res is None or res.method != "exact" or len(res.clean) != 1 or res.clean[0] != self.clean
-                or res.corrupt[0] != self.corrupt or res.site != self.site or tuple(res.by) != tuple(self.by)
-                or res.direction != self.direction or res.metric is not None and res.metric.name != self.metric.name
-                or len(res.cell_runs) == 0):
+        if not self._own_exact(res):
             return None
         run = res.cell_runs.get(res.cells.index(*cell))
         return run if run is not None and len(run[0]) >= TOP_K else None
+
+    def cell_tops(self, result: SweepResult | None = None) -> dict:
+        """What a click on each cell of this session's exact sweep shows, for the page to paint at once:
+        {"metric": name, "cells": [[row, col, metric, series name, tokens, probs], ...]}, the same numbers
+        logits_view reads from the sweep (tokens decoded once per cell); {} for any other sweep."""
+        res = result or self.result
+        if not self._own_exact(res):
+            return {}
+        cells, decode, out = res.cells, self.lab.tokenizer.decode, []
+        rows, cols = cells.grid(res.raw).shape
+        for row in range(rows):
+            for col in range(cols):
+                run = res.cell_runs.get(cells.index(row, col))
+                if run is None or len(run[0]) < TOP_K:
+                    continue
+                ids, p, value = run
+                layer, pos, head = cells.meaning(row, col)
+                name = "patched: " + " ".join(x for x in (f"L{layer}", "" if head is None else f"H{head}",
+                                                          "" if pos is None else f"pos {pos}") if x)
+                out.append([row, col, float(value), name, [decode([i]) for i in ids],
+                            [round(float(x), 6) for x in p]])
+        return {"metric": self.metric.name, "cells": out}
 
     def warm(self) -> None:
         """Precompute what clicks reuse (the base prompt's cached residuals and keys/values)."""
@@ -151,18 +178,31 @@ class PatchSession:
 
     def hover(self, result: SweepResult | None = None) -> list[list[str]]:
         res = result or self.result
-        rows = []
-        for li, r in enumerate(res.cells.grid(res.raw).tolist()):
-            row = []
-            for c, x in enumerate(r):
-                text = "not computed" if x != x else f"{res.metric_name}: {x:.3f}"
-                key = res.cells.index(li, c)
-                top = res.top_tokens.get(key)
-                if top:
-                    text += "\nnext: " + ", ".join(f"{t!r} {p:.2f}" for t, p in top)
-                row.append(text)
-            rows.append(row)
-        return rows
+        return [[self._hover_text(res, li, c, x) for c, x in enumerate(r)]
+                for li, r in enumerate(res.cells.grid(res.raw).tolist())]
+
+    @staticmethod
+    def _hover_text(res: SweepResult, row: int, col: int, x: float) -> str:
+        text = "not computed" if x != x else f"{res.metric_name}: {x:.3f}"
+        top = res.top_tokens.get(res.cells.index(row, col))
+        if top:
+            text += "\nnext: " + ", ".join(f"{t!r} {p:.2f}" for t, p in top)
+        return text
+
+    def new_cells(self, result: SweepResult, sent: set) -> list[list]:
+        """[[row, col, value, hover], ...] of the cells computed and not in `sent` (which this adds them to): what a
+        progress update sends, instead of the whole grid."""
+        values = result.cells.grid(result.values).tolist()
+        raw = result.cells.grid(result.raw).tolist()
+        out = []
+        for row, line in enumerate(raw):
+            for col, x in enumerate(line):
+                if x != x or (row, col) in sent:
+                    continue
+                sent.add((row, col))
+                v = values[row][col]
+                out.append([row, col, v if math.isfinite(v) else None, self._hover_text(result, row, col, x)])
+        return out
 
 
 def _short(edits: list[Edit]) -> str:

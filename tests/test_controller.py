@@ -331,3 +331,50 @@ def test_a_clicked_cell_is_listed_with_its_edits_label(gpt2_lab, site, by, layer
         ex.heatmap.selected = [[row, col]]
         assert ex.heatmap.active_edits[0]["label"] == session.cell_edit(row, col).describe()
     assert gpt2_lab.worker.join(60) and ex.logits.error == ""
+
+
+@pytest.mark.parametrize("by", [("layer", "pos"), ("layer", "head", "pos")])
+def test_the_page_holds_what_a_click_on_an_exact_sweep_shows(gpt2_lab, by):
+    """heatmap.cell_tops, which the page paints a click from at once, is what the kernel's answer shows: the same
+    series name, tokens, probabilities and metric, for every cell."""
+    site = "z" if "head" in by else "resid_pre"
+    res = gpt2_lab.patch_sweep(CLEAN, CORRUPT, site=site, by=by, metric=ilab.logit_diff(5, 9), progress=False)
+    ex = res.show()
+    gpt2_lab.worker.join()
+    tops = ex.heatmap.cell_tops
+    rows, cols = len(ex.heatmap.values), len(ex.heatmap.values[0])
+    assert tops["metric"] == ex.logits.metric["name"] and len(tops["cells"]) == rows * cols
+    assert ex.heatmap.link and ex.heatmap.link == ex.logits.link
+    s = ex.session
+    for row, col, value, name, tokens, probs in tops["cells"][:: max(1, len(tops["cells"]) // 12)]:
+        view = s.logits_view([s.cell_edit(row, col)], cells=[(row, col)])
+        patched = view["series"][2]
+        assert (name, tokens, probs) == (patched["name"], patched["tokens"], patched["probs"])
+        assert value == view["metric"]["values"]["patched"]
+    # an attribution sweep: nothing held, every click goes to the kernel
+    attr = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), method="attribution")
+    assert attr.show().heatmap.cell_tops == {}
+    gpt2_lab.worker.join()
+
+
+def test_sweep_progress_sends_only_new_cells(gpt2_lab, monkeypatch):
+    """A sweep's progress: the grid once (shape, labels), then one-way 'cells' messages with only the new cells,
+    each cell once; the whole grid (values, hover, cell_tops) again only when the sweep ends."""
+    ex = gpt2_lab.show(CLEAN, CORRUPT, answer=5, wrong=9, sweep=False).explorer
+    gpt2_lab.worker.join(timeout=120)
+    out = []
+    monkeypatch.setattr(ex.heatmap, "_send", lambda msg, buffers=None: out.append(msg))
+    ex.sweep(wait=True, max_batch=4)
+    grids = [m for m in out if m["method"] == "update" and "values" in m["state"]]
+    cells = [c for m in out if m["method"] == "custom" and m["content"]["type"] == "cells"
+             for c in m["content"]["cells"]]
+    assert len(grids) == 2, [sorted(m["state"]) for m in grids]  # the first progress update and the end
+    first = grids[0]["state"]["values"]
+    new = {(r, c) for r, c, _, _ in cells}
+    assert len(new) == len(cells) > 0  # each cell once
+    final = ex.heatmap.values
+    for r, c, v, hover in cells:
+        assert first[r][c] is None and v == pytest.approx(final[r][c]) and hover == ex.heatmap.hover[r][c]
+    computed = {(r, c) for r, row in enumerate(final) for c, v in enumerate(row) if v is not None}
+    assert computed == new | {(r, c) for r, row in enumerate(first) for c, v in enumerate(row) if v is not None}
+    assert ex.heatmap.cell_tops["cells"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 import ipywidgets as W
 
@@ -41,8 +42,9 @@ class PatchExplorer(W.VBox):
         self._edits: dict = {}  # cell id -> its patch, built on the worker (a forward caches the source's site)
         self._building = threading.Lock()  # one build per cell, whichever thread asks first
         self._cancel = threading.Event()
-        self.heatmap = PatchingHeatmap()
-        self.logits = LogitPanel(title=f"next token after: {session.base[-60:]!r}")
+        link = f"explorer-{uuid.uuid4().hex}"  # the page paints exact-sweep clicks on this panel at once
+        self.heatmap = PatchingHeatmap(link=link)
+        self.logits = LogitPanel(title=f"next token after: {session.base[-60:]!r}", link=link)
         super().__init__([self.heatmap, self.logits])
         if result is not None:
             session.result = result
@@ -130,10 +132,13 @@ class PatchExplorer(W.VBox):
         self.worker.submit(f"logits:{id(self)}", run, done, widget=self.logits)
 
     # ---- the sweep ------------------------------------------------------------------------------------------
-    def _show_result(self, result) -> None:
-        for k, v in self.session.grid(result).items():
-            setattr(self.heatmap, k, v)
-        self.heatmap.hover = self.session.hover(result)
+    def _show_result(self, result, final: bool = True) -> None:
+        with self.heatmap.hold_sync():  # one message
+            for k, v in self.session.grid(result).items():
+                setattr(self.heatmap, k, v)
+            self.heatmap.hover = self.session.hover(result)
+            if final:
+                self.heatmap.cell_tops = self.session.cell_tops(result)
 
     def sweep(self, wait: bool = False, **kw) -> None:
         """Run the sweep on the lab's worker; the heatmap fills in as cells finish, Cancel (or exit) stops it."""
@@ -144,8 +149,21 @@ class PatchExplorer(W.VBox):
         def progress(done, total):
             self.heatmap.progress = done / total if done < total else 0.0
 
+        sent = None  # cells the page has
+
+        def partial(res):
+            # the first update sets the grid (shape, labels, titles); later ones send only the new cells
+            nonlocal sent
+            if sent is None:
+                sent = set()
+                self.session.new_cells(res, sent)
+                self.heatmap.cell_tops = {}
+                self._show_result(res, final=False)
+            else:
+                self.heatmap.add_cells(self.session.new_cells(res, sent))
+
         def run():
-            return self.session.sweep(progress=progress, cancel=self._cancel, on_partial=self._show_result, **kw)
+            return self.session.sweep(progress=progress, cancel=self._cancel, on_partial=partial, **kw)
 
         def done(res):
             self._show_result(res)

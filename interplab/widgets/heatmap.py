@@ -11,6 +11,10 @@ Traits (all synced; settable from Python, each set repaints):
     active_edits  list[{id: str, label: str, enabled: bool, row: int, col: int}]  listed under the plot
     progress      float 0..1  progress bar with a Cancel button while 0 < progress < 1
     zmin, zmax    float | None  fixed colour range; default: RdBu centred at 0
+    cell_tops     {metric: str, cells: [[row, col, metric, series name, tokens, probs], ...]} or {}: what a click on
+                  a cell of an exact sweep shows in the logit panel, painted by the page at once (the click request
+                  still goes to the kernel, which answers with the same numbers)
+    link          str  the `link` of the LogitPanel the page paints those clicks on ("" = none)
     status, error str
 
 Requests from the frontend (protocol.json; each also carries its `id`) -> callbacks, called with keywords:
@@ -19,10 +23,15 @@ Requests from the frontend (protocol.json; each also carries its `id`) -> callba
     {type:"remove", edit_id}             -> on_remove(fn(edit_id=))
     {type:"clear"}                       -> on_clear(fn())                     (after `selected` is emptied)
     {type:"cancel"}                      -> on_cancel(fn())
+
+Messages to the frontend (protocol.json "messages"; no reply):
+    {type:"cells", cells: [[row, col, value, hover], ...]}  add_cells(): a sweep's progress, only the new cells (the
+                                                             `values`/`hover` traits are set once at the end)
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import traitlets as t
@@ -30,6 +39,14 @@ import traitlets as t
 from .base import Choice, Int, Labels, LabWidget, NumberGrid, TextGrid, plain
 
 __all__ = ["PatchingHeatmap"]
+
+
+def _finite(v: Any) -> float | None:
+    v = plain(v)
+    if v is None:
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else None
 
 
 class PatchingHeatmap(LabWidget):
@@ -49,6 +66,8 @@ class PatchingHeatmap(LabWidget):
     progress = t.Float(0.0).tag(sync=True)
     zmin = t.Float(None, allow_none=True).tag(sync=True)
     zmax = t.Float(None, allow_none=True).tag(sync=True)
+    cell_tops = t.Dict().tag(sync=True)
+    link = t.Unicode("").tag(sync=True)
 
     def __init__(self, values: Any = None, **kwargs: Any):
         if values is not None:
@@ -113,6 +132,17 @@ class PatchingHeatmap(LabWidget):
                 r.append(None)
         rows[row][col] = value
         self.values = rows
+
+    def add_cells(self, cells: list) -> None:
+        """Paint computed cells [[row, col, value, hover], ...] without resending the grid: a one-way message (the
+        traits stay as they were; set `values` and `hover` when the sweep ends)."""
+        out = []
+        for cell in plain(cells):
+            row, col, value, hover = plain(cell)
+            value = _finite(value)
+            out.append([int(row), int(col), value, "" if hover is None else str(hover)])
+        if out:
+            self.send({"type": "cells", "cells": out})
 
     # -- requests --------------------------------------------------------------------------------------------------
     def _limits(self):

@@ -5,6 +5,7 @@ Traits:
     metric  {name: str, values: {label: float}}   shown as text, e.g. {"name": "logit diff",
             "values": {"clean": 3.2, "corrupt": -3.1, "patched": 1.0}}
     title, status, error   str
+    link    str   the heatmap whose exact-sweep clicks this panel paints at once (PatchingHeatmap.cell_tops)
 No requests from the frontend.
 """
 
@@ -48,6 +49,7 @@ class LogitPanel(LabWidget):
     series = Series().tag(sync=True)
     metric = t.Dict().tag(sync=True)
     title = t.Unicode("").tag(sync=True)
+    link = t.Unicode("").tag(sync=True)
 
     @t.validate("metric")
     def _v_metric(self, proposal):

@@ -2,7 +2,7 @@
 // Requests to Python (declared in interplab/widgets/protocol.json): click {row, col, shift},
 // toggle {edit_id, enabled}, remove {edit_id}, clear, cancel (the Cancel button, in plot.js).
 import {
-  RDBU, baseLayout, clickedCell, esc, fmt, grid, h, hoverLines, paint, quoted, recordPaint, scheduler, shell, strGrid,
+  RDBU, baseLayout, bus, cellAt, esc, fmt, grid, h, hoverLines, paint, quoted, recordPaint, scheduler, shell, strGrid,
   tokenAxis,
 } from "./plot.js";
 
@@ -102,32 +102,63 @@ export function render({ model, el }) {
     recordPaint(state);
   }
 
-  function draw() {
+  // The grid as painted: built from the traits, then patched in place by "cells" messages (a sweep's progress sends
+  // only its new cells: resending every value and hover string made a 2000-cell sweep freeze the page for seconds).
+  let cur = null;
+  let revision = 0;
+
+  function fromTraits() {
     const z = grid(model.get("values"));
     const rows = z.length;
     const cols = z.reduce((m, r) => Math.max(m, r.length), 0);
+    for (const r of z) while (r.length < cols) r.push(null);
     const xl = Array.isArray(model.get("x_labels")) ? model.get("x_labels") : [];
     const yl = Array.isArray(model.get("y_labels")) ? model.get("y_labels") : [];
     const xLabels = Array.from({ length: Math.max(cols, xl.length) }, (_, i) => (i < xl.length ? xl[i] : String(i)));
     const yLabels = Array.from({ length: Math.max(rows, yl.length) }, (_, i) => (i < yl.length ? yl[i] : String(i)));
-    const extra = strGrid(model.get("hover"), rows, cols);
-    const metric = String(state.get("metric_name", "") || "metric");
-    const xTitle = String(state.get("x_title", ""));
-    const yTitle = String(state.get("y_title", ""));
-    const text = [];
+    const g = {
+      z, rows, cols, xLabels, yLabels, extra: strGrid(model.get("hover"), rows, cols), text: [],
+      metric: String(state.get("metric_name", "") || "metric"),
+      xTitle: String(state.get("x_title", "")), yTitle: String(state.get("y_title", "")),
+    };
     for (let r = 0; r < rows; r++) {
       const line = [];
-      for (let c = 0; c < cols; c++) {
-        const v = z[r][c];
-        let t =
-          `${esc(yTitle || "row")} ${r}: ${quoted(yLabels[r])}<br>` +
-          `${esc(xTitle || "col")} ${c}: ${quoted(xLabels[c])}<br>` +
-          `${esc(metric)}: ${v === null || v === undefined ? "not computed yet" : fmt(v, 4)}`;
-        if (extra[r][c]) t += `<br>${hoverLines(extra[r][c])}`;
-        line.push(t);
-      }
-      text.push(line);
+      for (let c = 0; c < cols; c++) line.push(hoverText(g, r, c));
+      g.text.push(line);
     }
+    return g;
+  }
+
+  function hoverText(g, r, c) {
+    const v = g.z[r][c];
+    let t =
+      `${esc(g.yTitle || "row")} ${r}: ${quoted(g.yLabels[r])}<br>` +
+      `${esc(g.xTitle || "col")} ${c}: ${quoted(g.xLabels[c])}<br>` +
+      `${esc(g.metric)}: ${v === null || v === undefined ? "not computed yet" : fmt(v, 4)}`;
+    if (g.extra[r][c]) t += `<br>${hoverLines(g.extra[r][c])}`;
+    return t;
+  }
+
+  function addCells(cells) {
+    if (!cur || !Array.isArray(cells)) return;
+    for (const cell of cells) {
+      if (!Array.isArray(cell)) continue;
+      const [r, c, v, hover] = cell;
+      if (!Number.isInteger(r) || !Number.isInteger(c) || r < 0 || c < 0 || r >= cur.rows || c >= cur.cols) continue;
+      cur.z[r][c] = typeof v === "number" && Number.isFinite(v) ? v : null;
+      cur.extra[r][c] = hover === undefined || hover === null ? "" : String(hover);
+      cur.text[r][c] = hoverText(cur, r, c);
+    }
+    repaintCells();
+  }
+
+  function draw() {
+    cur = fromTraits();
+    return paintGrid();
+  }
+
+  function paintGrid() {
+    const { z, rows, cols, xLabels, yLabels, text, metric, xTitle, yTitle } = cur;
     const zmin = model.get("zmin");
     const zmax = model.get("zmax");
     const fixed = typeof zmin === "number" && typeof zmax === "number" && zmax > zmin;
@@ -153,6 +184,7 @@ export function render({ model, el }) {
       margin: { l: 90, r: 30, t: sub ? 70 : 50, b: 90 },
       plot_bgcolor: "#d9d9d9", // not-yet-computed cells (null) show as grey
       height: Math.min(900, Math.max(300, 170 + 24 * rows)),
+      datarevision: ++revision, // z and text are patched in place: tell Plotly.react they changed
       xaxis: tokenAxis(xLabels.slice(0, cols), { title: { text: esc(xTitle) }, tickangle: -45 }),
       yaxis: tokenAxis(yLabels.slice(0, rows), { title: { text: esc(yTitle) }, range: [rows - 0.5, -0.5] }),
     });
@@ -162,17 +194,84 @@ export function render({ model, el }) {
       if (!gd.__interplab_click) {
         gd.__interplab_click = true;
         gd.on("plotly_afterplot", drawOverlay); // resizes and relayouts move the cells
-        gd.on("plotly_click", (ev) => {
-          const z = gd._fullData?.[0]?.z ?? [];
-          const cell = clickedCell(gd, ev, z.length, z.reduce((m, r) => Math.max(m, r?.length ?? 0), 0));
-          if (!cell) return;
-          state.request("click", { row: cell.row, col: cell.col, shift: !!ev.event?.shiftKey });
-        });
+        listenClicks(gd);
       }
     });
   }
 
+  // Clicks are ours, not plotly_click: a press and a release on the same cell. In JupyterLab and Notebook 7 a
+  // shift+mousedown also starts the notebook's cell range selection, whose capture-phase mouseup handler swallows
+  // the release plotly waits for; so a shift press on a cell stops there (the notebook never sees it).
+  function listenClicks(gd) {
+    const size = () => {
+      const z = gd._fullData?.[0]?.z ?? [];
+      return [z.length, z.reduce((m, r) => Math.max(m, r?.length ?? 0), 0)];
+    };
+    let down = null;
+    const onDown = (ev) => {
+      if (ev.button !== 0) return;
+      const cell = cellAt(gd, ev, ...size());
+      if (!cell) return; // the mode bar, the colour bar, the margins: not ours
+      if (ev.shiftKey) {
+        ev.stopPropagation();
+        // no text selection either (on the mousedown: a cancelled pointerdown would drop the mouse events)
+        if (ev.type === "mousedown") ev.preventDefault();
+      }
+      if (ev.type === "pointerdown") down = { ...cell, shift: ev.shiftKey };
+    };
+    const onUp = (ev) => {
+      const start = down;
+      down = null;
+      if (!start || ev.button !== 0) return;
+      const cell = cellAt(gd, ev, ...size());
+      if (!cell || cell.row !== start.row || cell.col !== start.col) return; // a drag from one cell to another
+      const shift = start.shift || ev.shiftKey;
+      if (!shift) paintLogits(cell.row, cell.col);
+      state.request("click", { row: cell.row, col: cell.col, shift });
+    };
+    gd.addEventListener("pointerdown", onDown);
+    gd.addEventListener("mousedown", onDown);
+    // the release is heard on the window, first: plotly covers the page with its drag cover during a press
+    window.addEventListener("pointerup", onUp, true);
+    state.onCleanup(() => {
+      gd.removeEventListener("pointerdown", onDown);
+      gd.removeEventListener("mousedown", onDown);
+      window.removeEventListener("pointerup", onUp, true);
+    });
+  }
+
+  // A click on a cell of an exact sweep: the page holds that cell's patched run (cell_tops), so the linked logit
+  // panel paints it now; the click request still goes (the kernel records it and answers with the same numbers).
+  function paintLogits(row, col) {
+    const link = String(state.get("link", ""));
+    const tops = model.get("cell_tops");
+    if (!link || !tops || !Array.isArray(tops.cells)) return;
+    const id = `r${row}c${col}`;
+    const old = (Array.isArray(model.get("active_edits")) ? model.get("active_edits") : []).find((e) => e?.id === id);
+    if (old && old.enabled === false) return; // the kernel keeps it disabled: nothing patched to show
+    const hit = tops.cells.find((e) => Array.isArray(e) && e[0] === row && e[1] === col);
+    if (!hit) return;
+    const [, , value, name, tokens, probs] = hit;
+    bus().dispatchEvent(new CustomEvent(link, { detail: { metric: String(tops.metric ?? ""), value, name, tokens, probs } }));
+  }
+
   const redraw = scheduler(state, draw);
+  // progress: at most one repaint per 150 ms whatever the rate of "cells" messages (a repaint of a big grid is
+  // tens of ms; the page stays free for clicks, hovers and the Cancel button in between)
+  let cellsTimer = null;
+  let lastCellsPaint = 0;
+  function repaintCells() {
+    if (cellsTimer !== null) return;
+    const wait = Math.max(0, 150 - (performance.now() - lastCellsPaint));
+    cellsTimer = state.timeout(() => {
+      cellsTimer = null;
+      lastCellsPaint = performance.now();
+      if (cur && state.alive) paintGrid();
+    }, wait);
+  }
+  state.on("msg:custom", (msg) => {
+    if (msg?.type === "cells") addCells(msg.cells);
+  });
   state.watch(TRAITS, redraw);
   state.watch(SELECTION, scheduler(state, drawSelection, { soon: true })); // DOM outlines only: cheap
   draw();

@@ -1,15 +1,15 @@
 // LogitPanel: top-k next-token bars per series (e.g. clean / corrupt / patched), side by side, plus a metric line.
-// No requests to Python.
+// No requests to Python. A heatmap sharing this panel's `link` trait paints a click on a cell of an exact sweep here at
+// once, from the numbers it holds (its cell_tops); the kernel's answer, the same numbers, repaints it later.
 import { paintBars } from "./bars.js";
-import { fmt, h, scheduler, shell } from "./plot.js";
+import { bus, fmt, h, scheduler, shell } from "./plot.js";
 
 export function render({ model, el }) {
   const state = shell(model, el, "logits");
   const metric = h("div", { class: "il-metric" });
   state.root.insertBefore(metric, state.plot);
 
-  function showMetric() {
-    const m = model.get("metric");
+  function showMetric(m = model.get("metric")) {
     const vals = m && typeof m === "object" && m.values && typeof m.values === "object" ? m.values : {};
     const entries = Object.entries(vals);
     metric.textContent = entries.length
@@ -23,6 +23,27 @@ export function render({ model, el }) {
   }
 
   state.watch(["series", "title", "metric"], scheduler(state, draw, { soon: true })); // DOM only: cheap
+
+  // {name, tokens, probs, value, metric}: the patched run of a clicked cell; clean and corrupt are this panel's own
+  function paintCell(ev) {
+    const cell = ev.detail;
+    const series = Array.isArray(model.get("series")) ? model.get("series") : [];
+    const m = model.get("metric");
+    const vals = m && typeof m === "object" && m.values && typeof m.values === "object" ? m.values : {};
+    const base = series.filter((s) => s?.name === "clean" || s?.name === "corrupt");
+    if (!cell || base.length !== 2 || String(m?.name ?? "") !== cell.metric) return; // not ours to guess
+    const values = { clean: vals.clean, corrupt: vals.corrupt, patched: cell.value };
+    const denom = vals.clean - vals.corrupt;
+    if (Number.isFinite(denom) && Math.abs(denom) > 1e-9) values.normalised = (cell.value - vals.corrupt) / denom;
+    showMetric({ name: m.name, values });
+    paintBars(state, [...base, { name: cell.name, tokens: cell.tokens, probs: cell.probs }],
+      String(state.get("title", "")));
+  }
+  const link = String(state.get("link", ""));
+  if (link) {
+    bus().addEventListener(link, paintCell);
+    state.onCleanup(() => bus().removeEventListener(link, paintCell));
+  }
   draw();
   return () => state.cleanup();
 }

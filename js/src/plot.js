@@ -151,7 +151,9 @@ export const SERIES_COLORS = ["#4c78a8", "#e45756", "#54a24b", "#f58518", "#b279
 
 export const PLOT_CONFIG = {
   displaylogo: false,
-  responsive: true,
+  // not plotly's window-resize autosize: in JupyterLab it measured a collapsing container and set the height to 0;
+  // views size themselves to their container (sizeToContainer) with an explicit width and height
+  responsive: false,
   typesetMath: false, // a token like "$x$" must not become LaTeX
   modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],
   toImageButtonOptions: { format: "svg", filename: "interplab" },
@@ -195,15 +197,48 @@ export function recordPaint(state) {
   return gd;
 }
 
+/** The width a plot gets: its container's, or undefined (plotly's default) while the view is not on the page. */
+export function containerWidth(state) {
+  const w = Math.floor(state.plot.clientWidth || state.root.clientWidth || 0);
+  return w > 0 ? w : undefined;
+}
+
+/** Follow the container's width: a ResizeObserver relayouts the plot with an explicit width (the height is the
+ * view's own, from its rows), so a window resize never leaves a plot of height 0 under the next view. */
+export function sizeToContainer(state) {
+  if (typeof ResizeObserver !== "function") return;
+  let last = containerWidth(state);
+  const ro = new ResizeObserver(() => {
+    const w = containerWidth(state);
+    if (!state.alive || !w || w === last) return;
+    last = w;
+    const gd = state.plot;
+    if (!gd._fullLayout) return; // not painted yet: the first paint reads the width
+    const height = gd.layout?.height;
+    Plotly.relayout(gd, height ? { width: w, height } : { width: w }).catch(() => {});
+  });
+  ro.observe(state.plot);
+  state.onCleanup(() => ro.disconnect());
+}
+
 /** Repaint with Plotly.react and push a paint event for tests/benchmarks. Returns a promise. */
 export function paint(state, data, layout) {
   const gd = state.plot;
   if (!state.alive) return Promise.resolve(gd);
+  const width = containerWidth(state);
+  if (width && layout.width === undefined) layout = { ...layout, width };
   return Plotly.react(gd, data, layout, PLOT_CONFIG).then(() => recordPaint(state)).catch((err) => {
     console.error("interplab: paint failed", err);
     state.displayError(`display error: ${err?.message ?? err}`);
     return gd;
   });
+}
+
+// ---------------------------------------------------------------- views talking to views, in the page
+/** The page's one event bus between views (a heatmap paints its logit panel at once): on window, since each
+ * widget may load its own copy of the bundle. Events are named by the widgets' shared `link` trait. */
+export function bus() {
+  return (window.__interplab_bus ||= new EventTarget());
 }
 
 // ---------------------------------------------------------------- the shell every widget uses
@@ -226,6 +261,7 @@ export function shell(model, el, kind, { progress = false } = {}) {
   el.appendChild(root);
 
   const offs = [];
+  const cleanups = [];
   const timers = new Set();
   const pending = new Set(); // ids of the requests sent and not answered yet
   let requestError = ""; // the last reply's error (cleared by the next ok reply)
@@ -277,9 +313,20 @@ export function shell(model, el, kind, { progress = false } = {}) {
       clearTimeout(id);
       timers.delete(id);
     },
+    /** fn() runs at cleanup (observers, DOM listeners) */
+    onCleanup(fn) {
+      cleanups.push(fn);
+    },
     cleanup() {
       state.alive = false;
       for (const off of offs.splice(0)) off();
+      for (const fn of cleanups.splice(0)) {
+        try {
+          fn();
+        } catch (_) {
+          /* best effort */
+        }
+      }
       for (const id of timers) clearTimeout(id);
       timers.clear();
       try {
@@ -329,6 +376,7 @@ export function shell(model, el, kind, { progress = false } = {}) {
     state.watch(["progress"], showProgress);
     cancel.addEventListener("click", () => state.request("cancel"));
   }
+  sizeToContainer(state);
   return state;
 }
 

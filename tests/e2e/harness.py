@@ -192,6 +192,7 @@ class JupyterServer:
             "--IdentityProvider.token=", "--ServerApp.password=",
             "--ServerApp.disable_check_xsrf=True",
             "--LabApp.expose_app_in_browser=True",
+            "--JupyterNotebookApp.expose_app_in_browser=True",  # Notebook 7's /notebooks/ pages, when installed
             f"--LabApp.workspaces_dir={self.work / 'workspaces'}",
             f"--LabApp.user_settings_dir={settings}",
             "--LabApp.news_url=", "--LabServerApp.open_browser=False",
@@ -349,7 +350,8 @@ class LabNotebook:
 
     @classmethod
     def open(cls, browser, server: JupyterServer, path: str, timeout: float = 120.0,
-             viewport=(1400, 1000)) -> LabNotebook:
+             viewport=(1400, 1000), app: str = "lab") -> LabNotebook:
+        """app: "lab" (JupyterLab 4, /lab/tree/) or "notebook" (Notebook 7, /notebooks/; the `notebook` package)."""
         context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
         page = context.new_page()
         nb = cls(context, page, server, path)
@@ -361,7 +363,8 @@ class LabNotebook:
             return r.abort()
 
         page.route("**/*", route)
-        page.goto(f"{server.url}/lab/tree/{path}?reset", timeout=timeout * 1000)
+        url = f"{server.url}/lab/tree/{path}?reset" if app == "lab" else f"{server.url}/notebooks/{path}"
+        page.goto(url, timeout=timeout * 1000)
         page.wait_for_function(
             f"() => !!window.jupyterapp && !!{_NB} && !!{_NB}.content && !!{_NB}.context"
             f" && {_NB}.context.isReady && {_NB}.context.path.endsWith({json.dumps(path)})",
@@ -458,6 +461,22 @@ class LabNotebook:
             " return !!z && z.some((r) => r.some((v) => typeof v === 'number')); }",
             arg=index, timeout=timeout * 1000, polling=100)
 
+    def selected_outlines(self, index: int) -> list[list[int]]:
+        """The cells outlined as selected on the heatmap of cell `index` (the kernel's `selected`, echoed), sorted."""
+        return self.page.evaluate(
+            "(i) => [...window.__il.cellNode(i).querySelectorAll('.interplab-heatmap .il-cell-selected')]"
+            ".map((d) => [Number(d.dataset.row), Number(d.dataset.col)]).sort((a, b) => a[0] - b[0] || a[1] - b[1])",
+            index)
+
+    def wait_selected(self, index: int, cells: list[list[int]], timeout: float = 30.0) -> None:
+        """Until the heatmap's outlined selection is exactly `cells`."""
+        want = sorted([list(c) for c in cells])
+        deadline = time.monotonic() + timeout
+        while (got := self.selected_outlines(index)) != want:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"selection outlined {got}, expected {want}")
+            time.sleep(0.05)
+
     def series_names(self, index: int) -> list[str]:
         return self.page.evaluate(
             "(i) => [...(window.__il.cellNode(i).querySelector('.interplab-logits')?.querySelectorAll("
@@ -486,12 +505,17 @@ class LabNotebook:
                }""", [index, row, col])
         return p["x"], p["y"]
 
-    def click_heatmap_cell(self, index: int, row: int, col: int) -> float:
-        """A real mouse click on a heatmap cell; returns performance.now() at the page's mousedown."""
+    def click_heatmap_cell(self, index: int, row: int, col: int, shift: bool = False) -> float:
+        """A real mouse click on a heatmap cell (with the Shift key held down on the keyboard when shift); returns
+        performance.now() at the page's mousedown."""
         x, y = self.cell_pixel(index, row, col)
         n = self.page.evaluate("() => window.__il_clicks.length")
         self.page.mouse.move(x, y)
+        if shift:
+            self.page.keyboard.down("Shift")
         self.page.mouse.down()
         self.page.mouse.up()
+        if shift:
+            self.page.keyboard.up("Shift")
         self.page.wait_for_function("(n) => window.__il_clicks.length > n", arg=n, timeout=5000, polling=20)
         return self.page.evaluate("() => window.__il_clicks[window.__il_clicks.length - 1]")

@@ -30,7 +30,11 @@ def required(fields: dict) -> set[str]:
 def test_the_declaration_is_well_formed_and_names_every_widget():
     assert set(VIEWS) == set(CLASSES)
     for kind, view in VIEWS.items():
-        assert set(view) == {"requests", "traits"}, kind
+        assert {"requests", "traits"} <= set(view) <= {"requests", "traits", "messages"}, kind
+        for mtype, fields in view.get("messages", {}).items():  # kernel -> frontend, one way
+            assert re.fullmatch(r"[a-z_]+", mtype) and mtype != "reply", mtype
+            assert mtype not in view["requests"], f"{kind}.{mtype}: a message and a request share a name"
+            assert all(spec in SCALARS | {"list"} for spec in fields.values()), (kind, mtype, fields)
         for rtype, fields in view["requests"].items():
             assert re.fullmatch(r"[a-z_]+", rtype), rtype
             assert not {"type", "id"} & set(fields), f"{kind}.{rtype}: 'type' and 'id' are the envelope's"
@@ -301,3 +305,14 @@ def test_the_reply_travels_as_a_custom_message():
     w.send_test_message({"type": "cancel", "id": 4})
     assert sent == [{"type": "reply", "id": 4, "ok": True}]
     assert json.loads(json.dumps(sent)) == sent
+
+
+def test_cells_travel_as_the_declared_one_way_message(monkeypatch):
+    w = heatmap()
+    wire = Wire(w, monkeypatch)
+    w.add_cells([[1, 1, 0.25, "m: 0.250"], (0, 1, float("nan"), None)])
+    w.add_cells([])  # nothing new: nothing sent
+    assert wire.out == [("custom", {"type": "cells", "cells": [[1, 1, 0.25, "m: 0.250"], [0, 1, None, ""]]})]
+    declared = VIEWS["heatmap"]["messages"]["cells"]
+    assert set(wire.out[0][1]) - {"type"} == set(declared)
+    assert w.values == [[0.0, 0.5], [1.0, None]]  # the traits are untouched (set once when the sweep ends)

@@ -1,0 +1,110 @@
+"""The heatmap where users click it: JupyterLab 4 and Notebook 7 in Chromium, the real mouse and keyboard.
+
+- shift-click adds cells (the notebook's own shift+mousedown, a cell range selection, swallowed the release);
+- the dashboard (`lab.show`) survives window resizes: the heatmap keeps its height, no panel draws over another;
+- a click on an exact sweep's cell paints the logit panel at once, even while the kernel is busy with another cell.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+
+import pytest
+from harness import LabNotebook, write_notebook
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+CLEAN = "When Mary and John went to the store, then John gave a drink to"
+CORRUPT = "When Mary and John went to the store, then Mary gave a drink to"
+SOURCES = [
+    f'''import interplab as ilab
+lab = ilab.Lab.load("ioi-tiny")
+clean, corrupt = {CLEAN!r}, {CORRUPT!r}
+res = lab.patch_sweep(clean, corrupt, site="resid_pre", by=("layer", "pos"),
+                      metric=ilab.logit_diff(" Mary", " John"), method="exact", progress=False)''',
+    "explorer = res.show()\nexplorer",
+    'dash = lab.show(clean, corrupt, " Mary", " John")\ndash',
+]
+APPS = ["lab", pytest.param("notebook", marks=pytest.mark.skipif(
+    importlib.util.find_spec("notebook") is None, reason="Notebook 7 (the `notebook` package) is not installed"))]
+
+
+@pytest.fixture
+def heatmap_notebook(lab_server, request):
+    """A notebook of its own per test: its own kernel (a page opening a path whose kernel another page's widgets
+    live in fails to restore them)."""
+    server, _ = lab_server
+    name = f"heatmap_{request.node.name.replace('[', '_').replace(']', '')}.ipynb"
+    write_notebook(server.root_dir / name, SOURCES)
+    return server, name
+
+
+def multi_selected_cells(nb) -> int:
+    """How many notebook cells the notebook itself has selected (a shift-click range selection makes it > 1)."""
+    return nb.page.evaluate("() => { const c = window.__il.nbw().content;"
+                            " return c.widgets.filter((w) => c.isSelectedOrActive(w)).length; }")
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_shift_click_adds_cells(heatmap_notebook, chromium_browser, app):
+    server, name = heatmap_notebook
+    nb = LabNotebook.open(chromium_browser, server, name, app=app)
+    try:
+        nb.run_through(1)
+        nb.wait_heatmap(1)
+        assert nb.exec("print(explorer.queue.join(120))").strip() == "True"
+        startup_errors = list(nb.page_errors)  # Notebook 7 logs two of its own at startup (settings, file browser)
+        nb.click_heatmap_cell(1, 1, 3)
+        nb.wait_selected(1, [[1, 3]])
+        nb.click_heatmap_cell(1, 2, 5, shift=True)
+        nb.wait_selected(1, [[1, 3], [2, 5]])
+        assert multi_selected_cells(nb) <= 1, "the shift-click also range-selected notebook cells"
+        nb.click_heatmap_cell(1, 3, 7, shift=True)
+        nb.wait_selected(1, [[1, 3], [2, 5], [3, 7]])
+        nb.click_heatmap_cell(1, 2, 5, shift=True)  # a shift-click on a selected cell removes it
+        nb.wait_selected(1, [[1, 3], [3, 7]])
+        state = json.loads(nb.exec("import json\nprint(json.dumps(explorer.heatmap.selected))").strip())
+        assert state == [[1, 3], [3, 7]]
+        nb.click_heatmap_cell(1, 0, 2)  # a plain click replaces the selection
+        nb.wait_selected(1, [[0, 2]])
+        assert nb.page_errors == startup_errors, nb.page_errors
+        assert app == "notebook" or not startup_errors, startup_errors
+    finally:
+        nb.close()
+
+
+def panel_boxes(nb, index: int) -> dict:
+    return nb.page.evaluate(
+        """(i) => {
+             const cell = window.__il.cellNode(i);
+             const box = (el) => { const r = el.getBoundingClientRect();
+                                   return { top: r.top, bottom: r.bottom, left: r.left, right: r.right,
+                                            width: r.width, height: r.height }; };
+             const gd = cell.querySelector('.interplab-heatmap .js-plotly-plot');
+             return { heatmap: box(gd), svg: box(gd.querySelector('.main-svg')),
+                      logits: box(cell.querySelector('.interplab-logits')),
+                      output: box(cell.querySelector('.jp-OutputArea')) };
+           }""", index)
+
+
+def test_dashboard_survives_window_resizes(heatmap_notebook, chromium_browser):
+    server, name = heatmap_notebook
+    nb = LabNotebook.open(chromium_browser, server, name, viewport=(1400, 1000))
+    try:
+        nb.run_through(2)
+        nb.wait_heatmap(2)
+        assert nb.exec("print(dash.explorer.queue.join(120))").strip() == "True"
+        for width in (1300, 1000, 1400, 1300, 800):
+            nb.page.set_viewport_size({"width": width, "height": 1000})
+            time.sleep(0.8)  # the resize observer's relayout
+            nb.page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
+            b = panel_boxes(nb, 2)
+            assert b["heatmap"]["height"] > 250, (width, b)
+            assert abs(b["svg"]["height"] - b["heatmap"]["height"]) < 2, (width, b)  # the plot fills its div
+            assert b["heatmap"]["bottom"] <= b["logits"]["top"] + 1, f"the logit panel overlaps the heatmap: {b}"
+            assert b["heatmap"]["right"] <= b["output"]["right"] + 1, f"the heatmap overflows its output: {b}"
+        assert not nb.page_errors, nb.page_errors
+    finally:
+        nb.close()
