@@ -97,6 +97,7 @@ const CSS = `
 .interplab textarea { font-family: monospace; font-size: 12px; width: 100%; box-sizing: border-box; }
 .interplab .il-cols { display: flex; gap: 8px; }
 .interplab .il-cols > div { flex: 1; }
+.interplab .il-canvas { position: absolute; pointer-events: none; }
 .interplab .il-overlay { position: absolute; left: 0; top: 0; width: 0; height: 0; pointer-events: none; }
 .interplab .il-cell { position: absolute; box-sizing: border-box; }
 .interplab .il-cell-selected { border: 3px solid #000; }
