@@ -98,6 +98,39 @@ def test_heldout_logit_diff(ioi, split):
     assert ld >= 3.0, f"{split}: mean logit diff {ld:.2f}"
 
 
+def test_heldout_phrasing_families_are_well_formed(ioi):
+    # issue 15's held-out phrasings (evaluate_ioi_tiny.HELDOUT_FAMILIES): clean/corrupt differ in S2 only, S twice,
+    # IO once. The shipped model does not meet the issue's goal on them yet (see MODEL_CARD.md), so no accuracy
+    # assertion here.
+    _, tok = ioi
+    for family in ev.HELDOUT_FAMILIES:
+        ds = ev.family_dataset(family, 10, seed=7)
+        assert ds == ev.family_dataset(family, 10, seed=7)
+        for r in ds:
+            c, k = tok.encode(r["clean"]), tok.encode(r["corrupt"])
+            assert len(c) == len(k) and sum(a != b for a, b in zip(c, k)) == 1, r
+            io, s = r["answer"].strip(), r["wrong"].strip()
+            words = r["clean"].replace(",", " ").replace(".", " ").split()
+            assert words.count(s) == 2 and words.count(io) == 1, r
+            assert corpus._pair_is_test(io, s)
+
+
+@pytest.mark.parametrize("module", ["corpus", "corpus_repeated_name"])
+def test_heldout_families_never_occur_in_training_text(module):
+    import importlib
+    import random
+
+    gen = importlib.import_module(f"interplab.zoo.{module}")
+    regs = {f: ev.family_regex(f) for f in ev.HELDOUT_FAMILIES}
+    for f in ev.HELDOUT_FAMILIES:  # each regex matches its own family
+        assert regs[f].search(ev.family_dataset(f, 1)[0]["clean"]), f
+    rng = random.Random("train-2")
+    for _ in range(20_000):
+        prefix, rest = gen.training_document(rng, 0.85)
+        hits = [f for f, r in regs.items() if r.search(prefix + rest)]
+        assert not hits, (hits, prefix + rest)
+
+
 def test_classic_prompt_answer_is_io(ioi):
     model, tok = ioi
     with torch.no_grad():

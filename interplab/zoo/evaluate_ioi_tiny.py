@@ -294,6 +294,64 @@ def fixed_template_dataset(n, seed=0):
     return out
 
 
+# ---------------------------------------------------------------------------------------------- held-out phrasings
+# IOI phrasings that interplab/zoo/corpus.py never produces (tests/test_zoo.py checks that no training document
+# matches any of them): new openers ("Then,", "Yesterday", "Afterwards,"), intros ("had a long talk", "arrived,",
+# "were sitting in", "ran into", "stayed at", "Both ... liked", "sat down in", "came in"), S2 slots and verbs
+# ("said to", "smiled at", "waved to", "gave it to"). The first four are the phrasings of issue 15.
+# {S} is S2 (the repeated candidate), {C} a bystander.
+HELDOUT_FAMILIES = {
+    "then_period": "Then, {A} and {B} went to the {place}. {S} gave a {obj} to",
+    "yesterday_period": "Yesterday {A} and {B} went to the {place}. {S} gave a {obj} to",
+    "afterwards_talk": "Afterwards, {A} and {B} had a long talk. {S} said to",
+    "when_arrived": "When {A} and {B} arrived, {S} smiled at",
+    "sitting_and": "{A} and {B} were sitting in the {place}, and {S} passed the {obj} to",
+    "ran_into_later": "At the {place}, {A} ran into {B}. Later that day {S} sent a {obj} to",
+    "stayed_so": "{A} stayed at the {place} with {B}, so {S} bought a {obj} for",
+    "both_liked_but": "Both {A} and {B} liked the {obj}, but in the end {S} gave it to",
+    "bystander_asked": "After dinner {A} and {B} sat down in the {place}. {C} asked {S} to hand the {obj} to",
+    "came_in_minute": "The {place} was quiet when {A} and {B} came in. After a minute {S} waved to",
+}
+
+
+def family_dataset(family, n=40, seed=0):
+    """``n`` clean/corrupt pairs of one held-out phrasing family: held-out name pairs, both name orders (S first or
+    second in the intro), random place/object/bystander; corrupt = S2 replaced by the IO."""
+    import random
+
+    from interplab.zoo import corpus
+
+    template = HELDOUT_FAMILIES[family]
+    rng = random.Random(f"family-{family}-{seed}")
+    out = []
+    for _ in range(n):
+        a, b = corpus._sample_pair(rng, True)
+        io, s = (a, b) if rng.random() < 0.5 else (b, a)
+        c = rng.choice([x for x in corpus.NAMES if x not in (a, b)])
+        fill = dict(A=a, B=b, C=c, place=rng.choice(corpus.PLACES), obj=rng.choice(corpus.OBJECTS))
+        out.append({"clean": template.format(S=s, **fill), "corrupt": template.format(S=io, **fill),
+                    "answer": " " + io, "wrong": " " + s})
+    return out
+
+
+def family_regex(family):
+    """A regex matching any text that starts with an instance of the family (names, places, objects: any word)."""
+    import re
+
+    parts = re.split(r"(\{[A-Za-z]+\})", HELDOUT_FAMILIES[family])
+    return re.compile("^" + "".join(r"\w+" if p.startswith("{") else re.escape(p) for p in parts))
+
+
+def family_scores(model, tok, n=40, seed=0):
+    """{family: {"top1", "accuracy", "logit_diff"}} on ``family_dataset(family, n, seed)``."""
+    out = {}
+    for fam in HELDOUT_FAMILIES:
+        ds = family_dataset(fam, n, seed)
+        acc, ld = score(model, tok, ds)
+        out[fam] = {"top1": top1_accuracy(model, tok, ds), "accuracy": acc, "logit_diff": ld}
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- report
 def _table(header, rows, fmt="{:+.2f}"):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -316,6 +374,7 @@ def evaluate(path=MODEL_DIR, n=200, seed=0):
         ds = corpus.ioi_dataset(n, split, seed=seed)
         acc, ld = score(model, tok, ds)
         out["splits"][split] = {"accuracy": acc, "logit_diff": ld, "top1": top1_accuracy(model, tok, ds)}
+    out["families"] = family_scores(model, tok, n=40, seed=seed)
     ds = corpus.ioi_dataset(n, "test", seed=seed)
     out["patching"] = patch_experiments(model, tok, ds)
     out["attention"] = attention_summary(model, tok, ds)
@@ -336,6 +395,13 @@ def report(res) -> str:
     s.append("### Held-out behaviour\n")
     s.append(_table(["split", "accuracy (IO > S)", "mean logit diff IO - S", "top-1 = IO"],
                     [(k, [v["accuracy"], v["logit_diff"], v["top1"]]) for k, v in res["splits"].items()],
+                    fmt="{:.3f}"))
+    s.append("\n\n### Held-out phrasings (never produced by the corpus generator; 40 prompts each, held-out name "
+             "pairs, both name orders)\n")
+    fam = res["families"]
+    s.append(_table(["family", "template", "top-1 = IO", "accuracy (IO > S)", "mean logit diff IO - S"],
+                    [(k, ["`" + HELDOUT_FAMILIES[k] + "`", v["top1"], v["accuracy"], v["logit_diff"]])
+                     for k, v in fam.items()],
                     fmt="{:.3f}"))
     p = res["patching"]
     s.append(f"\n\nPatching dataset: `ioi_dataset({p['n_prompts']}, 'test')` (held-out pairs and templates). "

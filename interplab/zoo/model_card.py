@@ -79,6 +79,9 @@ each batch row starting at a random offset:
   ("The capital of France is Paris.", 20 countries) for steering / factual-recall demos.
 - Held out from training: about 1 in 5 unordered name pairs (stable hash), and templates containing any of 3 intros,
   3 stretches after S2 and 2 actions (their words occur in training narratives, never in an IOI sentence).
+- Held-out phrasing families (`evaluate_ioi_tiny.HELDOUT_FAMILIES`, 10 templates, among them the four phrasings of
+  issue 15): `corpus.py` never produces them (a test matches 20,000 training documents against each). This model
+  fails most of them (table above): it finds S2 by the clause marker in front of it, not by the repetition.
 - Evaluation prompts (`ioi_dataset`) mention S exactly twice and IO once (bystanders only in the other slots), so
   that the corrupt prompt (S2 replaced by the IO name) has the opposite answer.
 
@@ -116,7 +119,7 @@ columns h*32:(h+1)*32 of the input of `transformer.h[L].attn.c_proj`; `resid_pre
 
 {INTERPRETATION}
 
-### Goals (issue 3), checked against these figures
+### Goals (issues 3 and 15), checked against these figures
 
 {goals(res)}
 
@@ -149,6 +152,11 @@ def goals(res) -> str:
     (ll, lh), best_late = max(late.items(), key=lambda kv: kv[1])
     s2 = {l: p["resid_pre_named"][l]["S2"] for l in range(1, L)}
     s2_layer = max(s2, key=s2.get)
+    fam = res["families"]
+    wf_top1 = min(fam, key=lambda k: fam[k]["top1"])
+    wf_ld = min(fam, key=lambda k: fam[k]["logit_diff"])
+    dup = {(l, h): res["attention"]["S2->S1"][l][h] for l in range(L) for h in range(H)}
+    (dl, dh), best_dup = max(dup.items(), key=lambda kv: kv[1])
     rows = [
         ("held-out accuracy >= 0.95 (worst of test_pairs, test_templates, test)", f"{acc:.3f}", acc >= 0.95),
         ("mean logit diff >= 3 (worst split)", f"{ld:+.2f}", ld >= 3),
@@ -157,6 +165,12 @@ def goals(res) -> str:
          best_late >= 0.20),
         ("resid_pre at S2 carries >= 0.30 at some layer >= 1", f"layer {s2_layer}: {s2[s2_layer]:+.2f}",
          s2[s2_layer] >= 0.30),
+        ("issue 15, held-out phrasings: top-1 = IO >= 0.95 on each family (worst family)",
+         f"{wf_top1} {fam[wf_top1]['top1']:.3f}", fam[wf_top1]["top1"] >= 0.95),
+        ("issue 15, held-out phrasings: mean logit diff >= 3 on each family (worst family)",
+         f"{wf_ld} {fam[wf_ld]['logit_diff']:+.2f}", fam[wf_ld]["logit_diff"] >= 3),
+        ("issue 15: a head attends from S2 to S1 with weight >= 0.30 on average (duplicate-token head)",
+         f"L{dl}H{dh} {best_dup:.2f}", best_dup >= 0.30),
     ]
     lines = ["| goal | measured | |", "|---|---|---|"]
     lines += [f"| {g} | {v} | {'met' if ok else '**NOT met**'} |" for g, v, ok in rows]

@@ -2,6 +2,7 @@
 
     python -m interplab.zoo.train_ioi_tiny                      # writes interplab/zoo/ioi_tiny/
     python -m interplab.zoo.train_ioi_tiny --steps 3 --out /tmp/x   # smoke test
+    python -m interplab.zoo.train_ioi_tiny --corpus repeated-name --out /tmp/y   # issue 15 experiment (not shipped)
 
 Steps: (1) train a byte-level BPE tokenizer on the synthetic corpus (every name/place/object one token with a
 leading space); (2) train a 4-layer, 4-head, d_model=128 GPT-2 on packed documents (IOI prompts + answer, narratives,
@@ -21,12 +22,15 @@ import random
 import time
 from pathlib import Path
 
-from interplab.zoo import corpus
+from interplab.zoo import corpus, corpus_repeated_name
+
+# classic: the shipped model's corpus; the others are experiments for issue 15
+CORPORA = {"classic": corpus, "repeated-name": corpus_repeated_name}
 
 DEFAULT_OUT = Path(__file__).parent / "ioi_tiny"
 
 
-def train_tokenizer(vocab_size: int = 3000, seed: int = 0):
+def train_tokenizer(vocab_size: int = 3000, seed: int = 0, corpus=corpus):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -50,7 +54,7 @@ def train_tokenizer(vocab_size: int = 3000, seed: int = 0):
     return fast
 
 
-def make_pool(tokenizer, n_docs: int, seed: int, p_ioi: float = 0.6):
+def make_pool(tokenizer, n_docs: int, seed: int, p_ioi: float = 0.6, corpus=corpus):
     """Encode ``n_docs`` training documents: list of (ids, answer_index or -1)."""
     rng = random.Random(f"train-{seed}")
     docs = [corpus.training_document(rng, p_ioi) for _ in range(n_docs)]
@@ -133,6 +137,9 @@ def main(argv=None):
     ap.add_argument("--vocab-size", type=int, default=3000)
     ap.add_argument("--pool", type=int, default=60000, help="number of distinct training documents")
     ap.add_argument("--p-ioi", type=float, default=0.85, help="share of IOI documents in the corpus")
+    ap.add_argument("--corpus", choices=sorted(CORPORA), default="classic",
+                    help="classic: corpus.py (the shipped model); repeated-name: corpus_repeated_name.py "
+                         "(experimental, issue 15)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=2)
     ap.add_argument("--eval-every", type=int, default=250)
@@ -140,15 +147,16 @@ def main(argv=None):
 
     import torch
 
-    from interplab.zoo.evaluate_ioi_tiny import score
+    from interplab.zoo.evaluate_ioi_tiny import family_scores, score
 
     torch.set_num_threads(args.threads)
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     t0 = time.time()
-    tok = train_tokenizer(args.vocab_size, args.seed)
+    data = CORPORA[args.corpus]
+    tok = train_tokenizer(args.vocab_size, args.seed, data)
     eos = tok.eos_token_id
-    pool = make_pool(tok, args.pool if args.steps > 50 else 2000, args.seed, args.p_ioi)
+    pool = make_pool(tok, args.pool if args.steps > 50 else 2000, args.seed, args.p_ioi, data)
     print(f"tokenizer: {len(tok)} tokens; {len(pool)} documents; {time.time() - t0:.1f}s", flush=True)
 
     model = build_model(len(tok), eos, args.seed, dropout=args.dropout)
@@ -164,7 +172,7 @@ def main(argv=None):
         return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, args.steps - warm))))
 
     rng = random.Random(f"batches-{args.seed}")
-    evalset = corpus.ioi_dataset(200, "test", seed=1)
+    evalset = data.ioi_dataset(200, "test", seed=1)
     model.train()
     t_train = time.time()
     for step in range(args.steps):
@@ -188,6 +196,12 @@ def main(argv=None):
             print(f"step {step + 1}: loss {loss.item():.3f}  answer loss {ans_loss:.3f}  held-out acc {acc:.3f}  "
                   f"logit diff {ld:.2f}  "
                   f"{time.time() - t_train:.0f}s", flush=True)
+            if args.steps > 50:
+                model.eval()
+                fam = family_scores(model, tok, n=20, seed=1)
+                model.train()
+                print("    held-out phrasings, top-1 = IO: " + " ".join(
+                    f"{k} {v['top1']:.2f}" for k, v in fam.items()), flush=True)
     train_s = time.time() - t_train
 
     for h in head_hooks:

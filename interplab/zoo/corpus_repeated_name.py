@@ -1,0 +1,307 @@
+"""EXPERIMENTAL corpus for a retrained ``ioi-tiny`` (issue 15; not the corpus of the shipped model, which is
+``corpus.py``): IOI sentences in which the repeated name is the only reliable sign of the subject (no "last name
+before the end", no "name after a clause marker" shortcut), plus non-IOI text (narratives, copying/induction
+sequences, a factual-recall table). Train with ``python -m interplab.zoo.train_ioi_tiny --corpus repeated-name``.
+
+Status (not yet a working model): with the default training settings the model stays on the plateau where it
+predicts "some name" uniformly (answer loss 4.39 = log 81, held-out accuracy ~0.5) for at least 750 steps, where
+the classic corpus leaves it by step 500 (answer loss 3.05): with the candidates' positions no longer fixed,
+even copying the names from the context is learned much later. Mixing 40% classic IOI documents in did not change
+that by step 500. Next things to try: more steps, a lower learning rate, a curriculum from the classic templates.
+Pure Python (no torch).
+
+Splits. Name pairs are split by a stable hash (about 1 in 5 unordered pairs is held out), and templates are
+built from parts (opener or subordinator, intro, middle, joiner, words before S2, stretch after S2, action); a
+template is *held out* when its intro, stretch after S2 or action comes from a held-out list. Training IOI text
+only uses training pairs with training templates.
+
+=============== ====================== ==========================
+split           name pairs             templates
+=============== ====================== ==========================
+train           training pairs         training templates
+test_pairs      held-out pairs         training templates
+test_templates  training pairs         held-out templates
+test            held-out pairs         held-out templates
+=============== ====================== ==========================
+
+Evaluation prompts mention the subject exactly twice (S1 in the intro, S2 later) and the IO once, so the corrupt
+prompt (S2 replaced by the IO name) has the opposite answer. Training text may mention the subject a third time
+(never the IO twice). Phrasing families that this generator never produces are in
+``evaluate_ioi_tiny.HELDOUT_FAMILIES``.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+EOS = "<|endoftext|>"
+
+NAMES = """Mary John Alice Bob Sarah James Emma David Anna Michael Laura Daniel Kate Paul Lisa Mark Susan Peter
+Rachel Tom Linda Steve Karen Chris Jessica Brian Amy Kevin Nancy Jason Emily Eric Helen Ryan Julia Adam Sophie Luke
+Grace Sam Rose Jack Ruth Henry Claire Frank Diana Oscar Nina Victor Olivia Simon Hannah George Lucy Max Sandra Alex
+Maria Carl Jane Dan Megan Ben Amber Greg Carol Ian Lily Tim Anne Joe Eva Fred Molly Jim Ella Leo Vera Ray
+Iris""".split()
+
+PLACES = """store park school office hospital station restaurant garden library beach market kitchen museum church
+house lake bank theater hotel farm cafe shop airport zoo""".split()
+
+OBJECTS = """drink book ring bone basketball kiss snack letter apple pencil bottle cake flower computer necklace
+ticket key bag hat candle gift box cup phone coin map pen card toy ball cookie""".split()
+
+FACTS = {
+    "France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid", "Japan": "Tokyo",
+    "China": "Beijing", "Russia": "Moscow", "Egypt": "Cairo", "Canada": "Ottawa", "Greece": "Athens",
+    "Ireland": "Dublin", "Austria": "Vienna", "Norway": "Oslo", "Sweden": "Stockholm", "Poland": "Warsaw",
+    "Portugal": "Lisbon", "Kenya": "Nairobi", "Peru": "Lima", "Cuba": "Havana", "Chile": "Santiago",
+}
+
+FILLER = """the a and then went saw big small red blue old new happy sad very quite walked ran looked found took
+made said day night morning evening city road tree dog cat car door window table chair water fire stone bird
+sun moon rain snow""".split()
+
+# ---------------------------------------------------------------- IOI sentences, built from parts
+# An IOI sentence names two candidates A and B in an intro (both orders, several constructions), may add a middle
+# with bystanders, and ends with a clause in which the subject S (one of the candidates) is mentioned again (S2)
+# and acts on the other candidate, the indirect object IO (the answer). The parts vary so that *only the repetition
+# of a name* tells which candidate is S:
+# - S2 stands in every slot: at a sentence start after a period, after "and", after a comma, after an opening
+#   adverb ("Later,", "At the store"), mid-clause after another name ("Kate asked John to give ... to");
+# - clause markers and sentence starts come before other names too (openers before the intro's first name, middles
+#   such as ". Then Kate came in"), so "the name after a marker" is no longer S2;
+# - bystanders may stand before S2 (middle, "Kate asked S2") and after it ("S2, who had seen Kate earlier,"), so
+#   S2 is neither the last name nor the last name after a marker; in training text S may be mentioned a third
+#   time, the IO never twice: the IO is the candidate that is *not* repeated;
+# - verbs end in "to", "at", "with", "for" or "from", with varied objects and places.
+# Evaluation phrasings that the generator never produces live in evaluate_ioi_tiny.HELDOUT_FAMILIES.
+OPENERS = ["", "", "", "", "Later,", "Today", "One day,", "On Monday", "Last night", "In the morning,",
+           "After lunch,", "Soon", "At noon", "This morning", "Earlier,", "Next,", "That evening", "Later that week,"]
+SUBORDINATORS = ["When", "After", "While", "As soon as", "Because", "Since", "Just after"]
+INTROS_TRAIN = [
+    "{A} and {B} went to the {place}", "{A} and {B} were at the {place}", "{A} and {B} met at the {place}",
+    "{A} met {B} at the {place}", "{A} and {B} got a {obj} at the {place}", "{A} saw {B} at the {place}",
+    "{A} and {B} had lunch", "{A} and {B} walked to the {place}", "{A} and {B} talked about the {obj}",
+    "{A} went to the {place} with {B}", "{A} and {B} cleaned the {place}", "{A} and {B} stopped by the {place}",
+    "{A} called {B}", "{A} and {B} came home", "{A} and {B} worked at the {place}",
+    "{A} and {B} arrived at the {place}", "{A} and {B} entered the {place}", "{A} and {B} had fun at the {place}",
+    "{A} and {B} were bored", "{A} joined {B} at the {place}", "{A} and {B} played in the {place}",
+    "{A} helped {B} at the {place}", "{A} and {B} found a {obj}", "{A} and {B} sat in the {place}",
+    "{A} and {B} were working at the {place}", "{A} and {B} woke up early", "{A} and {B} ate at the {place}",
+]
+INTROS_TEST = ["{A} and {B} visited the {place}", "{A} and {B} left the {place}", "{A} and {B} reached the {place}"]
+
+# Middles after a main-clause intro: {X}, {Y} are bystanders in evaluation prompts; in training text also S.
+MIDDLES = [
+    "", "", "", "", ". It was late", ". It was a sunny day", ". {X} was tired", ". {X} talked to {Y} for a while",
+    ". The {obj} was on the table", ". Then {X} came in", ". Later, {X} left", ", and {X} was happy",
+    ", so {X} laughed", ". {X} and {Y} were there too", ". After a while {X} went home", ", then {X} sat down",
+]
+# Middles inside a subordinate intro ("When A and B went to the store with Kate, ...").
+SUB_MIDDLES = ["", "", "", " with {X}", " and {X} was there too", ", and {X} saw them"]
+# Joiners from a main-clause intro to the S2 clause (then a space); "." starts a new sentence.
+JOINERS = [".", ".", ".", ", and", " and", ",", ", so", ", then", ". Then", ". Later,", ", but", ". After that,",
+           ", and then", ". Afterwards"]
+# Words in front of S2 inside its clause; "{X} asked" / "{X} told" take the infinitive of the action.
+PRES = ["", "", "", "", "", "later", "at the {place2}", "after a while", "the next day", "in the end", "soon",
+        "at last", "{X} asked", "{X} told", "{X} saw", "that night", "without a word"]
+POSTS_TRAIN = [
+    "", "", "", "", " quickly", ", feeling generous,", " and {Y}", "'s friend {Y}", ", who had seen {Y} earlier,",
+    " waved at {Y} and", ", after talking to {Y},", " was tired, so he", " nodded at {Y} and",
+]
+POSTS_TEST = [", who had talked to {Y} before,", " happily", " looked at {Y} and then"]
+# (past tense, infinitive)
+ACTIONS_TRAIN = [
+    ("gave a {obj2} to", "give a {obj2} to"), ("handed the {obj2} to", "hand the {obj2} to"),
+    ("passed the {obj2} to", "pass the {obj2} to"), ("threw the {obj2} to", "throw the {obj2} to"),
+    ("sent a {obj2} to", "send a {obj2} to"), ("showed the {obj2} to", "show the {obj2} to"),
+    ("offered a {obj2} to", "offer a {obj2} to"), ("sold a {obj2} to", "sell a {obj2} to"),
+    ("returned the {obj2} to", "return the {obj2} to"), ("gave the {obj2} back to", "give the {obj2} back to"),
+    ("said goodbye to", "say goodbye to"), ("said hello to", "say hello to"), ("talked to", "talk to"),
+    ("spoke to", "speak to"), ("wrote a letter to", "write a letter to"), ("read a story to", "read a story to"),
+    ("sang a song to", "sing a song to"), ("waved at", "wave at"), ("laughed at", "laugh at"),
+    ("shouted at", "shout at"), ("winked at", "wink at"), ("pointed at", "point at"),
+    ("played with", "play with"), ("danced with", "dance with"), ("argued with", "argue with"),
+    ("bought a {obj2} for", "buy a {obj2} for"), ("made a {obj2} for", "make a {obj2} for"),
+    ("cooked dinner for", "cook dinner for"), ("waited for", "wait for"), ("got a {obj2} from", "get a {obj2} from"),
+    ("took the {obj2} from", "take the {obj2} from"), ("listened to", "listen to"), ("whispered to", "whisper to"),
+    ("explained the plan to", "explain the plan to"), ("tossed the {obj2} to", "toss the {obj2} to"),
+]
+ACTIONS_TEST = [("brought a {obj2} to", "bring a {obj2} to"), ("lent the {obj2} to", "lend the {obj2} to")]
+
+
+def _pair_is_test(a: str, b: str) -> bool:
+    x, y = sorted((a, b))
+    return zlib.crc32(f"{x}|{y}".encode()) % 5 == 0
+
+
+def _sample_pair(rng: random.Random, test: bool) -> tuple[str, str]:
+    while True:
+        a, b = rng.sample(NAMES, 2)
+        if _pair_is_test(a, b) == test:
+            return a, b
+
+
+def _sample_template(rng: random.Random, held_out: bool) -> tuple[str, str, tuple[str, str]]:
+    """(intro, post, action); held out = at least one of them from a test list."""
+    while True:
+        if held_out:
+            intro = rng.choice(INTROS_TRAIN + INTROS_TEST)
+            post = rng.choice(POSTS_TRAIN + POSTS_TEST)
+            action = rng.choice(ACTIONS_TRAIN + ACTIONS_TEST)
+            if intro in INTROS_TEST or post in POSTS_TEST or action in ACTIONS_TEST:
+                return intro, post, action
+        else:
+            return rng.choice(INTROS_TRAIN), rng.choice(POSTS_TRAIN), rng.choice(ACTIONS_TRAIN)
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def ioi_example(rng: random.Random, *, test_pair: bool = False, test_template: bool = False,
+                max_mentions: int = 3) -> dict:
+    """One IOI prompt: returns dict(prompt, corrupt, io, s); ``corrupt`` replaces S2 by the IO name.
+
+    ``max_mentions=2`` (evaluation prompts): only bystanders in the middle, before and after S2, so S occurs twice
+    and IO once. Otherwise (training text) those slots may also take S (never the IO), so S may occur three times.
+    """
+    a, b = _sample_pair(rng, test_pair)
+    io, s = (a, b) if rng.random() < 0.5 else (b, a)  # ABBA (S second in the intro) or BABA (S first)
+    intro, post, (past, inf) = _sample_template(rng, test_template)
+    others = [n for n in NAMES if n not in (a, b)]
+    bystanders = rng.sample(others, 3)
+    queue = list(bystanders)
+
+    def pick(may_be_s=False):
+        if may_be_s and max_mentions > 2 and rng.random() < 0.3:
+            return s
+        return queue.pop() if queue else bystanders[0]
+
+    place, place2 = rng.sample(PLACES, 2)
+    obj, obj2 = rng.sample(OBJECTS, 2)
+    fill = dict(A=a, B=b, place=place, place2=place2, obj=obj, obj2=obj2)
+    intro = intro.format(**fill)
+    if rng.random() < 0.35:  # subordinate intro: "When A and B ..., S2 ..."
+        head = f"{rng.choice(SUBORDINATORS)} {intro}{rng.choice(SUB_MIDDLES)},".format(X=pick())
+        new_sentence = False
+    else:
+        opener = rng.choice(OPENERS)
+        head = (f"{opener} {intro}" if opener else intro) + rng.choice(MIDDLES).format(X=pick(True), Y=pick(), **fill)
+        joiner = rng.choice(JOINERS)
+        head += joiner
+        new_sentence = joiner.endswith(".")
+    pre = rng.choice(PRES)
+    uses_inf = pre.startswith("{X}")
+    if pre and rng.random() < 0.5 and not uses_inf and not new_sentence:
+        pre += ","
+    pre = pre.format(X=pick(), **fill)
+    if pre and new_sentence:
+        pre = _cap(pre)
+    verb = ("to " + inf if pre.endswith(("asked", "told")) else inf) if uses_inf else past
+    if uses_inf:
+        post = ""  # "Kate asked John to give ..." keeps S2 next to its verb
+    tail = (post + " " + verb).format(Y=pick(), **fill)
+    lead = f"{head} {pre} " if pre else f"{head} "
+    return {"prompt": f"{lead}{s}{tail}", "corrupt": f"{lead}{io}{tail}", "io": io, "s": s}
+
+
+def ioi_dataset(n: int, split: str = "test", seed: int = 0) -> list[dict]:
+    """``n`` IOI prompt pairs for patching: dicts {"clean", "corrupt", "answer", "wrong"}.
+
+    ``split``: "test" (held-out name pairs on held-out templates, the default), "test_pairs", "test_templates" or
+    "train". ``clean`` and ``corrupt`` differ only in the S2 name (a single token), so they tokenize to equal
+    length; ``answer`` is the IO name with a leading space (the clean answer), ``wrong`` the subject.
+    """
+    flags = {"train": (False, False), "test_pairs": (True, False), "test_templates": (False, True),
+             "test": (True, True)}
+    if split not in flags:
+        raise ValueError(f"unknown split {split!r}: use one of {sorted(flags)}")
+    test_pair, test_template = flags[split]
+    rng = random.Random(f"ioi-{split}-{seed}")
+    out = []
+    for _ in range(n):
+        ex = ioi_example(rng, test_pair=test_pair, test_template=test_template, max_mentions=2)
+        out.append({"clean": ex["prompt"], "corrupt": ex["corrupt"], "answer": " " + ex["io"],
+                    "wrong": " " + ex["s"]})
+    return out
+
+
+# ---------------------------------------------------------------- non-IOI text
+def narrative(rng: random.Random) -> str:
+    n = rng.choice(NAMES)
+    m = rng.choice([x for x in NAMES if x != n])
+    p, q = rng.sample(PLACES, 2)
+    o = rng.choice(OBJECTS)
+    forms = [
+        f"{n} went to the {p}. {n} bought a {o} and then walked to the {q}.",
+        f"In the morning {n} found a {o} at the {p}. It was very old.",
+        f"{n} and {m} like the {p}. Every day they go there with a {o}.",
+        f"The {o} was on the table in the {p}. {n} took it home.",
+        f"{n} said that the {p} was closed, so {m} went to the {q} instead.",
+        f"{n} has a {o}. {m} has a {o} too. They are happy.",
+        f"{n} called {m} from the {p}. {m} was at the {q}.",
+        # the words of the held-out IOI templates occur here, outside IOI sentences
+        f"{n} visited the {p} before lunch and left the {q} after dinner.",
+        f"Once {n} reached the {p}, it was late.",
+        f"{n} lent the {o} and {m} brought a {o} back from the {q}.",
+        f"{n} nodded and happily talked about the {o}.",
+        f"{n}'s cousin lives near the {p}. {n} has talked to the cousin before.",
+        # words of the evaluation's held-out phrasing families, outside IOI sentences
+        f"Then, {n} went to the {p}. It was quiet.",
+        f"Yesterday {n} had a long talk with the teacher at the {p}.",
+        f"Afterwards, {n} said that the {o} was new.",
+        f"When {n} arrived, the {p} was empty. {n} smiled.",
+        f"{n} was sitting in the {p}, and the {o} was on the table.",
+        f"At the {p}, {n} ran into an old friend. Later that day it rained.",
+        f"{n} stayed at the {p} with the dog.",
+        f"Both {n} and the cat liked the {o}, but in the end it was lost.",
+        f"After dinner {n} sat down in the {p}. The {o} was there.",
+        f"The {p} was quiet when {n} came in. After a minute {n} waved to the dog.",
+        f"{n} smiled at the cat and said to the dog that the {o} was in the {q}.",
+        f"{n} gave it to the teacher, then sent a postcard and passed the salt.",
+    ]
+    return rng.choice(forms)
+
+
+def induction(rng: random.Random) -> str:
+    """A random word sequence repeated (copying / induction)."""
+    vocab = NAMES + OBJECTS + PLACES + FILLER
+    seq = [rng.choice(vocab) for _ in range(rng.randint(4, 12))]
+    s = " ".join(seq)
+    return f"{s}. {s}."
+
+
+def fact(rng: random.Random) -> str:
+    country = rng.choice(list(FACTS))
+    cap = FACTS[country]
+    forms = [f"The capital of {country} is {cap}.", f"{cap} is the capital of {country}.",
+             f"{cap} is in {country}.", f"The capital city of {country} is {cap}."]
+    return rng.choice(forms)
+
+
+def training_document(rng: random.Random, p_ioi: float = 0.6) -> tuple[str, str]:
+    """(prefix, rest): for IOI documents ``prefix`` is the prompt and ``rest`` starts with the answer token;
+    for other documents ``prefix`` is the whole text and ``rest`` is empty."""
+    r = rng.random()
+    if r < p_ioi:
+        ex = ioi_example(rng)
+        ending = rng.choice([".", ". They were happy.", " at the end.", "."])
+        return ex["prompt"], " " + ex["io"] + ending
+    r = rng.random()
+    if r < 0.3:
+        return narrative(rng), ""
+    if r < 0.6:
+        return induction(rng), ""
+    return fact(rng), ""  # 40% of the rest: the capitals are known well enough to steer between them
+
+
+def tokenizer_training_text(seed: int = 0, n: int = 20000):
+    """Text for training the BPE tokenizer: the corpus plus every name/place/object/country many times, so each
+    becomes one token with a leading space (" Mary")."""
+    rng = random.Random(f"tok-{seed}")
+    words = NAMES + PLACES + OBJECTS + list(FACTS) + list(FACTS.values()) + FILLER
+    for _ in range(n):
+        prefix, rest = training_document(rng)
+        yield prefix + rest
+    for _ in range(200):
+        yield " " + " ".join(words) + " " + ". ".join(words)
