@@ -3,11 +3,12 @@
 before the end", no "name after a clause marker" shortcut), plus non-IOI text (narratives, copying/induction
 sequences, a factual-recall table). Train with ``python -m interplab.zoo.train_ioi_tiny --corpus repeated-name``.
 
-Status (not yet a working model): with the default training settings the model stays on the plateau where it
-predicts "some name" uniformly (answer loss 4.39 = log 81, held-out accuracy ~0.5) for at least 750 steps, where
-the classic corpus leaves it by step 500 (answer loss 3.05): with the candidates' positions no longer fixed,
-even copying the names from the context is learned much later. Mixing 40% classic IOI documents in did not change
-that by step 500. Next things to try: more steps, a lower learning rate, a curriculum from the classic templates.
+Status (not yet a working model): with the default training settings (2000 steps) the model stays on the plateau
+where it predicts "some name" uniformly (answer loss 4.37-4.40 = log 81, held-out accuracy ~0.5, every held-out
+phrasing family top-1 <= 0.05) for at least 1000 steps, where the classic corpus leaves it by step 500 (answer
+loss 3.05): with the candidates' positions no longer fixed, even copying the names from the context is not learned.
+Mixing 40% classic IOI documents in did not change that by step 500. Next things to try: a lower learning rate, a
+curriculum (classic templates first), fewer template parts at first, more steps within the 25-minute budget.
 Pure Python (no torch).
 
 Splits. Name pairs are split by a stable hash (about 1 in 5 unordered pairs is held out), and templates are
