@@ -2,7 +2,8 @@
 // Requests to Python (declared in interplab/widgets/protocol.json): click {row, col, shift},
 // toggle {edit_id, enabled}, remove {edit_id}, clear, cancel (the Cancel button, in plot.js).
 import {
-  RDBU, baseLayout, bus, cellAt, esc, fmt, grid, h, hoverLines, paint, quoted, recordPaint, scheduler, shell, strGrid,
+  RDBU, baseLayout, bus, cellAt, containerWidth, esc, fmt, grid, h, hoverLines, paint, quoted, recordPaint, scheduler,
+  shell, strGrid,
   tokenAxis,
 } from "./plot.js";
 
@@ -18,6 +19,8 @@ const TRAITS = [
   "hover", "zmin", "zmax",
 ];
 const SELECTION = ["selected", "active_edits"];
+const MIN_CELL = 5; // px: a cell narrower than this is hard to see and to click
+const MARGIN_X = 90 + 30 + 100; // left and right margins and the colour bar
 
 function pairs(v) {
   if (!Array.isArray(v)) return [];
@@ -177,6 +180,9 @@ export function render({ model, el }) {
 
   function paintGrid() {
     const { z, rows, cols, xLabels, yLabels, text, metric, xTitle, yTitle } = cur;
+    // cells at least MIN_CELL px wide: a long prompt's grid grows past its container and scrolls sideways
+    state.minWidth = MARGIN_X + MIN_CELL * cols;
+    const width = containerWidth(state) ?? 700;
     const zmin = model.get("zmin");
     const zmax = model.get("zmax");
     const fixed = typeof zmin === "number" && typeof zmax === "number" && zmax > zmin;
@@ -203,7 +209,8 @@ export function render({ model, el }) {
       plot_bgcolor: "#d9d9d9", // not-yet-computed cells (null) show as grey
       height: Math.min(900, Math.max(300, 170 + 24 * rows)),
       datarevision: ++revision, // z and text are patched in place: tell Plotly.react they changed
-      xaxis: tokenAxis(xLabels.slice(0, cols), { title: { text: esc(xTitle) }, tickangle: -45 }),
+      xaxis: tokenAxis(xLabels.slice(0, cols), { title: { text: esc(xTitle) }, tickangle: -45 },
+        { maxTicks: Math.floor((width - MARGIN_X) / 18) }), // -45° labels 18 px apart: 12.7 px between lines
       yaxis: tokenAxis(yLabels.slice(0, rows), { title: { text: esc(yTitle) }, range: [rows - 0.5, -0.5] }),
     });
     renderEdits();

@@ -83,7 +83,7 @@ const CSS = `
 .interplab .il-progress.on { display: flex; }
 .interplab .il-bar { flex: 1; height: 6px; background: #e5e5e5; border-radius: 3px; overflow: hidden; max-width: 400px; }
 .interplab .il-bar > div { height: 100%; background: #2b6cb0; width: 0%; transition: width 80ms linear; }
-.interplab .il-plot { width: 100%; }
+.interplab .il-plot { width: 100%; overflow-x: auto; overflow-y: hidden; }
 .interplab .il-row { display: flex; flex-wrap: wrap; gap: 8px; align-items: center; margin: 4px 0; }
 .interplab .il-row label { display: inline-flex; gap: 4px; align-items: center; }
 .interplab button { font-size: 12px; padding: 2px 8px; cursor: pointer; }
@@ -171,13 +171,17 @@ export function baseLayout(extra = {}) {
   };
 }
 
-/** Numeric axis with token tick labels (tokens repeat, so never a categorical axis). */
-export function tokenAxis(labels, extra = {}) {
+/** Numeric axis with token tick labels (tokens repeat, so never a categorical axis). With `maxTicks`, every
+ * k-th label only (long prompts: labels that overlap are unreadable and their layout is a plot's costliest part;
+ * the hover names every cell's token). */
+export function tokenAxis(labels, extra = {}, { maxTicks = Infinity } = {}) {
   const n = labels.length;
+  const step = n > maxTicks ? Math.ceil(n / Math.max(1, maxTicks)) : 1;
+  const shown = labels.map((_, i) => i).filter((i) => i % step === 0);
   return {
     tickmode: "array",
-    tickvals: labels.map((_, i) => i),
-    ticktext: labels.map((s) => tick(s)),
+    tickvals: shown,
+    ticktext: shown.map((i) => tick(labels[i], step > 1 ? 10 : 14)),
     range: [-0.5, n - 0.5],
     showgrid: false,
     zeroline: false,
@@ -198,10 +202,11 @@ export function recordPaint(state) {
   return gd;
 }
 
-/** The width a plot gets: its container's, or undefined (plotly's default) while the view is not on the page. */
+/** The width a plot gets: its container's (at least the view's state.minWidth, the plot then scrolls sideways),
+ * or undefined (plotly's default) while the view is not on the page. */
 export function containerWidth(state) {
   const w = Math.floor(state.plot.clientWidth || state.root.clientWidth || 0);
-  return w > 0 ? w : undefined;
+  return w > 0 ? Math.max(w, state.minWidth || 0) : undefined;
 }
 
 /** Follow the container's width: a ResizeObserver relayouts the plot with an explicit width (the height is the
@@ -432,7 +437,8 @@ export function cellAt(gd, event, rows, cols) {
   const box = gd.getBoundingClientRect();
   const xa = fl.xaxis;
   const ya = fl.yaxis;
-  const col = Math.round(xa.p2d(event.clientX - box.left - xa._offset));
+  // a wide plot scrolls inside its div: pixels count from the plot's own left edge
+  const col = Math.round(xa.p2d(event.clientX - box.left + gd.scrollLeft - xa._offset));
   const row = Math.round(ya.p2d(event.clientY - box.top - ya._offset));
   if (!Number.isInteger(row) || !Number.isInteger(col)) return null;
   if (row < 0 || col < 0 || row >= rows || col >= cols) return null;
