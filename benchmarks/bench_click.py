@@ -8,6 +8,8 @@ For each model, in a fresh page (the widget bundle loads cold):
                  first paint (window.__interplab_paints);
   click-to-paint a real mouse press on a heatmap cell (its time taken in the page, capture phase) -> the logit
                  panel's next paint; >= 20 clicks on different cells, median and p90.
+  busy kernel    (exact sweeps) the same while the kernel runs another cell for 10 s: the page paints from the
+                 numbers it holds; the kernel gets the clicks afterwards (checked: the last click is selected).
 Baseline (same run): the kernel-side compute of the same patched forward, `explorer.session.logits_view([edit])`,
 timed in Python for the same cells; the ratio shows the UI overhead. A breakdown from kernel timestamps
 (time.time() vs performance.timeOrigin + now(), one machine clock): page -> kernel comm handler, kernel
@@ -112,7 +114,7 @@ def click_order(rows: int, cols: int, first_diff: int, n: int) -> list[tuple[int
     return out
 
 
-def bench_model(browser, server: JupyterServer, model: str, n_clicks: int) -> dict:
+def bench_model(browser, server: JupyterServer, model: str, n_clicks: int, busy_n: int = 16) -> dict:
     name = f"bench_{model.replace('-', '_')}.ipynb"
     write_notebook(server.root_dir / name, cells(model))
     nb = LabNotebook.open(browser, server, name)
@@ -147,6 +149,8 @@ def bench_model(browser, server: JupyterServer, model: str, n_clicks: int) -> di
                             "heatmap": (p_heat[0]["t"] - t_click) if p_heat else None})
         status = nb.logits_text(1)
         kt = json.loads(nb.exec("import json\nprint(json.dumps(_T))").strip().splitlines()[-1])
+        # after the idle breakdown (whose kernel timestamps these clicks would join)
+        busy, during = busy_clicks(nb, order[2:], busy_n) if METHOD[model] == "exact" and busy_n else ([], 0)
         # kernel timestamps for the counted clicks (the 2 warm-up clicks came first)
         recv, series = kt["recv"][2:], kt["series"][-len(samples):]
         start, end = kt["start"][-len(samples):], kt["end"][-len(samples):]
@@ -173,9 +177,42 @@ def bench_model(browser, server: JupyterServer, model: str, n_clicks: int) -> di
             "compute": statistics.median(s["compute"] for s in samples if "compute" in s),
             "to_paint": statistics.median(s["to_paint"] for s in samples if "to_paint" in s),
             "baseline": statistics.median(base), "status": status.splitlines()[:1],
+            "busy_clicks": len(busy), "busy_painted_while_busy": during,
+            "busy_median": statistics.median(busy) if busy else None,
+            "busy_p90": pct(busy, 0.9) if busy else None,
         }
     finally:
         nb.close()
+
+
+BUSY_S = 10.0
+
+
+def busy_clicks(nb, cells: list[tuple[int, int]], n: int) -> tuple[list[float], int]:
+    """Click-to-paint while the kernel runs another cell for BUSY_S seconds (its comm messages wait for the cell):
+    an exact heatmap paints from the page. Returns the latencies and how many paints came while the cell ran. After
+    the busy cell: every click reached the kernel, the last one is selected."""
+    n = min(n, int(BUSY_S / 0.6))
+    nb.page.evaluate("(code) => { window.__il_busy = null; window.__il.exec(code).then(() => { window.__il_busy = 1; },"
+                     " () => { window.__il_busy = 0; }); }", f"import time\ntime.sleep({BUSY_S})")
+    time.sleep(0.5)  # the busy cell has started
+    assert nb.page.evaluate(f"() => {_NB_KERNEL}.status") == "busy"
+    out, during = [], 0
+    for r, c in cells[:n]:
+        time.sleep(0.3)
+        t_click = nb.click_heatmap_cell(1, r, c)
+        out.append(nb.wait_paint("logits", t_click, timeout=60)["t"] - t_click)
+        during += nb.page.evaluate("() => window.__il_busy === null")
+        names = nb.series_names(1)
+        assert any(s.startswith("patched") for s in names), f"no patched series after clicking {(r, c)}: {names}"
+    nb.page.wait_for_function("() => window.__il_busy !== null", timeout=(BUSY_S + 60) * 1000)
+    assert nb.exec("print(explorer.queue.join(60))").strip() == "True"
+    last = list(cells[n - 1])
+    assert json.loads(nb.exec("import json\nprint(json.dumps(explorer.heatmap.selected))").strip()) == [last]
+    return out, during
+
+
+_NB_KERNEL = "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
 
 
 def table(results: list[dict], skipped: list[str]) -> list[str]:
@@ -191,6 +228,18 @@ def table(results: list[dict], skipped: list[str]) -> list[str]:
                      f"{r['first_render']:.0f} | <= {FIRST_RENDER_GOAL:.0f}: {fr} |")
     for s in skipped:
         lines.append(f"| {s} | - | - | skipped: not available | | | | | | |")
+    busy = [r for r in results if r.get("busy_median") is not None]
+    if busy:
+        lines += ["", f"While the kernel is busy running another cell ({BUSY_S:.0f} s of `time.sleep`), same run: "
+                  "clicks on the exact heatmap paint the logit panel from the numbers the page holds (the "
+                  "kernel gets the clicks after the cell):", "",
+                  "| model | clicks | painted while the cell ran | busy kernel: click-to-paint median (ms) | "
+                  "p90 (ms) | idle median (ms) | ratio | goal |", "|---|---|---|---|---|---|---|---|"]
+        for r in busy:
+            ratio = r["busy_median"] / r["median"]
+            lines.append(f"| {r['model']} | {r['busy_clicks']} | {r['busy_painted_while_busy']} | "
+                         f"{r['busy_median']:.0f} | {r['busy_p90']:.0f} | "
+                         f"{r['median']:.0f} | {ratio:.1f}x | <= 2x: {'met' if ratio <= 2 else 'MISSED'} |")
     lines += ["", "Where a click's time goes (medians, ms; kernel timestamps against performance.timeOrigin):", "",
               "| model | page -> kernel comm handler | kernel: handler + queue + forward | of which handler -> job "
               "start | of which the job | kernel -> logits painted | heatmap selection echo painted |",
@@ -220,6 +269,8 @@ def main() -> int:
     ap.add_argument("--clicks", type=int, default=20)
     ap.add_argument("--models", default="ioi-tiny,gpt2-small")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--busy-clicks", type=int, default=16,
+                    help="clicks while the kernel is busy (exact sweeps; 0: none)")
     args = ap.parse_args()
     reason = chromium_missing()
     if reason:
@@ -240,7 +291,7 @@ def main() -> int:
         with JupyterServer(root, work) as server, launch_browser() as browser:
             for m in models:
                 print(f"{m}: loading, sweeping, {args.clicks} clicks ...", flush=True)
-                r = bench_model(browser, server, m, args.clicks)
+                r = bench_model(browser, server, m, args.clicks, args.busy_clicks)
                 print(json.dumps(r, default=str), flush=True)
                 results.append(r)
     import torch
@@ -255,9 +306,11 @@ def main() -> int:
             "memo cleared but for what the explorer computes once at creation (clean and corrupt runs, cached "
             "residuals and keys/values): the compute a click on a fresh cell triggers. "
             "gpt2-small = random weights, real GPT-2 tokenizer, 15-token IOI pair. The ioi-tiny heatmap comes from an "
-            "exact sweep, so a click on one cell shows the patched run the sweep already computed (no forward; "
-            "the baseline column is the forward it replaces); the gpt2-small heatmap comes from an attribution "
-            "sweep, so every click there runs the resumed patched forward.", ""]
+            "exact sweep: the page holds each cell's patched top tokens and metric (heatmap.cell_tops) and paints a "
+            "click from them at once, then the kernel answers with the same numbers (no forward; the baseline "
+            "column is the forward it replaces; in the breakdown, 'kernel -> logits painted' is negative: the "
+            "paint came first); the gpt2-small heatmap comes from an attribution sweep, so every click there runs "
+            "the resumed patched forward in the kernel.", ""]
     lines = head + table(results, skipped)
     print("\n".join(lines))
     if not args.no_write:
