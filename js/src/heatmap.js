@@ -83,8 +83,25 @@ export function render({ model, el }) {
   const overlay = h("div", { class: "il-overlay" });
   state.plot.style.position = "relative";
 
+  // A click's selection is outlined at once, as the kernel will make it (a click replaces it, a shift-click adds or
+  // removes the cell); the kernel's reply to the last click (after its echo, `selected`) replaces the guess.
+  let guess = null;
+  let lastClick = null;
+  function guessSelection(row, col, shift) {
+    const sel = guess ?? pairs(model.get("selected"));
+    const has = sel.some(([r, c]) => r === row && c === col);
+    guess = !shift ? [[row, col]] : has ? sel.filter(([r, c]) => r !== row || c !== col) : [...sel, [row, col]];
+    drawOverlay();
+  }
+  state.on("msg:custom", (msg) => {
+    if (msg?.type === "reply" && msg.id === lastClick && guess !== null) {
+      guess = null;
+      drawOverlay();
+    }
+  });
+
   function outlinedCells() {
-    const sel = pairs(model.get("selected"));
+    const sel = guess ?? pairs(model.get("selected"));
     const act = (Array.isArray(model.get("active_edits")) ? model.get("active_edits") : []).filter(
       (e) => Number.isInteger(e?.row) && Number.isInteger(e?.col) && e.row >= 0 && e.col >= 0 && e.enabled !== false,
     );
@@ -252,7 +269,8 @@ export function render({ model, el }) {
       if (!cell || cell.row !== start.row || cell.col !== start.col) return; // a drag from one cell to another
       const shift = start.shift || ev.shiftKey;
       if (!shift) paintLogits(cell.row, cell.col);
-      state.request("click", { row: cell.row, col: cell.col, shift });
+      guessSelection(cell.row, cell.col, shift);
+      lastClick = state.request("click", { row: cell.row, col: cell.col, shift });
     };
     gd.addEventListener("pointerdown", onDown);
     gd.addEventListener("mousedown", onDown);

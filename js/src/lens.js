@@ -1,6 +1,6 @@
 // LensView (logit lens): layers x positions; the cell text is the top token, the colour its probability.
 // Request to Python (declared in interplab/widgets/protocol.json): select {row, col} on a cell click.
-import { BLUES, baseLayout, clickedCell, esc, fmt, grid, hoverLines, paint, quoted, scheduler, shell, strGrid, tick, tokenAxis } from "./plot.js";
+import { BLUES, baseLayout, clickedCell, containerWidth, esc, fmt, grid, hoverLines, paint, quoted, scheduler, shell, strGrid, tick, tokenAxis } from "./plot.js";
 
 export function render({ model, el }) {
   const state = shell(model, el, "lens");
@@ -49,7 +49,9 @@ export function render({ model, el }) {
       margin: { l: 70, r: 30, t: 50, b: 90 },
       plot_bgcolor: "#d9d9d9",
       height: Math.min(1000, Math.max(300, 150 + 24 * rows)),
-      xaxis: tokenAxis(xLabels, { title: { text: "position" }, tickangle: -45 }),
+      // -45° labels 18 px apart at most (long prompts: every k-th token; the hover names each cell's)
+      xaxis: tokenAxis(xLabels, { title: { text: "position" }, tickangle: -45 },
+        { maxTicks: Math.floor(((containerWidth(state) ?? 700) - 180) / 18) }),
       yaxis: tokenAxis(yLabels, { title: { text: "layer" } }), // layer 0 at the bottom, the output on top
     });
     return paint(state, [trace], layout).then((gd) => {

@@ -94,9 +94,16 @@ def test_a_click_on_an_exact_sweep_paints_the_logit_panel_before_any_reply(page,
     assert "patched: L2 pos 4" in text and "0.420" in text
     # the metric line: patched = the cell's metric, normalised against the panel's clean / corrupt
     assert "patched = 2.6000" in text and "normalised = 0.9000" in text
+    outlined = "(w) => [...w.el.querySelectorAll('.il-cell-selected')].map((d) => [+d.dataset.row, +d.dataset.col])"
+    assert heat.js(outlined) == [[2, 4]]  # the selection is outlined at once too, as the kernel will make it
     # a shift-click (several cells) and a click on a cell the kernel keeps disabled wait for the kernel
     n = logits.paints()
     click_cell(page, heat, 1, 1, shift=True)
+    assert heat.js(outlined) == [[2, 4], [1, 1]]
+    heat.receive({"type": "reply", "id": heat.sent[0]["id"], "ok": True})  # an earlier click's reply: still guessed
+    assert heat.js(outlined) == [[2, 4], [1, 1]]
+    heat.receive({"type": "reply", "id": heat.sent[1]["id"], "ok": True})  # the last click's: the kernel's word
+    assert heat.js(outlined) == []
     heat.set(active_edits=[{"id": "r3c3", "label": "x", "enabled": False, "row": 3, "col": 3}])
     click_cell(page, heat, 3, 3)
     heat.wait_sent(3)

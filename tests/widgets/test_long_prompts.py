@@ -61,3 +61,15 @@ def test_long_prompts_stay_readable(page, mount, cols):
     page.mouse.click(p["x"], p["y"])
     w.wait_sent(1)
     assert w.requests == [{"type": "click", "row": 2, "col": col, "shift": False}]
+
+
+def test_the_logit_lens_labels_stay_apart_at_120_tokens(page, mount):
+    cols, rows = 120, 6
+    w = mount("lens", x_labels=[f" word{i}" for i in range(cols)], y_labels=[f"L{r}" for r in range(rows)],
+              top_tokens=[[" x"] * cols for _ in range(rows)], probs=[[0.5] * cols for _ in range(rows)], hover=[],
+              selected=[], title="logit lens")
+    w.wait_paints(1)
+    ticks = tick_boxes(w)
+    assert 5 <= len(ticks) < cols
+    for a, b in zip(ticks, ticks[1:]):
+        assert (b["right"] - a["right"]) * 0.7071 >= 12, (a, b)
