@@ -1,51 +1,182 @@
-"""Command line: `python -m interplab lab | sweep | bench`.
+"""The `interplab` command (also `python -m interplab`): the lab in JupyterLab, a headless demo, sweeps for scripts.
 
-    python -m interplab lab                 JupyterLab on notebooks/01_ioi_patching.ipynb (embedded model, offline)
-    python -m interplab lab --headless      no browser: print the IOI result of the embedded model
-    python -m interplab sweep --json ...    a patching sweep for scripts, as JSON on stdout
-    python -m interplab bench               the benchmarks in benchmarks/ (from a source checkout)
+    interplab lab                   JupyterLab on notebooks/01_ioi_patching.ipynb (embedded model, offline),
+                                    behind a fresh random token that the printed URL carries
+    interplab lab --headless        no JupyterLab: print the IOI patching result of the embedded model
+    interplab sweep --json          a patching sweep for scripts, as JSON on stdout
+    interplab bench                 the speed benchmarks in benchmarks/ (a source checkout)
+
+`interplab lab` needs JupyterLab: pip install "interplab[lab]". `interplab <command> --help` explains each option.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
+import secrets
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
+NOTEBOOK = "01_ioi_patching.ipynb"
+REPO_NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"  # a source checkout
+PACKAGED_NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"  # a wheel (pyproject's force-include)
+LAB_MODULES = ("jupyterlab", "jupyter_server", "ipykernel")  # what the `lab` extra installs
+# jupyter_server's default hide_globs, plus the notebooks' generator (notebooks/build.py in a source checkout).
+HIDE_GLOBS = ("__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "build.py")
+PORT_TRIES = 50  # as Jupyter's own port_retries: 8888 busy -> 8889 ...
 
 
-def _notebooks_dir() -> Path:
-    """The repository's notebooks/, or (pip installs) a copy of the packaged ones in ./interplab-notebooks."""
-    repo = Path(__file__).resolve().parent.parent / "notebooks"
-    if repo.is_dir():
-        return repo
-    packaged = Path(__file__).resolve().parent / "notebooks"
+class LabError(Exception):
+    """`interplab lab` cannot start: the message says why and what to do."""
+
+
+# ---- lab ------------------------------------------------------------------------------------------------
+
+def missing_lab_modules() -> list[str]:
+    """The modules `interplab lab` needs that do not import (the `lab` extra not installed)."""
+    missing = []
+    for name in LAB_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
+def notebooks_dir() -> Path:
+    """The repository's notebooks/, or (pip installs) ./interplab-notebooks with a copy of the packaged notebooks.
+
+    Only *.ipynb files are copied, and a notebook already there is kept (it may hold the user's work)."""
+    if REPO_NOTEBOOKS.is_dir():
+        return REPO_NOTEBOOKS
     target = Path.cwd() / "interplab-notebooks"
-    if packaged.is_dir() and not target.exists():
-        shutil.copytree(packaged, target)
+    target.mkdir(exist_ok=True)
+    copied = [shutil.copy2(nb, target / nb.name) for nb in sorted(PACKAGED_NOTEBOOKS.glob("*.ipynb"))
+              if not (target / nb.name).exists()]
+    if copied:
+        print(f"interplab: copied {len(copied)} notebook(s) to {target}")
     return target
+
+
+def _port_is_free(ip: str, port: int) -> bool:
+    host = "" if ip in ("0.0.0.0", "::") else ip
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as tornado binds: a TIME_WAIT port is free
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def choose_port(ip: str, port: int) -> int:
+    """`port` if it is free, else the next free one (port 0: any free port). Jupyter is then told to use exactly
+    this port (port_retries=0), so the printed URL is the server's."""
+    if port == 0:
+        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind(("" if ip in ("0.0.0.0", "::") else ip, 0))
+            return s.getsockname()[1]
+    for p in range(port, min(port + PORT_TRIES, 65536)):
+        if _port_is_free(ip, p):
+            if p != port:
+                print(f"interplab: port {port} is busy; using {p}", file=sys.stderr)
+            return p
+    raise LabError(f"ports {port}-{port + PORT_TRIES - 1} on {ip} are all busy. Pick another with --port "
+                   f"(--port 0: any free port).")
+
+
+def lab_url(ip: str, port: int, token: str, notebook: str = NOTEBOOK) -> str:
+    host = socket.gethostname() if ip in ("0.0.0.0", "::", "") else (f"[{ip}]" if ":" in ip else ip)
+    return f"http://{host}:{port}/lab/tree/{notebook}" + (f"?token={token}" if token else "")
+
+
+def auth_token(args, port: int) -> str:
+    """A fresh random token, the one given with --token, or "" with --no-token (said loudly)."""
+    if args.no_token:
+        print(f"WARNING: --no-token: authentication is OFF. Anyone who can connect to {args.ip}:{port} can run code "
+              f"as you. Use it only where no one else can reach that port.", file=sys.stderr)
+        return ""
+    return args.token or secrets.token_urlsafe(24)
+
+
+def server_command(args, port: int, token: str, root: Path) -> tuple[list[str], dict]:
+    """The Jupyter command line and environment. The token travels in the environment (JUPYTER_TOKEN), not on the
+    command line, which any local user can read with `ps`."""
+    cmd = [sys.executable, "-m", "jupyterlab", f"--ip={args.ip}", f"--port={port}", "--ServerApp.port_retries=0",
+           f"--ServerApp.root_dir={root}", f"--LabApp.default_url=/lab/tree/{NOTEBOOK}"]
+    if not args.browser:
+        cmd.append("--no-browser")
+    cmd += [f"--ContentsManager.hide_globs={g}" for g in HIDE_GLOBS]
+    if not token:
+        cmd.append("--IdentityProvider.token=")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    env = {**os.environ, "JUPYTER_TOKEN": token}
+    env.setdefault("HF_HUB_OFFLINE", "1")  # the kernel: the embedded model needs no network
+    return cmd, env
+
+
+def _wait_until_serving(proc, ip: str, port: int, token: str, timeout: float = 120.0) -> bool:
+    """True once this server answers /api/status with our token (so another program on the port cannot pass)."""
+    host = "127.0.0.1" if ip in ("0.0.0.0", "") else ("::1" if ip == "::" else ip)
+    host = f"[{host}]" if ":" in host else host
+    req = urllib.request.Request(f"http://{host}:{port}/api/status",
+                                 headers={"Authorization": f"token {token}"} if token else {})
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(req, timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.25)
+    return False
 
 
 def cmd_lab(args) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.headless:
         return headless_demo(args.model)
-    nb_dir = _notebooks_dir()
-    notebook = "01_ioi_patching.ipynb"
-    url = f"http://{args.ip}:{args.port}/lab/tree/{notebook}"
-    print(f"interplab: starting JupyterLab on {nb_dir / notebook}")
-    print(f"interplab: open {url}" + ("" if args.token == "" else " (with the token JupyterLab prints)"), flush=True)
-    cmd = [sys.executable, "-m", "jupyter", "lab", f"--ip={args.ip}", f"--port={args.port}", "--no-browser",
-           f"--ServerApp.root_dir={nb_dir}", f"--IdentityProvider.token={args.token}"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-root")
-    return subprocess.call(cmd)
+    missing = missing_lab_modules()  # before anything is written
+    if missing:
+        print(f"error: `interplab lab` needs JupyterLab, which is not installed here (missing: {', '.join(missing)}).\n"
+              f"How to fix:  pip install \"interplab[lab]\"\n"
+              f"(`interplab lab --headless` prints the IOI result without JupyterLab.)", file=sys.stderr)
+        return 2
+    try:
+        port = choose_port(args.ip, args.port)
+    except LabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    token = auth_token(args, port)
+    root = notebooks_dir()
+    cmd, env = server_command(args, port, token, root)
+    url = lab_url(args.ip, port, token)
+    print(f"interplab: starting JupyterLab on {root / NOTEBOOK}", flush=True)
+    proc = subprocess.Popen(cmd, env=env)
+    # Ctrl-C reaches Jupyter too (same process group), which asks and shuts down; a TERM is passed on.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    if _wait_until_serving(proc, args.ip, port, token):
+        print(f"interplab: JupyterLab is ready. Open\n\n    {url}\n", flush=True)
+    elif proc.poll() is None:
+        print(f"interplab: JupyterLab has not answered yet; it should come up on {url}", flush=True)
+    return proc.wait()
 
 
 def headless_demo(model: str) -> int:
@@ -65,15 +196,19 @@ def headless_demo(model: str) -> int:
     return 0
 
 
+# ---- sweep ----------------------------------------------------------------------------------------------
+
 def cmd_sweep(args) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import interplab as ilab
 
-    lab = ilab.Lab.load(args.model)
+    # A bar only on a terminal (the library's bar clears itself there); a script's stderr gets none.
+    progress = args.progress if args.progress is not None else (sys.stderr.isatty() and not args.json)
+    lab = ilab.Lab.load(args.model, progress=bool(args.progress))
     by = tuple(args.by.split(","))
     res = lab.patch_sweep(args.clean, args.corrupt, site=args.site, by=by,
                           metric=ilab.logit_diff(args.answer, args.wrong), direction=args.direction,
-                          method=args.method, progress=not args.json)
+                          method=args.method, progress=progress)
     out = {"model": args.model, "site": res.site, "by": list(res.by), "direction": res.direction,
            "method": res.method, "metric": res.metric_name, "clean_value": res.clean_value,
            "corrupt_value": res.corrupt_value, "labels": res.labels, "values": res.values.tolist(),
@@ -86,10 +221,12 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+# ---- bench ----------------------------------------------------------------------------------------------
+
 def cmd_bench(args) -> int:
     bench = Path(__file__).resolve().parent.parent / "benchmarks"
     if not bench.is_dir():
-        print("benchmarks/ is part of the source checkout, not of the installed package.", file=sys.stderr)
+        print("error: benchmarks/ is part of the source checkout, not of the installed package.", file=sys.stderr)
         return 2
     rc = 0
     for script in args.which or ["bench_sweep.py"]:
@@ -97,34 +234,107 @@ def cmd_bench(args) -> int:
     return rc
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m interplab", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("lab", help="JupyterLab on the IOI notebook")
-    p.add_argument("--headless", action="store_true", help="print the IOI result instead of starting JupyterLab")
-    p.add_argument("--model", default="ioi-tiny")
-    p.add_argument("--ip", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8888)
-    p.add_argument("--token", default="", help="JupyterLab token (empty: none; the server listens on loopback)")
+# ---- the parser -----------------------------------------------------------------------------------------
+
+def _nonempty(value: str) -> str:
+    if not value:
+        raise argparse.ArgumentTypeError("an empty token would turn authentication off: say --no-token for that")
+    return value
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, 88)  # (RawDescriptionHelpFormatter keeps the examples' lines, so paragraphs wrap here)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    ap = argparse.ArgumentParser(prog="interplab", description=__doc__, formatter_class=fmt,
+                                 epilog="examples:\n  interplab lab\n  interplab lab --headless\n"
+                                        "  interplab sweep --json --site z --by layer,head\n"
+                                        "  interplab lab --help")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{lab,sweep,bench}")
+
+    p = sub.add_parser(
+        "lab", formatter_class=fmt, help="JupyterLab on the IOI notebook (needs pip install \"interplab[lab]\")",
+        description=_wrap("Start JupyterLab on the IOI notebook with the embedded model (offline) and print its "
+                          "URL. The server asks for a token: a fresh random one, carried in the printed URL. A source "
+                          "checkout serves notebooks/; a pip install copies the notebooks to ./interplab-notebooks "
+                          "first."),
+        epilog="examples:\n  interplab lab                          # http://127.0.0.1:8888/lab/tree/...?token=...\n"
+               "  interplab lab --port 9000 --browser\n"
+               "  interplab lab --ip 0.0.0.0 --token my-workshop-secret   # reachable from other machines\n"
+               "  interplab lab --headless               # the IOI result as text, no JupyterLab")
+    p.add_argument("--headless", action="store_true",
+                   help="print the IOI patching result as text instead of starting JupyterLab")
+    p.add_argument("--model", default="ioi-tiny", metavar="NAME",
+                   help="the model of --headless: 'ioi-tiny' (embedded), a hub id or a local directory "
+                        "(default: %(default)s)")
+    p.add_argument("--ip", default="127.0.0.1",
+                   help="the address to listen on; 0.0.0.0 makes the lab reachable from other machines "
+                        "(default: %(default)s, this machine only)")
+    p.add_argument("--port", type=int, default=8888,
+                   help="the port; if busy, the next free one is used and printed (0: any free port; "
+                        "default: %(default)s)")
+    auth = p.add_mutually_exclusive_group()
+    auth.add_argument("--token", type=_nonempty, default=None,
+                      help="use this token instead of a fresh random one (e.g. one shared with a workshop)")
+    auth.add_argument("--no-token", action="store_true",
+                      help="turn authentication off (a warning says so): anyone who can reach the port can run code")
+    p.add_argument("--browser", action=argparse.BooleanOptionalAction, default=False,
+                   help="open the lab in your web browser (default: --no-browser, only print the URL)")
     p.set_defaults(fn=cmd_lab)
-    p = sub.add_parser("sweep", help="a patching sweep, headless")
-    p.add_argument("--model", default="ioi-tiny")
-    p.add_argument("--clean", default=CLEAN)
-    p.add_argument("--corrupt", default=CORRUPT)
-    p.add_argument("--answer", default=" Mary")
-    p.add_argument("--wrong", default=" John")
-    p.add_argument("--site", default="resid_pre")
-    p.add_argument("--by", default="layer,pos")
-    p.add_argument("--direction", default="denoise", choices=["denoise", "noise"])
-    p.add_argument("--method", default="exact", choices=["exact", "attribution"])
-    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser(
+        "sweep", formatter_class=fmt, help="a patching sweep for scripts (JSON with --json)",
+        description=_wrap("Run one activation-patching sweep headless and print the result (JSON with --json: model, "
+                    "site, by, labels, values (1 = clean behaviour, 0 = corrupted), raw metric values)."),
+        epilog="examples:\n  interplab sweep --json\n"
+               "  interplab sweep --json --site z --by layer,head --method attribution\n"
+               "  interplab sweep --model ./my-gpt2 --clean \"...\" --corrupt \"...\" --answer \" Mary\" "
+               "--wrong \" John\"")
+    p.add_argument("--model", default="ioi-tiny", metavar="NAME",
+                   help="'ioi-tiny' (embedded), a hub id (cached) or a local directory (default: %(default)s)")
+    p.add_argument("--clean", default=CLEAN, metavar="TEXT", help="the clean prompt (default: the IOI prompt)")
+    p.add_argument("--corrupt", default=CORRUPT, metavar="TEXT",
+                   help="the corrupt prompt, same token length (default: the IOI prompt with the names swapped)")
+    p.add_argument("--answer", default=" Mary", metavar="TOKEN",
+                   help="the clean answer, one token (default: '%(default)s')")
+    p.add_argument("--wrong", default=" John", metavar="TOKEN",
+                   help="the competing answer, one token; the metric is logit(answer) - logit(wrong) "
+                        "(default: '%(default)s')")
+    p.add_argument("--site", default="resid_pre",
+                   help="where to patch: resid_pre, resid_mid, resid_post, attn_out, mlp_out, z, ... "
+                        "(default: %(default)s)")
+    p.add_argument("--by", default="layer,pos", metavar="AXES",
+                   help="the heatmap's axes, comma-separated: layer,pos or layer,head or layer "
+                        "(default: %(default)s)")
+    p.add_argument("--direction", default="denoise", choices=["denoise", "noise"],
+                   help="denoise: clean into the corrupt run; noise: corrupt into the clean run "
+                        "(default: %(default)s)")
+    p.add_argument("--method", default="exact", choices=["exact", "attribution"],
+                   help="exact: one forward pass per cell; attribution: a gradient estimate from two passes "
+                        "(default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show progress bars (loading and sweep) on stderr (default: the sweep's bar on a "
+                        "terminal, none in scripts or with --json)")
     p.set_defaults(fn=cmd_sweep)
-    p = sub.add_parser("bench", help="run the benchmarks (source checkout)")
-    p.add_argument("which", nargs="*")
-    p.add_argument("--extra", nargs=argparse.REMAINDER, default=[])
+
+    p = sub.add_parser(
+        "bench", formatter_class=fmt, help="run the speed benchmarks (a source checkout)",
+        description=_wrap("Run benchmark scripts from benchmarks/ (in a source checkout; not part of the wheel)."),
+        epilog="examples:\n  interplab bench\n  interplab bench bench_memo.py\n"
+               "  interplab bench bench_click.py --extra --clicks 30 --no-write")
+    p.add_argument("which", nargs="*", metavar="SCRIPT",
+                   help="benchmark scripts in benchmarks/ (default: bench_sweep.py)")
+    p.add_argument("--extra", nargs=argparse.REMAINDER, default=[], metavar="ARG",
+                   help="everything after --extra is passed to each script")
     p.set_defaults(fn=cmd_bench)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
     except Exception as e:  # a clear one-line error, not a traceback, for bad input
