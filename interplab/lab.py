@@ -35,13 +35,24 @@ class Lab(Engine):
     # ---- loading --------------------------------------------------------------------------------------
     @classmethod
     def load(cls, name: str = "ioi-tiny", *, device=None, dtype=None, trust_remote_code: bool = False,
-             allow_pickle: bool = False, attn_implementation: str = "eager", **kw) -> Lab:
+             allow_pickle: bool = False, attn_implementation: str = "eager", progress: bool = False, **kw) -> Lab:
         """Load an embedded model ('ioi-tiny'), a Hugging Face hub id ('gpt2') or a local directory.
 
         Only safetensors weights are loaded unless allow_pickle=True; remote code only with trust_remote_code=True.
-        Eager attention is the default so that attention patterns can be read.
+        Eager attention is the default so that attention patterns can be read. progress=True shows transformers'
+        weight-loading bar (hidden by default; a real download keeps its own bar either way). A hub id is read from
+        the local cache first; if it is not there and the hub cannot be reached, this fails within about a second.
         """
+        import socket
+        import threading
+        import urllib.parse
+        import urllib.request
+        import warnings
+
+        from huggingface_hub import constants as hub_constants
+        from huggingface_hub import utils as hub_utils
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
         if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
             raise LoadError(f"model name must be a non-empty string (a hub id such as 'gpt2', 'ioi-tiny' or a "
@@ -57,11 +68,67 @@ class Lab(Engine):
                     f"{path} holds only pickle weights (*.bin/*.pt), which can run code when loaded. Convert them "
                     f"to safetensors, or pass allow_pickle=True if you trust the files."
                 )
-        try:
+
+        def from_pretrained(**online):
             model = AutoModelForCausalLM.from_pretrained(
                 path, dtype=dtype_of(dtype) or torch.float32, use_safetensors=None if allow_pickle else True,
-                trust_remote_code=trust_remote_code, attn_implementation=attn_implementation)
-            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+                trust_remote_code=trust_remote_code, attn_implementation=attn_implementation, **online)
+            return model, AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **online)
+
+        def hub_unreachable() -> str | None:
+            """Why the hub cannot be reached (offline mode, or no TCP connection within 1 s), or None. Without
+            this, transformers retries for ~30 s before failing."""
+            flags = (os.environ.get(v, "").upper() for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+            if hub_constants.HF_HUB_OFFLINE or any(f in ("1", "ON", "YES", "TRUE") for f in flags):
+                return "HF_HUB_OFFLINE is set"
+            endpoint = os.environ.get("HF_ENDPOINT") or hub_constants.ENDPOINT
+            url = urllib.parse.urlsplit(endpoint)
+            proxy = None if urllib.request.proxy_bypass(url.hostname or "") else urllib.request.getproxies().get(
+                url.scheme)
+            target = urllib.parse.urlsplit(proxy) if proxy else url
+            address = (target.hostname, target.port or (443 if target.scheme == "https" else 80))
+            ok = []
+
+            def probe():  # in a thread: name resolution has no timeout of its own
+                try:
+                    socket.create_connection(address, timeout=1.0).close()
+                    ok.append(True)
+                except OSError:
+                    pass
+
+            t = threading.Thread(target=probe, daemon=True)
+            t.start()
+            t.join(1.0)
+            return None if ok else f"{endpoint} cannot be reached (no network?)"
+
+        # Weight-loading bars off unless asked; the hub's download bars keep their own setting.
+        quiet = not progress and hf_logging.is_progress_bar_enabled()
+        hub_bars_off = hub_utils.are_progress_bars_disabled()
+        try:
+            if quiet:
+                hf_logging.disable_progress_bar()  # (this switches the hub's bars off too: restored next line)
+                if not hub_bars_off:
+                    hub_utils.enable_progress_bars()
+            if os.path.isdir(path):
+                model, tokenizer = from_pretrained()
+            else:
+                try:
+                    model, tokenizer = from_pretrained(local_files_only=True)  # the cache: no network, no wait
+                except OSError as cache_miss:
+                    why = hub_unreachable()
+                    if why is not None:
+                        leaf = name.rstrip("/").split("/")[-1]
+                        raise LoadError(
+                            f"could not load {name!r}: it is not in the local Hugging Face cache, and {why}.\n"
+                            f"How to fix: point the lab at a local directory holding the model (config.json, "
+                            f"tokenizer files, *.safetensors): Lab.load('/path/to/{leaf}') (command line: --model "
+                            f"/path/to/{leaf}). Make it where there is network, e.g. python -c \"from huggingface_hub "
+                            f"import snapshot_download; snapshot_download('{name}', local_dir='{leaf}')\", and copy "
+                            f"it over; or load {name!r} once online (it is then cached). Lab.load('ioi-tiny') is "
+                            f"the embedded model, always offline.") from cache_miss
+                    model, tokenizer = from_pretrained()
+        except LoadError:
+            raise
         except OSError as e:
             offline = os.environ.get("HF_HUB_OFFLINE") == "1" or "offline" in str(e).lower()
             hint = ("you seem to be offline: hub models need a download once (then they are cached); use "
@@ -76,6 +143,13 @@ class Lab(Engine):
                 ) from e
             raise LoadError(f"could not load {name!r}: {e}\nHow to fix: interplab loads causal language models that "
                             f"transformers knows; check the name or the directory's config.json.") from e
+        finally:
+            if quiet:
+                with warnings.catch_warnings():  # (the hub warns if its env var keeps its bars off)
+                    warnings.simplefilter("ignore")
+                    hf_logging.enable_progress_bar()
+                    if hub_bars_off:
+                        hub_utils.disable_progress_bars()
         if device is not None:
             model = model.to(device)
         return cls(model, tokenizer, model_id=name, **kw)
