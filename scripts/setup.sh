@@ -27,7 +27,7 @@ choose_torch() {
   fi
   case "$TORCH_BUILD" in
     cpu) TORCH_PIP=("$TORCH_PIN" --index-url "$CPU_INDEX") ;;  # a bare `torch` would pull a multi-GB CUDA build
-    cuda) TORCH_PIP=("torch") ;;                                # PyPI's default Linux build bundles CUDA
+    cuda) TORCH_PIP=("$TORCH_PIN") ;;                           # PyPI's default Linux build bundles CUDA
     *) echo "setup: TORCH=$TORCH_BUILD: use TORCH=cpu or TORCH=cuda" >&2; exit 2 ;;
   esac
 }
