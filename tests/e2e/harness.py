@@ -449,9 +449,17 @@ class LabNotebook:
         return self.page.evaluate("([k, a]) => window.__il.paints(k, a)", [kind, after])
 
     def wait_paint(self, kind: str, after: float, timeout: float = 30.0) -> dict:
-        """The first paint of a `kind` widget later than performance.now() == after."""
-        self.page.wait_for_function("([k, a]) => window.__il.paints(k, a).length > 0", arg=[kind, after],
-                                    timeout=timeout * 1000, polling="raf")
+        """The first paint of a `kind` widget later than performance.now() == after; on a timeout, an error that says
+        what the page saw (its last mouse presses, replies and paints)."""
+        try:
+            self.page.wait_for_function("([k, a]) => window.__il.paints(k, a).length > 0", arg=[kind, after],
+                                        timeout=timeout * 1000, polling="raf")
+        except Exception as e:
+            seen = self.page.evaluate("() => ({ now: performance.now(), presses: window.__il_clicks.slice(-3),"
+                                      " replies: (window.__interplab_replies || []).slice(-3),"
+                                      " paints: (window.__interplab_paints || []).slice(-4) })")
+            raise TimeoutError(f"no {kind} paint after t={after:.0f} in {timeout:.0f} s; the page saw {seen}; "
+                               f"JS errors {self.page_errors}; console {self.console[-5:]}") from e
         return self.paints(kind, after)[0]
 
     def wait_heatmap(self, index: int, timeout: float = 120.0) -> None:
