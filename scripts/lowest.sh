@@ -15,7 +15,7 @@ UV=.venv/bin/uv
 rm -rf "$VENV"
 "$UV" venv -q --seed --python .venv/bin/python "$VENV"
 # torch as scripts/setup.sh installs it where there is no GPU (pip: it honours the machine's pip configuration)
-"$VENV/bin/python" -m pip install -q "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
+"$VENV/bin/python" -m pip install -q "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu --retries 1
 # The project at the lowest versions it allows; torch held at the one just installed.
 echo "torch==$("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')" > build/lowest-constraints.txt
 "$UV" pip install -q --python "$VENV/bin/python" --resolution lowest-direct -c build/lowest-constraints.txt -e .

@@ -26,7 +26,9 @@ choose_torch() {
     TORCH_BUILD=cpu TORCH_WHY="no NVIDIA GPU: nvidia-smi absent or failing"
   fi
   case "$TORCH_BUILD" in
-    cpu) TORCH_PIP=("$TORCH_PIN" --index-url "$CPU_INDEX") ;;  # a bare `torch` would pull a multi-GB CUDA build
+    # a bare `torch` would pull a multi-GB CUDA build; one retry: where the index is unreachable but a local wheel
+    # is configured (pip's find-links), pip's default five retries per package only cost minutes
+    cpu) TORCH_PIP=("$TORCH_PIN" --index-url "$CPU_INDEX" --retries 1) ;;
     cuda) TORCH_PIP=("$TORCH_PIN") ;;                           # PyPI's default Linux build bundles CUDA
     *) echo "setup: TORCH=$TORCH_BUILD: use TORCH=cpu or TORCH=cuda" >&2; exit 2 ;;
   esac
