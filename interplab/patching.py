@@ -470,8 +470,12 @@ def _attribution(lab: Engine, pairs: _Pairs, site: str, by, metric: Metric, laye
 def _progress_bar(total: int, progress):
     if progress is True and total > 1:
         from tqdm.auto import tqdm
+        from tqdm.notebook import tqdm_notebook
 
-        return tqdm(total=total, desc="patch sweep", unit="cell", leave=False)
+        # a script whose stderr is no terminal (a log, a pipe) gets no bar: its \r frames would be left half drawn;
+        # a notebook's output is no terminal either, but draws the bar as a widget
+        in_notebook = issubclass(tqdm, tqdm_notebook)
+        return tqdm(total=total, desc="patch sweep", unit="cell", leave=False, disable=False if in_notebook else None)
     return None
 
 

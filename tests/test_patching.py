@@ -402,3 +402,21 @@ def test_a_resumed_forward_leaves_the_model_whole(models, tokenizer):
     finally:
         h.remove()
     assert seen and all(n == lab.n_layers for n in seen), seen
+
+
+def test_a_sweep_in_a_script_leaves_no_half_drawn_bar(tmp_path):
+    """progress=True in a script whose stderr is a file or pipe draws no bar (its \\r frames would stay half drawn)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "sweep.py"
+    script.write_text(
+        "import interplab as ilab\n"
+        "lab = ilab.Lab.load('ioi-tiny')\n"
+        f"res = lab.patch_sweep({CLEAN!r}, {CORRUPT!r}, metric=ilab.logit_diff(' Mary', ' John'), progress=True)\n"
+        "print('done', res.values.shape[0])\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("done")
+    assert "\r" not in out.stderr and "patch sweep" not in out.stderr, out.stderr[-500:]
