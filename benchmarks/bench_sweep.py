@@ -145,7 +145,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 torch.set_num_threads(1)
 import interplab as ilab
 from interplab.zoo import random_model
-from interplab import patching
+from interplab import engine
 name, mode, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
 model, tok = random_model(name)
 lab = ilab.Lab(model, tok)
@@ -165,7 +165,7 @@ with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
     else:
         last = torch.tensor(lengths) - 1
-        out = patching.resumed_last_logits(lab, 0, cached, ids, mask, last)
+        out = engine.resumed_last_logits(model, lab.sites.arch, 0, cached, ids, mask, last)
 print(json.dumps({"peak": status("VmHWM") - before}))
 """.replace("CLEAN_PROMPT", repr(CLEAN)).replace("CORRUPT_PROMPT", repr(CORRUPT))
 
