@@ -36,30 +36,17 @@ from __future__ import annotations
 import random
 import zlib
 
+from interplab.zoo.corpus import FACTS, FILLER, NAMES, fact  # noqa: F401  (FACTS: part of the interface)
+
 EOS = "<|endoftext|>"
 
-NAMES = """Mary John Alice Bob Sarah James Emma David Anna Michael Laura Daniel Kate Paul Lisa Mark Susan Peter
-Rachel Tom Linda Steve Karen Chris Jessica Brian Amy Kevin Nancy Jason Emily Eric Helen Ryan Julia Adam Sophie Luke
-Grace Sam Rose Jack Ruth Henry Claire Frank Diana Oscar Nina Victor Olivia Simon Hannah George Lucy Max Sandra Alex
-Maria Carl Jane Dan Megan Ben Amber Greg Carol Ian Lily Tim Anne Joe Eva Fred Molly Jim Ella Leo Vera Ray
-Iris""".split()
+# names, facts and filler words are corpus.py's (the tokenizer is trained on those); places and objects vary more
 
 PLACES = """store park school office hospital station restaurant garden library beach market kitchen museum church
 house lake bank theater hotel farm cafe shop airport zoo""".split()
 
 OBJECTS = """drink book ring bone basketball kiss snack letter apple pencil bottle cake flower computer necklace
 ticket key bag hat candle gift box cup phone coin map pen card toy ball cookie""".split()
-
-FACTS = {
-    "France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid", "Japan": "Tokyo",
-    "China": "Beijing", "Russia": "Moscow", "Egypt": "Cairo", "Canada": "Ottawa", "Greece": "Athens",
-    "Ireland": "Dublin", "Austria": "Vienna", "Norway": "Oslo", "Sweden": "Stockholm", "Poland": "Warsaw",
-    "Portugal": "Lisbon", "Kenya": "Nairobi", "Peru": "Lima", "Cuba": "Havana", "Chile": "Santiago",
-}
-
-FILLER = """the a and then went saw big small red blue old new happy sad very quite walked ran looked found took
-made said day night morning evening city road tree dog cat car door window table chair water fire stone bird
-sun moon rain snow""".split()
 
 # ---------------------------------------------------------------- IOI sentences, built from parts
 # An IOI sentence names two candidates A and B in an intro (both orders, several constructions), may add a middle
@@ -272,14 +259,6 @@ def induction(rng: random.Random) -> str:
     return f"{s}. {s}."
 
 
-def fact(rng: random.Random) -> str:
-    country = rng.choice(list(FACTS))
-    cap = FACTS[country]
-    forms = [f"The capital of {country} is {cap}.", f"{cap} is the capital of {country}.",
-             f"{cap} is in {country}.", f"The capital city of {country} is {cap}."]
-    return rng.choice(forms)
-
-
 def training_document(rng: random.Random, p_ioi: float = 0.6) -> tuple[str, str]:
     """(prefix, rest): for IOI documents ``prefix`` is the prompt and ``rest`` starts with the answer token;
     for other documents ``prefix`` is the whole text and ``rest`` is empty."""
@@ -294,15 +273,3 @@ def training_document(rng: random.Random, p_ioi: float = 0.6) -> tuple[str, str]
     if r < 0.6:
         return induction(rng), ""
     return fact(rng), ""  # 40% of the rest: the capitals are known well enough to steer between them
-
-
-def tokenizer_training_text(seed: int = 0, n: int = 20000):
-    """Text for training the BPE tokenizer: the corpus plus every name/place/object/country many times, so each
-    becomes one token with a leading space (" Mary")."""
-    rng = random.Random(f"tok-{seed}")
-    words = NAMES + PLACES + OBJECTS + list(FACTS) + list(FACTS.values()) + FILLER
-    for _ in range(n):
-        prefix, rest = training_document(rng)
-        yield prefix + rest
-    for _ in range(200):
-        yield " " + " ".join(words) + " " + ". ".join(words)
