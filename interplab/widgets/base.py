@@ -10,6 +10,12 @@ unexpected fields, each field's type, required or optional), then against the wi
 follow the current traits). Every request gets exactly one reply, ``{type: "reply", id, ok, error?}``, after the
 widget's own handling and its callbacks. A malformed request, or a callback that raises, also sets ``self.error``
 to a readable text; nothing ever raises into the kernel's comm handler.
+
+The widget code (static/widgets.js, 1.5 MB with plotly) is synced once per kernel, not once per widget: every
+view's ``_esm`` is the small static/loader.js, and its ``_bundle`` trait references one shared ``BundleHolder``
+model that holds the code; the loader imports it once per page. An executed notebook stores the holder's state
+once (notebook 01: 14.4 MB -> under 2 MB). Frontends without ipywidgets' widget manager (marimo) get the whole
+bundle as ``_esm`` (``esm_mode()``).
 """
 
 from __future__ import annotations
@@ -18,13 +24,18 @@ import functools
 import itertools
 import json
 import logging
+import hashlib
 import math
+import os
 import pathlib
+import sys
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import anywidget
+import ipywidgets
 import traitlets as t
 
 __all__ = [
@@ -44,11 +55,15 @@ __all__ = [
     "Labels",
     "PROTOCOL",
     "declared_requests",
+    "BundleHolder",
+    "bundle_holder",
+    "esm_mode",
 ]
 
 log = logging.getLogger("interplab.widgets")
 
 BUNDLE = pathlib.Path(__file__).resolve().parent.parent / "static" / "widgets.js"
+LOADER = BUNDLE.with_name("loader.js")  # every view's _esm (in Jupyter): finds the shared code, imports it once
 PROTOCOL = json.loads(pathlib.Path(__file__).with_name("protocol.json").read_text(encoding="utf-8"))
 
 #: prefix of every error the widget sets for a bad message
@@ -252,6 +267,73 @@ def _request_id(msg: Any) -> int | None:
     return rid if isinstance(rid, int) and not isinstance(rid, bool) else None
 
 
+# ---------------------------------------------------------------------------------------------- the widget code
+ESM_ENV = "INTERPLAB_WIDGET_CODE"  # "shared" | "inline" (unset: shared, inline under marimo)
+
+
+class BundleHolder(ipywidgets.Widget):
+    """The widget code, synced once per kernel: a plain model (no view) whose ``code`` trait is static/widgets.js.
+    Every view's ``_bundle`` trait references it ("IPY_MODEL_<id>"); the loader (static/loader.js) gets it from the
+    page's widget manager and imports the code once per page, cached under ``hash`` (versions never mix)."""
+
+    code = t.Unicode("").tag(sync=True)
+    hash = t.Unicode("").tag(sync=True)
+
+
+class _Code:
+    """static/widgets.js and the loader that imports it, re-read when the file changes (a rebuild while a kernel
+    runs gets a new holder: its hash differs)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stamp: tuple[int, int] | None = None
+        self.bundle = self.hash = self.loader = ""
+        self.holder: BundleHolder | None = None
+
+    def current(self) -> None:
+        st = BUNDLE.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp != self.stamp:
+            self.bundle = BUNDLE.read_text(encoding="utf-8")
+            self.hash = hashlib.sha256(self.bundle.encode("utf-8")).hexdigest()[:16]
+            self.loader = LOADER.read_text(encoding="utf-8").replace("__INTERPLAB_BUNDLE_HASH__", self.hash)
+            self.stamp = stamp
+
+
+_CODE = _Code()
+
+
+def bundle_holder() -> BundleHolder:
+    """The kernel's one BundleHolder, made on first use and again when it was closed (``Widget.close_all()``) or
+    the bundle file changed."""
+    with _CODE.lock:
+        _CODE.current()
+        h = _CODE.holder
+        if h is None or h.comm is None or h.hash != _CODE.hash:
+            h = _CODE.holder = BundleHolder(code=_CODE.bundle, hash=_CODE.hash)
+        return h
+
+
+def _in_marimo() -> bool:
+    mo = sys.modules.get("marimo")
+    if mo is None:
+        return False
+    try:
+        return bool(mo.running_in_notebook())
+    except Exception:  # noqa: BLE001 - an older or partial marimo: it is imported, so assume it runs us
+        return True
+
+
+def esm_mode() -> str:
+    """"shared" (Jupyter, VS Code, nbconvert: the loader + one BundleHolder) or "inline" (every view carries the
+    whole bundle as its _esm: marimo, whose anywidget models have no widget manager to find a shared model).
+    INTERPLAB_WIDGET_CODE=shared|inline overrides the choice."""
+    forced = os.environ.get(ESM_ENV, "").strip().lower()
+    if forced in ("shared", "inline"):
+        return forced
+    return "inline" if _in_marimo() else "shared"
+
+
 # ---------------------------------------------------------------------------------------------- the base widget
 Limits = Mapping[str, Mapping[str, Field]]
 
@@ -260,18 +342,33 @@ class LabWidget(anywidget.AnyWidget):
     """Base class: `_view_kind` picks the view in the shared bundle and its requests in protocol.json; `status` and
     `error` are shown by every view."""
 
-    _esm = BUNDLE
     _view_kind = t.Unicode("").tag(sync=True)
     status = t.Unicode("").tag(sync=True)
     error = t.Unicode("").tag(sync=True)
 
     def __init__(self, **kwargs: Any):
+        self._add_code_traits(kwargs)
         super().__init__(**kwargs)
         self._callbacks: dict[str, list[Callable[..., Any]]] = defaultdict(list)
         self._message_error = ""  # the last error text we set ourselves (cleared by the next good message)
         self._test_ids = itertools.count(-1, -1)  # negative: never an id the frontend is waiting for
         self._last_reply: dict[str, Any] | None = None
         self.on_msg(self._on_frontend_msg)
+
+    def _add_code_traits(self, kwargs: dict[str, Any]) -> None:
+        """_esm (and _bundle), per instance as anywidget adds its _esm, so the class traits stay the declared ones.
+        Added before the comm opens (traitlets' add_traits: ipywidgets' own would send them down no comm yet)."""
+        if esm_mode() == "shared":
+            kwargs.setdefault("_bundle", bundle_holder())
+            traits = {"_esm": t.Unicode(_CODE.loader).tag(sync=True),
+                      "_bundle": t.Instance(BundleHolder, allow_none=True).tag(
+                          sync=True, **ipywidgets.widget_serialization)}
+        else:
+            with _CODE.lock:
+                _CODE.current()
+            traits = {"_esm": t.Unicode(_CODE.bundle).tag(sync=True)}
+        t.HasTraits.add_traits(self, **traits)
+        self.keys.extend(name for name in traits if name not in self.keys)
 
     # -- to override ---------------------------------------------------------------------------------------------
     def _limits(self) -> Limits:
