@@ -38,6 +38,8 @@ import anywidget
 import ipywidgets
 import traitlets as t
 
+from .parts import Part
+
 __all__ = [
     "LabWidget",
     "MessageError",
@@ -338,9 +340,9 @@ def esm_mode() -> str:
 Limits = Mapping[str, Mapping[str, Field]]
 
 
-class LabWidget(anywidget.AnyWidget):
+class LabWidget(Part, anywidget.AnyWidget):
     """Base class: `_view_kind` picks the view in the shared bundle and its requests in protocol.json; `status` and
-    `error` are shown by every view."""
+    `error` are shown by every view. Built with ``part=True`` it opens no comm: a Composite carries it (parts.py)."""
 
     _view_kind = t.Unicode("").tag(sync=True)
     status = t.Unicode("").tag(sync=True)

@@ -12,8 +12,6 @@ import threading
 import time
 import uuid
 
-import ipywidgets as W
-
 from .. import display
 from ..engine import Engine
 from ..session import (
@@ -25,17 +23,19 @@ from ..session import (
     steering_vector,
 )
 from .attention import AttentionView
+from .composite import Composite
 from .heatmap import PatchingHeatmap
 from .lens import LensView
 from .logits import LogitPanel
 from .steering import SteeringPanel
 
 
-class PatchExplorer(W.VBox):
-    """The patching heatmap and the logit panel it drives. `explorer.heatmap.selected`, `.active_edits` and
-    `explorer.edits` are the shared state between clicks and code: set them from Python and the view follows."""
+class PatchExplorer(Composite):
+    """The patching heatmap and the logit panel it drives, one anywidget (a Composite: every frontend, marimo too,
+    hosts it). `explorer.heatmap.selected`, `.active_edits` and `explorer.edits` are the shared state between clicks
+    and code: set them from Python and the view follows. part=True: held by a dashboard, which shows its views."""
 
-    def __init__(self, session: PatchSession, result=None):
+    def __init__(self, session: PatchSession, result=None, *, part: bool = False):
         self.session = session
         self.lab = session.lab
         self.worker = self.lab.worker
@@ -43,9 +43,9 @@ class PatchExplorer(W.VBox):
         self._building = threading.Lock()  # one build per cell, whichever thread asks first
         self._cancel = threading.Event()
         link = f"explorer-{uuid.uuid4().hex}"  # the page paints exact-sweep clicks on this panel at once
-        self.heatmap = PatchingHeatmap(link=link)
-        self.logits = LogitPanel(title=f"next token after: {session.base[-60:]!r}", link=link)
-        super().__init__([self.heatmap, self.logits])
+        self.heatmap = PatchingHeatmap(link=link, part=True)
+        self.logits = LogitPanel(title=f"next token after: {session.base[-60:]!r}", link=link, part=True)
+        super().__init__({"heatmap": self.heatmap, "logits": self.logits}, part=part)
         if result is not None:
             session.result = result
             self._show_result(result)
@@ -197,7 +197,7 @@ class SteeringController:
     """Drives a SteeringPanel: the vector from contrast prompts, a live preview while dragging, generation."""
 
     def __init__(self, lab: Engine, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
-                 layer: int | None = None, alpha_range: tuple[float, float] = (-4.0, 4.0)):
+                 layer: int | None = None, alpha_range: tuple[float, float] = (-4.0, 4.0), *, part: bool = False):
         self.lab = lab
         self.worker = lab.worker
         sites = [s for s in ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
@@ -206,7 +206,7 @@ class SteeringController:
                                    layer=lab.n_layers // 2 if layer is None else layer, alpha=0.0,
                                    alpha_min=alpha_range[0], alpha_max=alpha_range[1], prompt=prompt,
                                    positive="\n".join(positive), negative="\n".join(negative),
-                                   title="steering: h + alpha * (mean positive - mean negative)")
+                                   title="steering: h + alpha * (mean positive - mean negative)", part=part)
         self.vector, self._vector_at = None, None
         # preview and generate read the request's fields from the panel's traits (the panel took them first)
         self.panel.on_set_vector(lambda positive, negative: self.set_vector(positive, negative))
@@ -262,12 +262,12 @@ class SteeringController:
                            error, widget=p, cancel=stop)
 
 
-def lens_widget(lab: Engine, prompt: str) -> LensView:
-    return LensView(**lens_view(lab, prompt))
+def lens_widget(lab: Engine, prompt: str, *, part: bool = False) -> LensView:
+    return LensView(**lens_view(lab, prompt), part=part)
 
 
-def attention_widget(lab: Engine, prompt: str, layer: int = 0, head: int = 0) -> AttentionView:
-    view = AttentionView(n_layers=lab.n_layers, n_heads=lab.n_heads, layer=layer, head=head,
+def attention_widget(lab: Engine, prompt: str, layer: int = 0, head: int = 0, *, part: bool = False) -> AttentionView:
+    view = AttentionView(n_layers=lab.n_layers, n_heads=lab.n_heads, layer=layer, head=head, part=part,
                          **attention_view(lab, prompt, layer, head))
     worker = lab.worker
 
@@ -280,21 +280,25 @@ def attention_widget(lab: Engine, prompt: str, layer: int = 0, head: int = 0) ->
     return view
 
 
-class Dashboard(W.VBox):
-    """Heatmap + logits, steering, logit lens and attention for one clean/corrupt pair."""
+class Dashboard(Composite):
+    """Heatmap + logits, then tabs: steering, logit lens and attention, for one clean/corrupt pair; one anywidget.
+    `dashboard.explorer` (heatmap + logits), `.steering` (its controller; `.steering.panel`), `.lens`, `.attention`
+    are the widgets as ever; they open no comm of their own (their state travels in the dashboard's)."""
 
     def __init__(self, lab: Engine, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre",
                  by=("layer", "pos"), direction: str = "denoise", sweep: bool = True):
         session = PatchSession(lab, clean, corrupt, answer, wrong, site, tuple(by), direction)
-        self.explorer = PatchExplorer(session)
+        self.explorer = PatchExplorer(session, part=True)
         self.heatmap, self.logits = self.explorer.heatmap, self.explorer.logits
-        self.steering = SteeringController(lab, corrupt, [clean], [corrupt], site="resid_post")
-        self.lens = lens_widget(lab, clean)
-        self.attention = attention_widget(lab, clean)
-        tabs = W.Tab(children=[self.steering.panel, self.lens, self.attention])
-        for i, name in enumerate(["steering", "logit lens", "attention"]):
-            tabs.set_title(i, name)
-        super().__init__([self.explorer, tabs])
+        self.steering = SteeringController(lab, corrupt, [clean], [corrupt], site="resid_post", part=True)
+        self.lens = lens_widget(lab, clean, part=True)
+        self.attention = attention_widget(lab, clean, part=True)
+        super().__init__(
+            {"heatmap": self.heatmap, "logits": self.logits, "steering": self.steering.panel, "lens": self.lens,
+             "attention": self.attention},
+            panes=[{"part": "heatmap"}, {"part": "logits"},
+                   {"tabs": [{"title": "steering", "part": "steering"}, {"title": "logit lens", "part": "lens"},
+                             {"title": "attention", "part": "attention"}]}])
         if sweep:
             self.explorer.sweep()
 

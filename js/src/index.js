@@ -1,12 +1,14 @@
-// One bundle for every interplab widget: render() dispatches on the model's `_view_kind` trait.
+// One bundle for every interplab widget: render() dispatches on the model's `_view_kind` trait (a "composite" draws
+// several views on one model: composite.js).
 import * as attention from "./attention.js";
+import * as composite from "./composite.js";
 import * as heatmap from "./heatmap.js";
 import * as lens from "./lens.js";
 import * as logits from "./logits.js";
 import * as steering from "./steering.js";
 import { h } from "./plot.js";
 
-export const VIEWS = { heatmap, logits, steering, lens, attention };
+export const VIEWS = { heatmap, logits, steering, lens, attention, composite };
 export { PROTOCOL } from "./protocol.js"; // exported so a test can compare the bundled copy with protocol.json
 
 function render({ model, el }) {

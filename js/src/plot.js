@@ -114,9 +114,87 @@ const CSS = `
 .interplab .il-fill { display: block; height: 100%; }
 .interplab .il-val { flex: 0 0 52px; font-family: monospace; font-size: 12px; }
 .interplab input[type=range] { width: 260px; }
+.interplab .il-tabs { display: flex; gap: 2px; border-bottom: 1px solid #ccc; margin: 8px 0 4px; }
+.interplab .il-tab { border: 1px solid #ccc; border-bottom: none; background: #f3f3f3; border-radius: 4px 4px 0 0;
+  padding: 4px 12px; font-size: 13px; color: #333; }
+.interplab .il-tab.on { background: white; font-weight: 600; position: relative; top: 1px; }
+.interplab .interplab { margin: 0; }
 `;
 
-function ensureCss() {
+// ---------------------------------------------------------------- styles, in the document or in a shadow root
+// A page's document gets one <style id="interplab-css">. A view inside a shadow root (marimo renders every widget in
+// one) sees none of the document's styles: the root adopts our sheet, and a copy of plotly's own rules (plotly.js
+// puts them in the document's <head>: the stacked SVG layers, the mode bar, the hover layer), kept current when
+// plotly adds rules (e.g. a plot's mode-bar colours). Without a shadow root at render (the host attaches `el`
+// later), the check runs again at each paint.
+const adopted = new WeakSet(); // shadow roots already given our sheets
+let ownSheet = null;
+let plotlySheet = null;
+let plotlyRules = ""; // what plotlySheet holds: plotly's rules as last copied
+
+function constructable() {
+  try {
+    return typeof CSSStyleSheet === "function" && "replaceSync" in CSSStyleSheet.prototype && !!new CSSStyleSheet();
+  } catch (_) {
+    return false;
+  }
+}
+
+/** plotly's rules from its <style id="plotly.js-style-..."> elements in the document, as text. */
+function plotlyCss() {
+  const out = [];
+  for (const style of document.querySelectorAll('style[id^="plotly.js-style"]')) {
+    try {
+      for (const rule of style.sheet?.cssRules ?? []) out.push(rule.cssText);
+    } catch (_) {
+      /* unreadable sheet: skipped */
+    }
+  }
+  return out.join("\n");
+}
+
+function styleShadowRoot(root) {
+  const rules = plotlyCss();
+  if (constructable()) {
+    if (!ownSheet) {
+      ownSheet = new CSSStyleSheet();
+      ownSheet.replaceSync(CSS);
+      plotlySheet = new CSSStyleSheet();
+    }
+    if (rules !== plotlyRules) {
+      plotlyRules = rules;
+      plotlySheet.replaceSync(rules); // one sheet object: every shadow root that adopted it sees the new rules
+    }
+    if (!adopted.has(root)) {
+      adopted.add(root);
+      root.adoptedStyleSheets = [...root.adoptedStyleSheets, ownSheet, plotlySheet];
+    }
+    return;
+  }
+  // no constructable sheets: <style> elements in the root itself
+  let own = root.querySelector("style[data-interplab-css]");
+  if (!own) {
+    own = document.createElement("style");
+    own.setAttribute("data-interplab-css", "");
+    own.textContent = CSS;
+    root.prepend(own);
+  }
+  let copy = root.querySelector("style[data-interplab-plotly-css]");
+  if (!copy) {
+    copy = document.createElement("style");
+    copy.setAttribute("data-interplab-plotly-css", "");
+    root.prepend(copy);
+  }
+  if (copy.textContent !== rules) copy.textContent = rules;
+}
+
+/** Make the styles reach `el`: the document's <style> once, and, inside a shadow root, that root's sheets. */
+export function ensureStyles(el) {
+  const root = el?.getRootNode?.();
+  if (typeof ShadowRoot !== "undefined" && root instanceof ShadowRoot) {
+    styleShadowRoot(root);
+    return;
+  }
   if (document.getElementById("interplab-css")) return;
   const style = document.createElement("style");
   style.id = "interplab-css";
@@ -195,6 +273,7 @@ export function tokenAxis(labels, extra = {}, { maxTicks = Infinity } = {}) {
 export function recordPaint(state) {
   const gd = state.plot;
   if (!state.alive) return gd;
+  ensureStyles(state.el); // a shadow root the view was attached to after its render, or new plotly rules
   state.paints += 1;
   const log = (window.__interplab_paints ||= []);
   log.push({ widget: state.kind, t: performance.now(), n: state.paints });
@@ -253,7 +332,7 @@ export function bus() {
  * Returns a state object with helpers; `state.cleanup()` removes listeners and purges plotly.
  */
 export function shell(model, el, kind, { progress = false } = {}) {
-  ensureCss();
+  ensureStyles(el);
   const root = h("div", { class: `interplab interplab-${kind}` });
   const error = h("div", { class: "il-error", role: "alert" });
   const status = h("div", { class: "il-status" });

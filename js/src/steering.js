@@ -144,11 +144,13 @@ export function render({ model, el }) {
     slider.step = String(round6((max - min) / 200));
     if (!dragging) slider.value = String(Number(model.get("alpha")) || 0);
     showAlpha();
+    // the focused element of the view's own root (inside a shadow root, document.activeElement is the host)
+    const focused = state.root.getRootNode()?.activeElement ?? document.activeElement;
     for (const [ta, name] of [[prompt, "prompt"], [positive, "positive"], [negative, "negative"]]) {
       const v = String(model.get(name) ?? "");
-      if (document.activeElement !== ta && ta.value !== v) ta.value = v;
+      if (focused !== ta && ta.value !== v) ta.value = v;
     }
-    if (document.activeElement !== maxTokens) maxTokens.value = String(model.get("max_new_tokens") ?? 20);
+    if (focused !== maxTokens) maxTokens.value = String(model.get("max_new_tokens") ?? 20);
     const busy = !!model.get("busy");
     generateBtn.disabled = busy;
     computeBtn.disabled = busy;

@@ -93,10 +93,10 @@ def page(_harness):
 class Mounted:
     """A widget rendered on the bare page with a fake model."""
 
-    def __init__(self, page, kind: str, traits: dict):
+    def __init__(self, page, kind: str, traits: dict, shadow: bool = False):
         self.page = page
         self.kind = kind
-        self.i = page.evaluate("([k, t]) => window.mount(k, t)", [kind, traits])
+        self.i = page.evaluate("([k, t, s]) => window.mount(k, t, {shadow: s})", [kind, traits, shadow])
 
     def js(self, body: str, arg=None):
         """Evaluate `body` as a function of (w, arg) where w = {model, el}."""
@@ -141,7 +141,7 @@ class Mounted:
 
 @pytest.fixture
 def mount(page):
-    def _mount(kind: str, **traits) -> Mounted:
-        return Mounted(page, kind, traits)
+    def _mount(kind: str, _shadow: bool = False, **traits) -> Mounted:
+        return Mounted(page, kind, traits, shadow=_shadow)
 
     return _mount

@@ -12,13 +12,14 @@ import anywidget
 import pytest
 
 from interplab.widgets import AttentionView, LabWidget, LensView, LogitPanel, PatchingHeatmap, SteeringPanel
+from interplab.widgets.composite import Composite
 from interplab.widgets.base import BAD_MESSAGE, PROTOCOL
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "js" / "src"
 VIEWS = PROTOCOL["views"]
 CLASSES = {cls._view_kind.default_value: cls for cls in (PatchingHeatmap, LogitPanel, SteeringPanel, LensView,
-                                                         AttentionView)}
+                                                         AttentionView, Composite)}
 SCALARS = {"int", "number", "bool", "string"}
 
 
@@ -167,7 +168,11 @@ def test_js_never_writes_a_trait_and_sends_only_through_request():
         src = path.read_text(encoding="utf-8")
         assert not re.search(r"\bmodel\.set\(|save_changes|\.set\(\s*\"", src), f"{path.name} writes a synced trait"
         sends = re.findall(r"\.send\(", src)
-        assert len(sends) == (1 if path.name == "plot.js" else 0), f"{path.name}: a send outside state.request"
+        # plot.js: state.request, the only sender; composite.js: a part's adapter, forwarding that request with `part`
+        assert len(sends) == (1 if path.name in ("plot.js", "composite.js") else 0), \
+            f"{path.name}: a send outside state.request"
+    adapter = (SRC / "composite.js").read_text(encoding="utf-8")
+    assert re.search(r"model\.send\(\{ \.\.\.msg, part: name \}", adapter), "the part adapter must only tag and forward"
 
 
 def test_js_reads_only_declared_traits():
