@@ -291,7 +291,8 @@ def apply_edit(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
     if heads:
         if ctx.n_heads is None:
             raise UnsupportedSiteError(
-                f"head={edit.head!r} given for site {edit.site!r}, which has no heads: heads exist on 'z' only."
+                f"head={edit.head!r} given for site {edit.site!r}, which has no heads: heads exist on z, q, k, v, "
+                f"rot_q, rot_k and pattern."
             )
         x = h.view(b, t, ctx.n_heads, h.shape[-1] // ctx.n_heads)
     else:

@@ -12,12 +12,24 @@ from torch import nn
 
 from .errors import OutOfRangeError, UnknownSiteError, UnsupportedSiteError
 
+PROBES = "interplab_probes"  # the submodule of each attention module that rot_q, rot_k and pattern pass through
+
 # Notes: `embed` is the token embedding only (GPT-2 adds position embeddings inside the model's forward);
 # `logits` is the unembedding's output, before any final soft-capping (Gemma 2), while run.logits are the model's.
-SITE_NAMES = ("embed", "resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "pattern", "logits")
-LAYERED = {"resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "pattern"}
-HEADED = {"z", "pattern"}
-READ_ONLY = {"pattern"}  # attention weights are returned after use; editing them would change nothing
+# q, k, v are each head's query, key and value as the projections make them (TransformerLens's hook_q/k/v: before
+# any rotary embedding; k and v have the model's key-value heads, fewer than its query heads under grouped-query
+# attention); rot_q, rot_k are the query and key after the rotary embedding, where a model applies one; pattern is
+# the attention weights [batch, head, query pos, key pos], editable: a head's output is its edited pattern times v.
+SITE_NAMES = ("embed", "resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "q", "k", "v", "rot_q",
+              "rot_k", "pattern", "logits")
+LAYERED = {"resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "q", "k", "v", "rot_q", "rot_k",
+           "pattern"}
+HEADED = {"z", "q", "k", "v", "rot_q", "rot_k", "pattern"}
+KV_HEADED = {"k", "v", "rot_k"}  # sites with the model's key-value heads (num_key_value_heads)
+# Sites read inside the attention function: their values exist only there, and k/rot_k/pattern span the key
+# positions, so they are read and edited in full forwards (no key-value cache; see interplab.engine.attention).
+IN_ATTENTION = {"rot_q", "rot_k", "pattern"}
+FULL_FORWARD = {"rot_k", "pattern"}
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,20 @@ class HookPoint:
     io: str  # "input" | "output"
     index: int = 0  # element of a tuple input/output
     plus_input_of: str | None = None  # a module whose input is the residual stream entering this sublayer
+    layout: Layout | None = None  # where the site is a part of the tensor, or laid out [.., head, d_head]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a site's [batch, pos, heads * d_head] value sits in the hooked tensor.
+
+    kind "bthd": the tensor is [batch, pos, head, d_head]; "bhtd": [batch, head, pos, d_head]; "third": the
+    site is part `part` of three equal parts of the last dim (GPT-2's fused q|k|v); "head_third": the last dim is
+    [head, 3 * d_head] and the site is part `part` of each head's three (GPT-NeoX's fused projection)."""
+
+    kind: str
+    part: int = 0
+    n_heads: int = 0
 
 
 @dataclass(frozen=True)
@@ -52,12 +78,18 @@ class Arch:
     attn_out: HookPoint | None = None  # override when the attention output is normalised before the add
     mlp_out: HookPoint | None = None
     notes: dict[str, str] = field(default_factory=dict)
+    # q, k, v before any rotary embedding, relative to the block: (module, layout kind); "third"/"head_third"
+    # name a fused projection. None: separate q_proj/k_proj/v_proj outputs under `attn`.
+    qkv: tuple[tuple[str, str | None], tuple[str, str | None], tuple[str, str | None]] | None = None
+    rotary: bool = True
 
 
 _GPT2 = Arch("gpt2", "transformer.h", "transformer.wte", "transformer.ln_f", "lm_head",
-             attn="attn", mlp="mlp", o_proj="attn.c_proj", attn_in="ln_1")
+             attn="attn", mlp="mlp", o_proj="attn.c_proj", attn_in="ln_1",
+             qkv=(("attn.c_attn", "third"),) * 3, rotary=False)
 _NEOX = Arch("gpt_neox", "gpt_neox.layers", "gpt_neox.embed_in", "gpt_neox.final_layer_norm", "lm_head",
-             attn="attention", mlp="mlp", o_proj="attention.dense", attn_in="input_layernorm")
+             attn="attention", mlp="mlp", o_proj="attention.dense", attn_in="input_layernorm",
+             qkv=(("attention.query_key_value", "head_third"),) * 3)
 _NEOX_PARALLEL = Arch(**{**_NEOX.__dict__, "attn_in": None, "notes": {
     "resid_mid": "this GPT-NeoX model uses a parallel residual (use_parallel_residual=True): attention and MLP "
                  "both read resid_pre, so there is no mid-layer residual. Use resid_pre, attn_out or mlp_out."}})
@@ -69,16 +101,22 @@ _GEMMA2 = Arch("gemma2", "model.layers", "model.embed_tokens", "model.norm", "lm
                attn_out=HookPoint("post_attention_layernorm", "output"),
                mlp_out=HookPoint("post_feedforward_layernorm", "output"))
 # OLMo 2 normalises sublayer outputs too, and has no norm in front of attention: attention reads the stream itself.
-_OLMO2 = Arch(**{**_GEMMA2.__dict__, "name": "olmo2", "attn_in": "self_attn"})
+# OLMo 2 normalises the whole query and key projections (q_norm, k_norm), before the rotary embedding.
+_OLMO2 = Arch(**{**_GEMMA2.__dict__, "name": "olmo2", "attn_in": "self_attn",
+                 "qkv": (("self_attn.q_norm", None), ("self_attn.k_norm", None), ("self_attn.v_proj", None))})
+# Qwen 3 normalises each head's query and key ([batch, pos, head, d_head]); Gemma 3 after moving heads first.
+_QK_NORM_BTHD = (("self_attn.q_norm", "bthd"), ("self_attn.k_norm", "bthd"), ("self_attn.v_proj", None))
+_QK_NORM_BHTD = (("self_attn.q_norm", "bhtd"), ("self_attn.k_norm", "bhtd"), ("self_attn.v_proj", None))
 
 ARCHS: dict[str, Arch] = {
     "gpt2": _GPT2,
     "gpt_neox": _NEOX,
     **{t: Arch(**{**_LLAMA.__dict__, "name": t})
-       for t in ("llama", "mistral", "qwen2", "qwen3", "gemma", "qwen2_moe", "qwen3_moe", "mixtral")},
+       for t in ("llama", "mistral", "qwen2", "gemma", "qwen2_moe", "mixtral")},
+    **{t: Arch(**{**_LLAMA.__dict__, "name": t, "qkv": _QK_NORM_BTHD}) for t in ("qwen3", "qwen3_moe")},
     "olmo2": _OLMO2,
     "gemma2": _GEMMA2,
-    "gemma3_text": Arch(**{**_GEMMA2.__dict__, "name": "gemma3_text"}),
+    "gemma3_text": Arch(**{**_GEMMA2.__dict__, "name": "gemma3_text", "qkv": _QK_NORM_BHTD}),
 }
 
 
@@ -100,6 +138,7 @@ class Site:
     layer: int | None
     point: HookPoint
     heads: bool = False  # last dim splits into [n_heads, d_head]
+    n_heads: int | None = None  # heads of this site (key-value heads for k, v, rot_k)
 
 
 def _get_module(model: nn.Module, path: str) -> nn.Module:
@@ -118,6 +157,7 @@ class SiteMap:
         cfg = getattr(model, "config", None)
         self.n_layers = self._count_layers()
         self.n_heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head", None)
+        self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.n_heads
         self.d_model = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None)
         head_dim = getattr(cfg, "head_dim", None)
         if not head_dim and self.n_heads and self.d_model:
@@ -173,8 +213,18 @@ class SiteMap:
             return HookPoint(f"{block}.{p.module}", p.io, p.index)
         if name == "z":
             return HookPoint(f"{block}.{a.o_proj}", "input")
-        if name == "pattern":
-            return HookPoint(f"{block}.{a.attn}", "output", 1)
+        if name in ("q", "k", "v"):
+            part = "qkv".index(name)
+            module, kind = a.qkv[part] if a.qkv else (f"{a.attn}.{name}_proj", None)
+            heads = self.n_heads if name == "q" else self.n_kv_heads
+            layout = Layout(kind, part, heads) if kind else None
+            return HookPoint(f"{block}.{module}", "output", layout=layout)
+        if name in IN_ATTENTION:
+            if name in ("rot_q", "rot_k") and not a.rotary:
+                raise UnsupportedSiteError(
+                    f"site {name!r}: this {a.name} model has no rotary embedding, so attention uses "
+                    f"{name[-1]!r} itself: use site {name[-1]!r}.")
+            return HookPoint(f"{block}.{a.attn}.{PROBES}.{name}", "output")
         raise AssertionError(name)
 
     def _raw_point(self, path: str, layer: int | None) -> HookPoint:
@@ -199,7 +249,9 @@ class SiteMap:
     def resolve(self, name: str, layer: int | None) -> Site:
         point = self.point(name, layer)
         canonical = name in SITE_NAMES
-        return Site(name, layer if canonical and name in LAYERED else None, point, heads=name == "z")
+        heads = canonical and name in HEADED
+        n_heads = (self.n_kv_heads if name in KV_HEADED else self.n_heads) if heads else None
+        return Site(name, layer if canonical and name in LAYERED else None, point, heads=heads, n_heads=n_heads)
 
     # ---- ranges -------------------------------------------------------------------------------------
     def check_layer(self, layer, name: str = "site") -> None:
@@ -212,11 +264,11 @@ class SiteMap:
                 f"layer {layer} out of range: this model has {self.n_layers} layers (0..{self.n_layers - 1})."
             )
 
-    def check_head(self, head: int) -> None:
-        if not isinstance(head, int) or not 0 <= head < self.n_heads:
-            raise OutOfRangeError(
-                f"head {head} out of range: this model has {self.n_heads} heads per layer (0..{self.n_heads - 1})."
-            )
+    def check_head(self, head: int, n: int | None = None) -> None:
+        n = n or self.n_heads
+        if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < n:
+            what = "heads per layer" if n == self.n_heads else "key-value heads per layer (k, v and rot_k)"
+            raise OutOfRangeError(f"head {head} out of range: this model has {n} {what} (0..{n - 1}).")
 
     def layers_of(self, layer) -> list[int]:
         """An int, list, slice or None (= all layers) as a list of layer numbers, each checked."""
@@ -233,14 +285,17 @@ class SiteMap:
             self.check_layer(x)
         return out
 
-    def heads_of(self, head) -> list[int] | None:
+    def heads_of(self, head, n: int | None = None) -> list[int] | None:
+        """An int, list, slice or None (= all) as head numbers, each checked against n heads (default: the
+        model's query heads)."""
+        n = n or self.n_heads
         if head is None:
             return None
         if isinstance(head, slice):
-            return list(range(self.n_heads))[head]
+            return list(range(n))[head]
         out = list(head) if isinstance(head, (list, tuple, range)) else [head]
         for h in out:
-            self.check_head(h)
+            self.check_head(h, n)
         return out
 
     def describe(self) -> dict:

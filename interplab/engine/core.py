@@ -29,9 +29,9 @@ from ..errors import (
     format_tokens,
     short,
 )
-from ..sites import LAYERED, READ_ONLY, SITE_NAMES, SiteMap
+from ..sites import HEADED, IN_ATTENTION, LAYERED, SITE_NAMES, Site, SiteMap
 from ..worker import Worker
-from . import hooks, resume
+from . import attention, hooks, resume
 from .memo import Memo
 
 
@@ -281,9 +281,10 @@ class Engine:
             plan.cache.extend(self._plan_cache(item))
         ctx = self.contexts(lengths)
         logits, raw = hooks.forward(self.model, ids.to(self.device), mask.to(self.device), plan, ctx, grad=grad)
-        result = Run(prompts, ids, mask, lengths, logits if grad else logits.detach().float().cpu(),
-                     Cache(raw if grad else {k: v.cpu() for k, v in raw.items()}), edits,
-                     [self.to_str_tokens(p) for p in prompts])
+        if not grad:
+            raw = {k: self._public(k, v.cpu()) for k, v in raw.items()}
+        result = Run(prompts, ids, mask, lengths, logits if grad else logits.detach().float().cpu(), Cache(raw),
+                     edits, [self.to_str_tokens(p) for p in prompts])
         if edits and log:
             self.log.record(prompts, edits, cache_req)
         if not grad:
@@ -293,37 +294,34 @@ class Engine:
     def contexts(self, lengths: list[int], **where) -> Callable[[hooks.PlannedEdit | None], ApplyContext]:
         """What each planned edit needs to know about the tensor it edits: real lengths, heads, its source value;
         `where` adds what a forward over only some positions sets (offset, positions; see ApplyContext)."""
-        n_heads = self.n_heads
-
         def ctx_for(pe):
-            return ApplyContext(lengths=lengths, n_heads=n_heads if pe is not None and pe.site.heads else None,
-                                source=pe.source if pe is not None else None, **where)
+            heads = pe.site.n_heads or self.n_heads if pe is not None and pe.site.heads else None
+            return ApplyContext(lengths=lengths, n_heads=heads, source=pe.source if pe is not None else None,
+                                **where)
         return ctx_for
 
-    def _ensure_eager_attention(self) -> None:
-        """Attention patterns exist only under eager attention (sdpa/flash never materialise them)."""
-        cfg = getattr(self.model, "config", None)
-        if cfg is not None and getattr(cfg, "_attn_implementation", "eager") != "eager":
-            import warnings
+    def resolve(self, name: str, layer) -> Site:
+        site = self.sites.resolve(name, layer)
+        if name in IN_ATTENTION and name in SITE_NAMES:
+            self._check_attention_reachable()
+        return site
 
-            warnings.warn(f"switching the model from {cfg._attn_implementation!r} to eager attention so that "
-                          f"'pattern' can be read (load with attn_implementation='eager' to avoid this).",
-                          stacklevel=3)
-            self.model.set_attn_implementation("eager")
+    def _check_attention_reachable(self) -> None:
+        """rot_q, rot_k and pattern are read inside the attention function: the model's own eager one must exist
+        (checked here, before any hook goes on)."""
+        layer = self.model.get_submodule(f"{self.sites.arch.layers}.0")
+        attention.own_eager(layer.get_submodule(self.sites.arch.attn))
 
     def _plan_cache(self, item) -> list[tuple]:
-        name = item[0] if isinstance(item, (tuple, list)) else item
-        if name == "pattern":
-            self._ensure_eager_attention()
         if isinstance(item, (tuple, list)):
             name, layer = item
             key = (name, layer) if layer is not None else name  # ("embed", None) is stored as "embed", as read
-            return [(key, self.sites.resolve(name, layer))]
+            return [(key, self.resolve(name, layer))]
         if item in LAYERED:
             if self.sites.arch is None:
                 self.sites.point(item, 0)  # unknown architecture: raises UnsupportedSiteError with the how-to
-            return [((item, l), self.sites.resolve(item, l)) for l in range(self.n_layers)]
-        return [(item, self.sites.resolve(item, None))]
+            return [((item, l), self.resolve(item, l)) for l in range(self.n_layers)]
+        return [(item, self.resolve(item, None))]
 
     def plan_edit(self, e: Edit, n_rows: int, lengths: list[int]) -> list[hooks.PlannedEdit]:
         """The edit checked against the model and these prompts, resolved to one PlannedEdit per layer."""
@@ -335,18 +333,19 @@ class Engine:
         if canonical and e.site not in LAYERED and e.layer is not None:
             raise InterplabError(f"site {e.site!r} has no layers: drop layer={e.layer!r}.")
         layers = self.sites.layers_of(e.layer) if canonical and e.site in LAYERED else [e.layer]
-        if e.head is not None:
-            self.sites.heads_of(e.head)
         _check_rows(e.batch, n_rows)
         _check_positions(e.pos, lengths)
         out = []
         for layer in layers:
-            site = self.sites.resolve(e.site, layer)
-            if e.head is not None and not site.heads and e.site not in READ_ONLY:  # pattern: 'read-only' wins
+            site = self.resolve(e.site, layer)
+            if e.head is not None and not site.heads:
                 raise InterplabError(
-                    f"head={e.head!r} given for site {e.site!r}, which has no heads: per-head edits go on 'z'."
+                    f"head={e.head!r} given for site {e.site!r}, which has no heads: per-head edits go on "
+                    f"{', '.join(map(repr, sorted(HEADED)))}."
                 )
-            if e.vector is not None and e.op in ("steer", "project", "clamp") and canonical and e.site != "z":
+            if e.head is not None:
+                self.sites.heads_of(e.head, site.n_heads)
+            if e.vector is not None and e.op in ("steer", "project", "clamp") and canonical and not site.heads:
                 if self.d_model and e.vector.shape[-1] != self.d_model and e.site not in ("logits",):
                     raise VectorError(
                         f"{e.op} vector has size {e.vector.shape[-1]} but {e.site!r} has width d_model="
@@ -369,13 +368,29 @@ class Engine:
             return torch.cat(toks).mean(0)  # otherwise: the mean over every real token
         return None
 
+    def _public(self, key, value: torch.Tensor) -> torch.Tensor:
+        """A cached value as users read it: pattern as [batch, head, query pos, key pos] (TransformerLens's
+        layout); the hooks see it as [batch, query pos, head * key pos], like every per-head site."""
+        if isinstance(key, tuple) and key[0] == "pattern":
+            b, q, width = value.shape
+            return value.view(b, q, self.n_heads, width // self.n_heads).transpose(1, 2)
+        return value
+
+    @staticmethod
+    def _hooked_layout(site: str, value: torch.Tensor) -> torch.Tensor:
+        """The inverse of _public, for a cached value used as a patch source."""
+        if site == "pattern" and value.dim() == 4:
+            b, h, q, k = value.shape
+            return value.transpose(1, 2).reshape(b, q, h * k)
+        return value
+
     def _lengths(self, r) -> list[int]:
         return r.lengths if isinstance(r, Run) else self.encode(list(r.prompts))[2]
 
     def _cached(self, source, site: str, layer) -> torch.Tensor:
         key = (site, layer) if layer is not None else site
         if isinstance(source, Run) and key in source.cache:
-            return source.cache[key]
+            return self._hooked_layout(site, source.cache[key])
         if isinstance(source, Run):
             ref = source.source_ref()
         elif isinstance(source, SourceRef):
@@ -385,7 +400,7 @@ class Engine:
         else:
             raise InterplabError(f"patch source must be a Run, a prompt, or a tensor; got {type(source).__name__}.")
         rerun = self.run(list(ref.prompts), [Edit.from_dict(d) for d in ref.edits], cache=[key], log=False)
-        return rerun.cache[key]
+        return self._hooked_layout(site, rerun.cache[key])
 
     # ---- forwards that resume from cached state: what makes a click cheap ------------------------------------
     def last_logits(self, prompts, edits) -> torch.Tensor:
@@ -397,7 +412,7 @@ class Engine:
         full run where it cannot resume."""
         prompts = as_prompts(prompts)
         edits = [e for e in edits if e.enabled]
-        layered = all(e.site in LAYERED and e.site != "pattern" and e.op != "ban_expert" for e in edits)
+        layered = all(e.site in LAYERED and e.site not in IN_ATTENTION and e.op != "ban_expert" for e in edits)
         if not edits or self.sites.arch is None or not layered:
             return self.run(prompts, edits, log=bool(edits)).last_logits
         start = min(min(self.sites.layers_of(e.layer)) for e in edits)

@@ -19,7 +19,8 @@ from torch import nn
 
 from ..edits import ApplyContext, Edit, apply_edit
 from ..errors import UnsupportedSiteError
-from ..sites import READ_ONLY, HookPoint, Site
+from ..sites import PROBES, HookPoint, Layout, Site
+from . import attention
 
 _LIVE: weakref.WeakSet[HookManager] = weakref.WeakSet()
 
@@ -34,11 +35,19 @@ class HookManager:
         _LIVE.add(self)
 
     def add(self, point: HookPoint, fn: Callable, prepend: bool = False) -> None:
-        module = self.model.get_submodule(point.module)
-        if point.io == "input":
-            handle = module.register_forward_pre_hook(fn, with_kwargs=True, prepend=prepend)
-        else:
-            handle = module.register_forward_hook(fn, prepend=prepend)
+        probe = f".{PROBES}." in point.module
+        if probe:  # a point inside attention exists only while a hook needs it
+            attention.acquire(self.model, point.module)
+        try:
+            module = self.model.get_submodule(point.module)
+            if point.io == "input":
+                handle = module.register_forward_pre_hook(fn, with_kwargs=True, prepend=prepend)
+            else:
+                handle = module.register_forward_hook(fn, prepend=prepend)
+        except BaseException:
+            if probe:
+                attention.release(self.model, point.module)
+            raise
         self._handles.append((point.module, point.io, handle))
 
     def attached(self) -> list[dict]:
@@ -46,8 +55,10 @@ class HookManager:
 
     def remove_all(self) -> None:
         while self._handles:
-            _, _, handle = self._handles.pop()
+            module, _, handle = self._handles.pop()
             handle.remove()
+            if f".{PROBES}." in module:
+                attention.release(self.model, module)
 
     def __enter__(self) -> HookManager:
         return self
@@ -118,11 +129,6 @@ def install(hm: HookManager, plan: Plan, ctx_for: Callable[[PlannedEdit | None],
     for pe in plan.edits:
         if not pe.edit.enabled:
             continue
-        if pe.site.name in READ_ONLY:
-            raise UnsupportedSiteError(
-                f"site {pe.site.name!r} is read-only: attention weights are returned after they are used, so an "
-                f"edit there would change nothing. Edit 'z' (per-head outputs) to change what a head writes."
-            )
         ops.append((pe.site.point, lambda t, pe=pe: apply_edit(pe.edit, t, ctx_for(pe))))
     for key, site in plan.cache:
         ops.append((site.point, _recorder(key, out_cache, plan.keep_grad)))
@@ -135,6 +141,7 @@ def _recorder(key, out_cache: dict, keep_grad: bool) -> Callable:
             out_cache[key] = t.detach().clone()
             return t
         t = t if t.requires_grad else t.requires_grad_(True)
+        t = t.view_as(t)  # a tensor of its own, so it is written back and gradients flow through it to the model
         t.retain_grad()
         out_cache[key] = t
         return t
@@ -173,6 +180,8 @@ def _make_hook(io: str, group: list[tuple[HookPoint, Callable]], residual: dict,
                 continue
             if point.plus_input_of:
                 composite.append((point, fn))
+            elif point.layout is not None:
+                t = _through_layout(point.layout, t, fn)
             else:
                 t = fn(t)
         if composite:
@@ -198,6 +207,38 @@ def _make_hook(io: str, group: list[tuple[HookPoint, Callable]], residual: dict,
         def hook(module, args, kwargs):
             return with_input(args, kwargs, transform(0, _input_tensor(args, kwargs)[1]))
     return hook
+
+
+def _through_layout(layout: Layout, t: torch.Tensor, fn: Callable) -> torch.Tensor:
+    """fn applied to the site's [batch, pos, heads * width] view of t, written back into t's own layout (t itself
+    when fn changed nothing)."""
+    kind = layout.kind
+    if kind == "bthd":
+        flat = t.reshape(*t.shape[:2], -1)
+        new = fn(flat)
+        return t if new is flat else new.view(t.shape)
+    if kind == "bhtd":
+        b, h, n, w = t.shape
+        flat = t.transpose(1, 2).reshape(b, n, h * w)
+        new = fn(flat)
+        return t if new is flat else new.view(b, n, h, w).transpose(1, 2)
+    if kind == "third":  # [.., q | k | v]
+        parts = list(t.chunk(3, dim=-1))
+        new = fn(parts[layout.part])
+        if new is parts[layout.part]:
+            return t
+        parts[layout.part] = new
+        return torch.cat(parts, dim=-1)
+    if kind == "head_third":  # [.., head, (q | k | v) of that head]
+        grid = t.view(*t.shape[:-1], layout.n_heads, 3, -1)
+        parts = list(grid.unbind(-2))
+        flat = parts[layout.part].reshape(*t.shape[:-1], -1)
+        new = fn(flat)
+        if new is flat:
+            return t
+        parts[layout.part] = new.view(parts[layout.part].shape)
+        return torch.stack(parts, dim=-2).view(t.shape)
+    raise AssertionError(kind)
 
 
 run_lock = threading.RLock()  # hooks live on the shared model: one forward at a time

@@ -111,12 +111,6 @@ def test_edit_on_a_site_the_architecture_lacks(models, tokenizer):
             "parallel residual", "resid_pre")
 
 
-def test_pattern_is_read_only(lab):
-    _raises(ilab.UnsupportedSiteError, lambda: lab.run(P, edits=[ilab.zero("pattern", 0)]), "read-only", "'z'")
-    _raises(ilab.UnsupportedSiteError, lambda: lab.run(P, edits=[ilab.scale("pattern", 1, 0.5, head=0)]),
-            "read-only")
-
-
 def test_head_on_a_site_without_heads(lab):
     _raises(ilab.InterplabError, lambda: lab.run(P, edits=[ilab.zero("resid_pre", 0, head=1)]), "no heads", "'z'")
     _raises(ilab.InterplabError, lambda: lab.run(P, edits=[ilab.zero("mlp_out", 0, head=0)]), "no heads")
