@@ -1,0 +1,54 @@
+"""Offline HTML for executed notebooks: ``jupyter nbconvert --to interplab_html notebook.ipynb``.
+
+nbconvert's own HTML export loads require.js and the Jupyter widget manager from a CDN, so with no network every
+widget output of the page is empty. This exporter (the ``nbconvert.exporters`` entry point ``interplab_html``) is
+nbconvert's HTMLExporter without anything fetched from a CDN (require.js, the widget manager, MathJax, mermaid): it
+inlines a small runtime (offline.js, ~10 kB) that draws each widget output from the widget state the notebook saved.
+interplab's widget code is in that state once (the shared BundleHolder model, interplab/widgets/base.py), so the page
+carries it once too. Clicking a heatmap cell of an exact sweep still shows that cell's stored top tokens; other
+controls say that the kernel is gone.
+
+A separate top-level package on purpose: nbconvert instantiates every registered exporter whenever it starts (to
+list the formats), and importing ``interplab`` itself would load torch each time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from nbconvert.exporters import HTMLExporter
+from traitlets import default
+
+__all__ = ["InterplabHTMLExporter", "OFFLINE_JS", "TEMPLATES"]
+
+HERE = Path(__file__).resolve().parent
+TEMPLATES = HERE / "templates"
+OFFLINE_JS = HERE / "offline.js"
+
+
+def _inline_script(text: str) -> str:
+    """offline.js as the body of an inline <script>: it must not close the tag or open an HTML comment."""
+    low = text.lower()
+    if "</script" in low or "<!--" in low:
+        raise ValueError(f"{OFFLINE_JS} cannot be inlined: it contains '</script' or '<!--'")
+    return text
+
+
+class InterplabHTMLExporter(HTMLExporter):
+    """HTML whose widgets are drawn from the notebook's saved widget state, with no network."""
+
+    export_from_notebook = "HTML, widgets offline (interplab)"
+
+    @default("template_name")
+    def _template_name_default(self):
+        return "interplab_html"
+
+    @default("extra_template_basedirs")
+    def _default_extra_template_basedirs(self):
+        return [str(TEMPLATES), os.getcwd()]
+
+    def _init_resources(self, resources):
+        resources = super()._init_resources(resources)
+        resources["interplab_offline_js"] = _inline_script(OFFLINE_JS.read_text(encoding="utf-8"))
+        return resources

@@ -1,0 +1,258 @@
+"""Executed notebooks: the widget code stored once (notebook 01 <= 2 MB) and an offline HTML export
+(`jupyter nbconvert --to interplab_html`) that draws the heatmaps and logit panels from the saved state in Chromium
+with no network; a real mouse click on an exact sweep's cell shows that cell's stored top tokens. Screenshot:
+artifacts/export_offline.png."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+from conftest import ROOT
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+NOTEBOOK_01 = ROOT / "notebooks" / "01_ioi_patching.ipynb"
+MAX_SIZE = 2_000_000
+STATE_MIME = "application/vnd.jupyter.widget-state+json"
+SCREENSHOT = ROOT / "artifacts" / "export_offline.png"
+
+# A small notebook: an exact sweep's explorer, a plain ipywidgets widget, and the steering panel (its controls
+# need the kernel: the saved page says so).
+SMALL = [
+    "import interplab as ilab\n"
+    "lab = ilab.Lab.load('ioi-tiny')\n"
+    "clean = 'When Mary and John went to the store, John gave a drink to'\n"
+    "corrupt = 'When Mary and John went to the store, Mary gave a drink to'\n"
+    "res = lab.patch_sweep(clean, corrupt, site='resid_pre', by=('layer', 'pos'),\n"
+    "                      metric=ilab.logit_diff(' Mary', ' John'), progress=False)\n"
+    "explorer = res.show()\n"
+    "explorer",
+    # the kernel's own numbers for the cell the test clicks (the last layer at the final position), computed
+    # here by running the patch, not read from the widget
+    "import json\n"
+    "row, col = lab.n_layers - 1, len(lab.to_str_tokens(clean)) - 1\n"
+    "edit = explorer.session.cell_edit(row, col)\n"
+    "probs = lab.run(corrupt, edits=[edit]).last_logits[0].softmax(-1)\n"
+    "top = probs.topk(3)\n"
+    "print('REFERENCE', json.dumps({'row': row, 'col': col, 'tokens': [lab.tokenizer.decode([i]) for i in "
+    "top.indices.tolist()], 'probs': top.values.tolist()}))",
+    "import ipywidgets\nipywidgets.HTML('<b id=\"plain-html\">a plain ipywidgets HTML widget</b>')",
+]
+
+
+def execute(nb_path: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
+    """Run a notebook in a real kernel (nbclient stores the widget state in the notebook's metadata)."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(nb_path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(out.parent)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors, errors
+    nbformat.write(nb, out)
+    return out
+
+
+def export(nb_path: pathlib.Path) -> pathlib.Path:
+    """`jupyter nbconvert --to interplab_html` (the entry point, in a subprocess), offline."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-m", "nbconvert", "--to", "interplab_html", str(nb_path)],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=nb_path.parent)
+    assert out.returncode == 0, (
+        f"{out.stderr[-3000:]}\n(is the exporter registered? `pip install -e .` registers the entry point)")
+    html = nb_path.with_suffix(".html")
+    assert html.exists(), out.stderr[-2000:]
+    return html
+
+
+@pytest.fixture(scope="module")
+def small_html(tmp_path_factory):
+    d = tmp_path_factory.mktemp("export-small")
+    from harness import write_notebook
+
+    nb = execute(write_notebook(d / "small.ipynb", SMALL), d / "small.ipynb")
+    return nb, export(nb)
+
+
+@pytest.fixture(scope="module")
+def notebook_01(tmp_path_factory):
+    d = tmp_path_factory.mktemp("export-01")
+    return execute(NOTEBOOK_01, d / NOTEBOOK_01.name)
+
+
+def saved_state(nb_path: pathlib.Path) -> dict:
+    return json.loads(nb_path.read_text(encoding="utf-8"))["metadata"]["widgets"][STATE_MIME]["state"]
+
+
+class OfflinePage:
+    """An exported HTML file opened from disk in Chromium, every request that is not file:, data: or blob: aborted
+    and recorded (there must be none)."""
+
+    def __init__(self, browser, html: pathlib.Path):
+        self.context = browser.new_context(viewport={"width": 1300, "height": 1000}, offline=True)
+        self.page = self.context.new_page()
+        self.foreign: list[str] = []
+        self.errors: list[str] = []
+
+        def route(r):
+            if r.request.url.startswith(("file:", "data:", "blob:")):
+                return r.continue_()
+            self.foreign.append(r.request.url)
+            return r.abort()
+
+        self.page.route("**/*", route)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        t0 = time.monotonic()
+        self.page.goto(html.as_uri())
+        self.page.wait_for_function("() => window.__interplab_offline?.done === true", timeout=60000)
+        self.load_s = time.monotonic() - t0
+        self.log = self.page.evaluate("() => window.__interplab_offline")
+
+    def close(self):
+        self.context.close()
+
+
+def heatmap_cell_pixel(page, i: int, row: int, col: int) -> tuple[float, float]:
+    p = page.evaluate(
+        """([i, row, col]) => {
+             const gd = document.querySelectorAll('.interplab-heatmap .js-plotly-plot')[i];
+             gd.scrollIntoView({ block: 'center' });
+             const fl = gd._fullLayout, box = gd.getBoundingClientRect();
+             return { x: box.left + fl.xaxis._offset + fl.xaxis.d2p(col),
+                      y: box.top + fl.yaxis._offset + fl.yaxis.d2p(row) };
+           }""", [i, row, col])
+    return p["x"], p["y"]
+
+
+def bars(page, logits_index: int) -> dict[str, list[tuple[str, float]]]:
+    """{series name: [(token, printed probability)]} of a logit panel, read from its bars (token as JSON in the title,
+    the bar's width > 0 for a positive probability)."""
+    return page.evaluate(
+        """(i) => {
+             const panel = document.querySelectorAll('.interplab-logits')[i];
+             const out = {};
+             for (const s of panel.querySelectorAll('.il-series')) {
+               out[s.querySelector('.il-series-name').textContent] = [...s.querySelectorAll('.il-bar-row')].map((r) => {
+                 const title = r.getAttribute('title');
+                 const cut = title.lastIndexOf(': ');
+                 return [JSON.parse(title.slice(0, cut)), Number(title.slice(cut + 2)),
+                         r.querySelector('.il-fill').getBoundingClientRect().width];
+               });
+             }
+             return out;
+           }""", logits_index)
+
+
+def test_executed_notebook_01_stores_the_widget_code_once(notebook_01):
+    size = notebook_01.stat().st_size
+    state = saved_state(notebook_01)
+    bundle = (ROOT / "interplab" / "static" / "widgets.js").read_text(encoding="utf-8")
+    copies = [k for k, v in state.items() if bundle in (v["state"].get("code", ""), v["state"].get("_esm", ""))]
+    print(f"\nexecuted {NOTEBOOK_01.name}: {size / 1e6:.2f} MB, {len(state)} widget models, "
+          f"{len(copies)} cop{'y' if len(copies) == 1 else 'ies'} of the {len(bundle) / 1e6:.2f} MB bundle")
+    assert len(copies) == 1, f"the bundle is stored {len(copies)} times"
+    assert size <= MAX_SIZE, f"executed notebook 01 is {size / 1e6:.2f} MB (at most {MAX_SIZE / 1e6:.1f} MB)"
+
+
+def test_export_of_notebook_01_draws_every_widget_offline(notebook_01, chromium):
+    html = export(notebook_01)
+    page = OfflinePage(chromium, html)
+    try:
+        log = page.log
+        assert not page.foreign, f"the exported page tried to reach the network: {page.foreign}"
+        assert not log["errors"] and not page.errors, (log["errors"], page.errors)
+        kinds = [r["kind"] for r in log["rendered"]]
+        n_views = sum(1 for c in nbformat.read(notebook_01, as_version=4).cells if c.cell_type == "code"
+                      for o in c.get("outputs", []) if "application/vnd.jupyter.widget-view+json" in o.get("data", {}))
+        assert len([r for r in log["rendered"] if r["id"]]) >= n_views, (n_views, log["rendered"])
+        pg = page.page
+        # every widget output drawn (its text fallback removed), none left as "not drawn"
+        assert pg.locator(".interplab-offline-output").count() == n_views
+        assert pg.locator(".interplab-offline-fallback, .interplab-offline-unsupported").count() == 0
+        assert pg.locator(".interplab-heatmap .js-plotly-plot .heatmaplayer").count() >= 2, kinds  # explorer, heads
+        widths = pg.evaluate("() => [...document.querySelectorAll('.interplab-logits .il-fill')]"
+                             ".map((b) => b.getBoundingClientRect().width)")
+        assert widths and max(widths) > 50, widths
+        print(f"\nexport of {NOTEBOOK_01.name}: {html.stat().st_size / 1e6:.2f} MB HTML, drawn in {page.load_s:.1f} s")
+    finally:
+        page.close()
+
+
+def test_exported_exact_sweep_answers_a_real_click_from_the_stored_cell_tops(small_html, chromium):
+    nb_path, html = small_html
+    nb = nbformat.read(nb_path, as_version=4)
+    ref_line = next(line for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                    for line in o.get("text", "").splitlines() if line.startswith("REFERENCE "))
+    ref = json.loads(ref_line.removeprefix("REFERENCE "))
+    # the stored cell tops (the explorer's heatmap, or its `heatmap.` part in a composite view)
+    tops = next(v for m in saved_state(nb_path).values() for k, v in m["state"].items()
+                if k.endswith("cell_tops") and v.get("cells"))
+    stored = next(c for c in tops["cells"] if c[:2] == [ref["row"], ref["col"]])
+    assert [t for t in stored[4][:3]] == ref["tokens"], (stored, ref)  # the store is the kernel's own numbers
+
+    page = OfflinePage(chromium, html)
+    try:
+        pg = page.page
+        assert not page.foreign, f"the exported page tried to reach the network: {page.foreign}"
+        assert not page.log["errors"] and not page.errors, (page.log["errors"], page.errors)
+        # drawn from the saved state: the heatmap (plotly, one cell per patch) and the logit panel's bars
+        assert pg.locator(".interplab-heatmap .js-plotly-plot .heatmaplayer").count() == 1
+        shape = pg.evaluate("() => { const z = document.querySelector('.interplab-heatmap .js-plotly-plot')"
+                            "._fullData[0].z; return [z.length, z[0].length]; }")
+        assert shape == [ref["row"] + 1, ref["col"] + 1], shape
+        before = bars(pg, 0)
+        assert set(before) == {"clean", "corrupt"}, before
+        assert all(width > 0 for rows in before.values() for _, p, width in rows if p > 0.01), before
+        assert pg.locator("#plain-html").inner_text() == "a plain ipywidgets HTML widget"
+
+        # a real mouse click on the cell: the logit panel shows that cell's stored top tokens
+        x, y = heatmap_cell_pixel(pg, 0, ref["row"], ref["col"])
+        pg.mouse.click(x, y)
+        pg.wait_for_function("() => [...document.querySelectorAll('.interplab-logits .il-series-name')]"
+                             ".some((d) => d.textContent.startsWith('patched'))", timeout=10000)
+        after = bars(pg, 0)
+        patched = next(v for k, v in after.items() if k.startswith("patched"))
+        assert [t for t, _, _ in patched[:3]] == ref["tokens"], (patched, ref)
+        for (_, shown, width), want in zip(patched[:3], ref["probs"]):
+            assert abs(shown - want) < 1e-3 * max(1.0, want), (patched, ref)
+        assert patched[0][2] > 0, patched
+        assert pg.locator(f".il-cell-selected[data-row='{ref['row']}'][data-col='{ref['col']}']").count() == 1
+        assert pg.locator(".interplab-offline-note").count() == 0  # answered by the page: no "kernel gone" note
+        assert [r["here"] for r in pg.evaluate("() => window.__interplab_offline.requests")] == [True]
+
+        # a request the page cannot answer (a shift-click adds a cell: the kernel would list it) says the kernel is gone
+        x, y = heatmap_cell_pixel(pg, 0, 0, 0)
+        pg.keyboard.down("Shift")
+        pg.mouse.click(x, y)
+        pg.keyboard.up("Shift")
+        note = pg.locator(".interplab-offline-note")
+        note.first.wait_for(timeout=5000)
+        assert "kernel" in note.first.inner_text() and "click" in note.first.inner_text(), note.first.inner_text()
+        assert [r["here"] for r in pg.evaluate("() => window.__interplab_offline.requests")] == [True, False]
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        pg.screenshot(path=str(SCREENSHOT), full_page=True)
+        assert not page.foreign and not page.errors, (page.foreign, page.errors)
+    finally:
+        page.close()
+
+
+def test_plain_nbconvert_html_still_names_the_widgets(small_html):
+    """The standard `--to html` export is untouched: it still embeds the saved state and the widget views (drawn by
+    the CDN's widget manager when online), now with the bundle once."""
+    nb_path, offline_html = small_html
+    out = subprocess.run([sys.executable, "-m", "nbconvert", "--to", "html", "--stdout", str(nb_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert STATE_MIME in out.stdout and "application/vnd.jupyter.widget-view+json" in out.stdout
+    head = (ROOT / "interplab" / "static" / "widgets.js").read_text(encoding="utf-8").split("\n", 1)[0]
+    stamp = head.strip("/* ")  # "interplab-src-hash: <sha256>"; its "/" is escaped in the page
+    assert stamp.startswith("interplab-src-hash: ")
+    assert out.stdout.count(stamp) == 1  # the bundle once, in the shared holder's state
+    assert offline_html.read_text(encoding="utf-8").count(stamp) == 1  # the offline export too: no second copy inlined
