@@ -21,10 +21,10 @@ bundle as ``_esm`` (``esm_mode()``).
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import json
 import logging
-import hashlib
 import math
 import os
 import pathlib

@@ -220,7 +220,7 @@ def test_exported_exact_sweep_answers_a_real_click_from_the_stored_cell_tops(sma
         after = bars(pg, 0)
         patched = next(v for k, v in after.items() if k.startswith("patched"))
         assert [t for t, _, _ in patched[:3]] == ref["tokens"], (patched, ref)
-        for (_, shown, width), want in zip(patched[:3], ref["probs"]):
+        for (_, shown, _width), want in zip(patched[:3], ref["probs"]):
             assert abs(shown - want) < 1e-3 * max(1.0, want), (patched, ref)
         assert patched[0][2] > 0, patched
         assert pg.locator(f".il-cell-selected[data-row='{ref['row']}'][data-col='{ref['col']}']").count() == 1

@@ -89,12 +89,15 @@ function model(traits, manager) {
 window.run = async (holderState, traits, ids, withManager) => {
   const holder = model(holderState);
   let lookups = 0;
-  const manager = { async get_model(id) { lookups++; if (id !== "holder1") throw new Error("no model " + id); return holder; } };
+  const manager = {
+    async get_model(id) { lookups++; if (id !== "holder1") throw new Error("no model " + id); return holder; },
+  };
   const loader = await import("/loader.js");
   const out = [];
   for (const id of ids) {
     const el = document.getElementById(id);
-    await loader.default.render({ model: model({ ...traits, _bundle: "IPY_MODEL_holder1" }, withManager ? manager : null), el });
+    const m = model({ ...traits, _bundle: "IPY_MODEL_holder1" }, withManager ? manager : null);
+    await loader.default.render({ model: m, el });
     out.push(el.innerText);
   }
   return { out, lookups, imports: window.__bundle_imports ?? 0 };
@@ -133,8 +136,8 @@ LOGITS = {"_view_kind": "logits", "title": "T", "series": [{"name": "clean", "to
 
 
 def test_loader_imports_the_shared_code_once_and_renders(loader_page):
-    holder = {"code": BUNDLE.read_text(encoding="utf-8") + "\nwindow.__bundle_imports = (window.__bundle_imports ?? 0) + 1;",
-              "hash": wbase._CODE.hash}
+    count = "\nwindow.__bundle_imports = (window.__bundle_imports ?? 0) + 1;"  # runs once per import
+    holder = {"code": BUNDLE.read_text(encoding="utf-8") + count, "hash": wbase._CODE.hash}
     res = loader_page.evaluate("([h, t]) => window.run(h, t, ['a', 'b'], true)", [holder, LOGITS])
     assert all("clean" in text and "0.900" in text for text in res["out"]), res
     assert res["lookups"] == 1 and res["imports"] == 1, res  # one lookup, one import for the page
