@@ -1,0 +1,316 @@
+"""The lab in marimo (`marimo run`, loopback, no token), in Debian's Chromium with the real mouse and keyboard.
+
+marimo hosts anywidgets only, each inside a shadow root; the explorer and the dashboard are one anywidget each (a
+Composite), displayed as a cell's last expression (`res.show()`) or wrapped (`mo.ui.anywidget(lab.show(...))`):
+
+- a click on a heatmap cell repaints the logit panel with the patched run's numbers (computed here, independently,
+  from the same sweep), a shift-click adds a second cell (the kernel's answer: both patches, its numbers);
+- the bars are styled inside the shadow root (widths, colours; plotly's stacked layers, from its copied rules);
+- the dashboard's tabs open with the mouse, and a head picked in the attention tab comes back from the kernel.
+Screenshot: artifacts/e2e_marimo.png.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from harness import free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+marimo = pytest.importorskip("marimo", reason="marimo is not installed (pip install -e '.[dev]')")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCREENSHOT = ROOT / "artifacts" / "e2e_marimo.png"
+CLEAN = "When Mary and John went to the store, then John gave a drink to"
+CORRUPT = "When Mary and John went to the store, then Mary gave a drink to"
+
+APP = textwrap.dedent(f'''
+    import marimo
+
+    app = marimo.App(width="full")
+
+
+    @app.cell
+    def _():
+        import marimo as mo
+        import interplab as ilab
+
+        lab = ilab.Lab.load("ioi-tiny")
+        clean, corrupt = {CLEAN!r}, {CORRUPT!r}
+        res = lab.patch_sweep(clean, corrupt, site="resid_pre", by=("layer", "pos"),
+                              metric=ilab.logit_diff(" Mary", " John"), method="exact", progress=False)
+        return clean, corrupt, lab, mo, res
+
+
+    @app.cell
+    def _(res):
+        explorer = res.show()
+        explorer
+        return (explorer,)
+
+
+    @app.cell
+    def _(clean, corrupt, lab, mo):
+        dash = mo.ui.anywidget(lab.show(clean, corrupt, " Mary", " John"))
+        dash
+        return (dash,)
+
+
+    if __name__ == "__main__":
+        app.run()
+''')
+
+
+class MarimoServer:
+    """`marimo run app.py` on 127.0.0.1:<free port>, headless, no token, config/state/cache dirs under `work`."""
+
+    def __init__(self, app: pathlib.Path, work: pathlib.Path, timeout: float = 120.0):
+        self.app, self.work, self.timeout = app, work, timeout
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = work / "marimo.log"
+        self.proc: subprocess.Popen | None = None
+
+    def env(self) -> dict:
+        env = dict(os.environ)
+        for name in ("config", "state", "cache"):
+            (self.work / name).mkdir(parents=True, exist_ok=True)
+        env.update(XDG_CONFIG_HOME=str(self.work / "config"), XDG_STATE_HOME=str(self.work / "state"),
+                   XDG_CACHE_HOME=str(self.work / "cache"), MARIMO_SKIP_UPDATE_CHECK="1", HF_HUB_OFFLINE="1",
+                   TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1",
+                   PYTHONPATH=str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""))
+        return env
+
+    def start(self) -> MarimoServer:
+        cmd = [sys.executable, "-m", "marimo", "run", str(self.app), "--headless", "--host", "127.0.0.1",
+               "--port", str(self.port), "--no-token", "--no-sandbox", "--no-check"]
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(cmd, cwd=self.work, env=self.env(), stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"marimo exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as r:
+                    if r.status == 200:
+                        return self
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"marimo did not answer in {self.timeout:.0f} s:\n{self.log_tail()}")
+            time.sleep(0.3)
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """SIGTERM to the server's own process group (its kernels included), SIGKILL if it lingers."""
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=15)
+        with contextlib.suppress(Exception):
+            self._log.close()
+
+
+@pytest.fixture(scope="module")
+def marimo_server(tmp_path_factory, chromium):
+    work = tmp_path_factory.mktemp("marimo")
+    app = work / "ioi_app.py"
+    app.write_text(APP)
+    server = MarimoServer(app, work).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# The page: every widget lives in a shadow root; these helpers search through every open shadow root, in document
+# order, and return plain numbers for the test.
+DEEP = r"""
+() => {
+  if (window.__m) return;
+  const all = (sel, root = document) => {
+    const out = [];
+    const walk = (node) => {
+      if (node.querySelectorAll) for (const el of node.querySelectorAll(sel)) out.push(el);
+      const kids = node.querySelectorAll ? node.querySelectorAll("*") : [];
+      for (const el of kids) if (el.shadowRoot) walk(el.shadowRoot);
+    };
+    walk(root);
+    return [...new Set(out)];
+  };
+  const views = () => all(".interplab-composite");
+  window.__m = {
+    all, views,
+    gd: (v) => views()[v].querySelector(".interplab-heatmap .js-plotly-plot"),
+    computed: (v) => { const z = window.__m.gd(v)?._fullData?.[0]?.z;
+                       return !!z && z.some((r) => r.some((x) => typeof x === "number")); },
+    logits: (v) => {
+      const p = views()[v].querySelector(".interplab-logits");
+      return { names: [...p.querySelectorAll(".il-series-name")].map((d) => d.textContent),
+               metric: p.querySelector(".il-metric").textContent,
+               series: [...p.querySelectorAll(".il-series")].map((s) => ({
+                 toks: [...s.querySelectorAll(".il-tok")].map((d) => d.textContent),
+                 vals: [...s.querySelectorAll(".il-val")].map((d) => d.textContent) })) };
+    },
+    pixel: (v, row, col) => {
+      const gd = window.__m.gd(v);
+      gd.scrollIntoView({ block: "center" });
+      const fl = gd._fullLayout, box = gd.getBoundingClientRect();
+      return { x: box.left + fl.xaxis._offset + fl.xaxis.d2p(col), y: box.top + fl.yaxis._offset + fl.yaxis.d2p(row) };
+    },
+    selected: (v) => [...views()[v].querySelectorAll(".interplab-heatmap .il-cell-selected")]
+      .map((d) => [+d.dataset.row, +d.dataset.col]).sort((a, b) => a[0] - b[0] || a[1] - b[1]),
+    styles: (v) => {
+      const root = views()[v];
+      const fills = [...root.querySelectorAll(".interplab-logits .il-fill")].map((f) => {
+        const s = getComputedStyle(f);
+        return [f.getBoundingClientRect().width, s.backgroundColor, s.display];
+      });
+      return { shadow: root.getRootNode() instanceof ShadowRoot, fills,
+               row: getComputedStyle(root.querySelector(".interplab-logits .il-bar-row")).display,
+               layers: [...window.__m.gd(v).querySelectorAll(".main-svg")].map((s) => getComputedStyle(s).position) };
+    },
+  };
+}
+"""
+
+
+def visible(tok: str) -> str:
+    """As js/src/plot.js shows a token: leading/trailing spaces as ␣ (these tokens have no newlines or tabs)."""
+    stripped = tok.strip(" ")
+    lead = len(tok) - len(tok.lstrip(" "))
+    trail = len(tok) - len(tok.rstrip(" ")) if stripped else 0
+    return "∅" if tok == "" else "␣" * lead + stripped + "␣" * trail
+
+
+def fmt(v: float, digits: int = 3) -> str:
+    """js/src/plot.js's fmt: fixed digits, or 2-digit exponents for tiny and huge values (JS's "7.50e-4")."""
+    a = abs(v)
+    if a != 0 and (a < 1e-3 or a >= 1e4):
+        mantissa, exp = f"{v:.2e}".split("e")
+        return f"{mantissa}e{int(exp):+d}"
+    return f"{v:.{digits}f}"
+
+
+def expected_panels():
+    """What the logit panel must show after a click on (row, col) and after a shift-click adding (row2, col2): the
+    same sweep, computed here in the test's own process."""
+    import interplab as ilab
+
+    lab = ilab.Lab.load("ioi-tiny")
+    res = lab.patch_sweep(CLEAN, CORRUPT, site="resid_pre", by=("layer", "pos"),
+                          metric=ilab.logit_diff(" Mary", " John"), method="exact", progress=False)
+    ex = res.show()
+    lab.worker.join(120)
+    s = ex.session
+    rows, cols = res.values.shape[0], res.values.shape[1]
+    one, two = (rows - 1, cols - 1), (1, 3)
+    single = s.logits_view([s.cell_edit(*one)])
+    both = s.logits_view([s.cell_edit(*one), s.cell_edit(*two)])
+    return lab, one, two, single, both
+
+
+def check_panel(shown: dict, view: dict) -> None:
+    names = [x["name"] for x in view["series"]]
+    assert shown["names"] == names, (shown["names"], names)
+    patched = view["series"][2]
+    assert shown["series"][2]["toks"] == [visible(t) for t in patched["tokens"]]
+    assert shown["series"][2]["vals"] == [fmt(p) for p in patched["probs"]]
+    assert f"patched = {fmt(view['metric']['values']['patched'], 4)}" in shown["metric"], shown["metric"]
+
+
+def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
+    lab, one, two, single, both = expected_panels()
+    context = chromium.new_context(viewport={"width": 1300, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(marimo_server.url)
+               or r.request.url.startswith(("data:", "blob:")) else r.abort())
+    try:
+        page.goto(marimo_server.url, timeout=120_000)
+        page.evaluate(DEEP)
+        try:
+            page.wait_for_function("() => { window.__m || 0; return window.__m.views().length >= 2"
+                                   " && window.__m.computed(0) && window.__m.computed(1); }",
+                                   timeout=240_000, polling=250)
+        except Exception as e:
+            raise AssertionError(f"no explorer and dashboard drawn; JS errors {errors}; server log:\n"
+                                 f"{marimo_server.log_tail()}") from e
+        page.wait_for_function("() => window.__m.logits(0).names.length === 2", timeout=60_000)
+
+        # (1) a click on the explorer's heatmap: the logit panel shows the patched run's numbers
+        t0 = page.evaluate("() => performance.now()")
+        p = page.evaluate("([r, c]) => window.__m.pixel(0, r, c)", list(one))
+        page.mouse.click(p["x"], p["y"])
+        page.wait_for_function("(t) => (window.__interplab_replies || []).some((r) => r.widget === 'heatmap'"
+                               " && r.t > t && r.ok)", arg=t0, timeout=60_000)
+        page.wait_for_function("() => window.__m.logits(0).names.length === 3", timeout=60_000)
+        check_panel(page.evaluate("() => window.__m.logits(0)"), single)
+        assert page.evaluate("() => window.__m.selected(0)") == [list(one)]
+
+        # (2) a shift-click adds a cell: the kernel's answer patches both
+        p = page.evaluate("([r, c]) => window.__m.pixel(0, r, c)", list(two))
+        page.mouse.move(p["x"], p["y"])
+        page.keyboard.down("Shift")
+        page.mouse.down()
+        page.mouse.up()
+        page.keyboard.up("Shift")
+        page.wait_for_function("(n) => window.__m.logits(0).names[2] === n", arg=both["series"][2]["name"],
+                               timeout=60_000)
+        assert "2 edits" in both["series"][2]["name"]
+        check_panel(page.evaluate("() => window.__m.logits(0)"), both)
+        assert page.evaluate("() => window.__m.selected(0)") == sorted([list(one), list(two)])
+
+        # (3) styled inside the shadow root: bars are boxes with widths and colours, plotly's layers stacked
+        st = page.evaluate("() => window.__m.styles(0)")
+        assert st["shadow"], "marimo rendered the widget outside a shadow root: this test checks nothing there"
+        assert st["fills"] and all(c not in ("", "rgba(0, 0, 0, 0)") and d == "block" for _, c, d in st["fills"]), st
+        widths = sorted(w for w, _, _ in st["fills"])
+        assert widths[-1] > 100 and widths[0] < widths[-1] / 100, widths  # lengths follow the probabilities
+        assert st["row"] == "flex" and st["layers"] and set(st["layers"]) == {"absolute"}, st
+
+        # (4) the dashboard (mo.ui.anywidget): its attention tab opens with the mouse, a head picked there comes
+        # back from the kernel
+        dash = page.locator(".interplab-composite").nth(1)
+        dash.locator(".il-tab[data-part='attention']").click()
+        head = dash.locator(".interplab-attention .il-head")
+        head.wait_for(timeout=30_000)
+        head.select_option("2")
+        page.wait_for_function(
+            "() => (window.__m.views()[1].querySelector('.interplab-attention .gtitle')?.textContent ?? '')"
+            ".endsWith('L0 H2')", timeout=60_000)
+        assert page.evaluate("() => window.__m.styles(1).shadow")
+
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        page.locator(".interplab-composite").first.screenshot(path=str(SCREENSHOT))
+        assert not errors, f"JS errors on the page: {errors}"
+    finally:
+        context.close()
+        lab.worker.close(timeout=10)
