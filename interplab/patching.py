@@ -28,14 +28,15 @@ from . import display, engine
 from .engine import Engine, as_prompts
 from .errors import InterplabError, LengthMismatchError
 from .metrics import Custom, Metric, as_metric, top_k
-from .sites import LAYERED
+from .sites import FULL_FORWARD, HEADED, LAYERED
 
-SWEEP_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
+HEAD_SITES = ("z", "q", "k", "v", "rot_q", "rot_k", "pattern")  # per head (k, v, rot_k: the key-value heads)
+SWEEP_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", *HEAD_SITES)
 AXES = {
     ("layer", "pos"): SWEEP_SITES,
     ("layer",): SWEEP_SITES,
-    ("layer", "head"): ("z",),
-    ("layer", "head", "pos"): ("z",),
+    ("layer", "head"): HEAD_SITES,
+    ("layer", "head", "pos"): HEAD_SITES,
 }
 
 
@@ -227,10 +228,11 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     pairs = _pairs(lab, clean, corrupt, direction, by)
     layer_list = lab.sites.layers_of(layers)
 
+    n_heads = lab.resolve(site, layer_list[0]).n_heads or lab.n_heads  # k, v, rot_k: the key-value heads
     pair_idx = torch.arange(len(clean))
     if method == "attribution":  # its two runs (source with cache, base with gradient) give both metric values
-        shape = Cells(by, tuple(layer_list), tuple(lab.to_str_tokens(clean[0])), lab.n_heads).shape
-        estimate, source_value, base_value = _attribution(lab, pairs, site, by, metric, layer_list, shape)
+        shape = Cells(by, tuple(layer_list), tuple(lab.to_str_tokens(clean[0])), n_heads).shape
+        estimate, source_value, base_value = _attribution(lab, pairs, site, by, metric, layer_list, shape, n_heads)
         clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
                                       else (base_value, source_value))
     else:  # the site at every layer, in both runs: cells where they are equal need no forward (see _first_change)
@@ -248,8 +250,8 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
             f"clean and corrupt give the same {metric.name} ({clean_value:.4f}): there is nothing to restore, so the "
             f"normalised values would divide by zero. Pick a corrupt prompt that changes the answer."
         )
-    labels = {"layer": layer_list, "pos": lab.to_str_tokens(clean[0]), "head": list(range(lab.n_heads))}
-    shape = Cells(by, tuple(layer_list), tuple(labels["pos"]), lab.n_heads).shape
+    labels = {"layer": layer_list, "pos": lab.to_str_tokens(clean[0]), "head": list(range(n_heads))}
+    shape = Cells(by, tuple(layer_list), tuple(labels["pos"]), n_heads).shape
     raw = torch.full(shape, float("nan"))
     result = SweepResult(raw.clone(), raw, by, labels, site, metric.name, direction, method, clean_value,
                          corrupt_value, clean, corrupt, lab, metric)
@@ -272,9 +274,10 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     try:
         for li, layer, all_cells in jobs:
             key = (site, layer)
+            base_act, source_act = (lab.as_hooked(site, run.cache[key]) for run in (base_run, source_run))
             cells = []
             for index, selector in all_cells:
-                first = _first_change(base_run.cache[key], source_run.cache[key], selector, lab.n_heads)
+                first = _first_change(base_act, source_act, selector, n_heads)
                 if first is None:
                     result.raw[(li, *index)] = base_value
                     result.top_tokens[(li, *index)] = [(lab.tokenizer.decode([i]), p) for i, p in base_top]
@@ -290,8 +293,8 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                     raise SweepCancelled(f"sweep cancelled after {done} of {total} cells; no result returned.")
                 hidden = base_run.cache[_resume_key(lab, site, layer)]
 
-                def run_part(part, layer=layer, hidden=hidden, src=source_run.cache[key]):
-                    return _run_cells(lab, site, layer, part, pairs, metric, hidden, src)
+                def run_part(part, layer=layer, hidden=hidden, src=source_act):
+                    return _run_cells(lab, site, layer, part, pairs, metric, hidden, src, n_heads)
                 vals = engine.halving(run_part, chunk)
                 for (cell_index, _, _), (v, top, run) in zip(chunk, vals):
                     result.raw[(li, *cell_index)] = v
@@ -335,7 +338,7 @@ def _resume_key(lab: Engine, site: str, layer: int) -> tuple[str, int]:
 
 
 def _run_cells(lab: Engine, site: str, layer: int, chunk, pairs: _Pairs, metric: Metric, base_hidden: torch.Tensor,
-               src: torch.Tensor) -> list[tuple]:
+               src: torch.Tensor, n_heads: int) -> list[tuple]:
     """One batched, resumed forward for a chunk of cells of one layer, starting from `base_hidden` (the base run's
     residual at the start layer) with `src` (the source run's activation at the site) patched in.
 
@@ -349,11 +352,13 @@ def _run_cells(lab: Engine, site: str, layer: int, chunk, pairs: _Pairs, metric:
     start = layer + 1 if site == "resid_post" else layer
     # positions before the chunk's earliest changed one are those of the base run: keys/values from its cache
     first = min(c[2] for c in chunk)
-    prefix = lab.kv_prefix(pairs.base, first, n_cells) if first and bool(pairs.mask.all()) else None
+    # (rot_k and the pattern span every key position: their forwards cannot start on top of cached keys)
+    resumable = first and bool(pairs.mask.all()) and site not in FULL_FORWARD
+    prefix = lab.kv_prefix(pairs.base, first, n_cells) if resumable else None
     first = first if prefix is not None else 0
 
-    heads = site == "z"
-    mask = torch.zeros(n_cells, n_pairs, n_pos, *( [lab.n_heads] if heads else []), dtype=torch.bool)
+    heads = site in HEADED
+    mask = torch.zeros(n_cells, n_pairs, n_pos, *( [n_heads] if heads else []), dtype=torch.bool)
     for c, (_, (p, h), _) in enumerate(chunk):
         sel_pos = slice(None) if p is None else slice(p, p + 1)
         if heads:
@@ -362,14 +367,14 @@ def _run_cells(lab: Engine, site: str, layer: int, chunk, pairs: _Pairs, metric:
             mask[c, :, sel_pos] = True
     real = pairs.mask.bool()[None, :, :]  # never patch padding
     mask &= real.reshape(1, n_pairs, n_pos, *([1] if heads else []))
-    mask = mask.reshape(rows, n_pos, *([lab.n_heads] if heads else []))[:, first:].to(dev)
+    mask = mask.reshape(rows, n_pos, *([n_heads] if heads else []))[:, first:].to(dev)
     src_rows = src[:, first:].to(dev).repeat(n_cells, 1, 1)
     hidden = base_hidden[:, first:].to(dev).repeat(n_cells, 1, 1)
     hooks = []
     if site in ("resid_pre", "resid_post"):
         hidden = torch.where(mask[..., None], src_rows, hidden)
     else:
-        hooks.append((site_point, _row_patch(src_rows, mask, lab.n_heads if heads else None)))
+        hooks.append((site_point, _row_patch(src_rows, mask, n_heads if heads else None)))
     ids = pairs.base_ids[:, first:].to(dev).repeat(n_cells, 1)
     attn = pairs.mask.to(dev).repeat(n_cells, 1)
     last = (torch.tensor(pairs.lengths) - 1 - first).repeat(n_cells).to(dev)
@@ -426,7 +431,7 @@ def _metric_mean(metric: Metric, logits: torch.Tensor, pair_idx: torch.Tensor) -
 
 # ---- attribution patching -------------------------------------------------------------------------------
 
-def _attribution(lab: Engine, pairs: _Pairs, site: str, by, metric: Metric, layer_list, shape) -> tuple:
+def _attribution(lab: Engine, pairs: _Pairs, site: str, by, metric: Metric, layer_list, shape, n_heads: int) -> tuple:
     """(source - base) . grad of the metric at base, summed within each cell; added to the base metric.
 
     Returns (estimated metric per cell, source metric, base metric): one forward of the source, one forward and one
@@ -445,10 +450,11 @@ def _attribution(lab: Engine, pairs: _Pairs, site: str, by, metric: Metric, laye
     for li, (k, a, g) in enumerate(zip(keys, acts, grads)):
         if g is None:
             continue
-        delta = (src[k].to(a.device) - a.detach()) * g  # [pairs, pos, width]
+        a, g = lab.as_hooked(site, a.detach()), lab.as_hooked(site, g)  # pattern: [pairs, query, head * key]
+        delta = (lab.as_hooked(site, src[k]).to(a.device) - a) * g  # [pairs, pos, width]
         delta = delta * real[..., None].to(delta.device)
-        if site == "z":
-            delta = delta.view(*delta.shape[:2], lab.n_heads, -1).sum(-1)  # [pairs, pos, heads]
+        if site in HEADED:
+            delta = delta.view(*delta.shape[:2], n_heads, -1).sum(-1)  # [pairs, pos, heads]
         else:
             delta = delta.sum(-1)  # [pairs, pos]
         n = len(pairs.base)

@@ -281,10 +281,9 @@ class Engine:
             plan.cache.extend(self._plan_cache(item))
         ctx = self.contexts(lengths)
         logits, raw = hooks.forward(self.model, ids.to(self.device), mask.to(self.device), plan, ctx, grad=grad)
-        if not grad:
-            raw = {k: self._public(k, v.cpu()) for k, v in raw.items()}
-        result = Run(prompts, ids, mask, lengths, logits if grad else logits.detach().float().cpu(), Cache(raw),
-                     edits, [self.to_str_tokens(p) for p in prompts])
+        result = Run(prompts, ids, mask, lengths, logits if grad else logits.detach().float().cpu(),
+                     Cache(raw if grad else {k: v.cpu() for k, v in raw.items()}), edits,
+                     [self.to_str_tokens(p) for p in prompts])
         if edits and log:
             self.log.record(prompts, edits, cache_req)
         if not grad:
@@ -368,17 +367,10 @@ class Engine:
             return torch.cat(toks).mean(0)  # otherwise: the mean over every real token
         return None
 
-    def _public(self, key, value: torch.Tensor) -> torch.Tensor:
-        """A cached value as users read it: pattern as [batch, head, query pos, key pos] (TransformerLens's
-        layout); the hooks see it as [batch, query pos, head * key pos], like every per-head site."""
-        if isinstance(key, tuple) and key[0] == "pattern":
-            b, q, width = value.shape
-            return value.view(b, q, self.n_heads, width // self.n_heads).transpose(1, 2)
-        return value
-
     @staticmethod
-    def _hooked_layout(site: str, value: torch.Tensor) -> torch.Tensor:
-        """The inverse of _public, for a cached value used as a patch source."""
+    def as_hooked(site: str, value: torch.Tensor) -> torch.Tensor:
+        """A cached value in the layout hooks see: a pattern, cached [batch, head, query, key], becomes
+        [batch, query, head * key] like every per-head site; other sites are returned as they are."""
         if site == "pattern" and value.dim() == 4:
             b, h, q, k = value.shape
             return value.transpose(1, 2).reshape(b, q, h * k)
@@ -390,7 +382,7 @@ class Engine:
     def _cached(self, source, site: str, layer) -> torch.Tensor:
         key = (site, layer) if layer is not None else site
         if isinstance(source, Run) and key in source.cache:
-            return self._hooked_layout(site, source.cache[key])
+            return self.as_hooked(site, source.cache[key])
         if isinstance(source, Run):
             ref = source.source_ref()
         elif isinstance(source, SourceRef):
@@ -400,21 +392,22 @@ class Engine:
         else:
             raise InterplabError(f"patch source must be a Run, a prompt, or a tensor; got {type(source).__name__}.")
         rerun = self.run(list(ref.prompts), [Edit.from_dict(d) for d in ref.edits], cache=[key], log=False)
-        return self._hooked_layout(site, rerun.cache[key])
+        return self.as_hooked(site, rerun.cache[key])
 
     # ---- forwards that resume from cached state: what makes a click cheap ------------------------------------
-    def last_logits(self, prompts, edits) -> torch.Tensor:
+    def last_logits(self, prompts, edits, log: bool = True) -> torch.Tensor:
         """[rows, vocab] last-position logits of self.run(prompts, edits), computed from the lowest edited layer up.
 
         Layers below every edit see nothing new, so they come from the cached unedited run; for one prompt whose
         edits all start at a position p, positions before p are unchanged too, so their keys and values come from
         a cached run and only positions p.. are computed. Only the final position is unembedded. Falls back to a
-        full run where it cannot resume."""
+        full run where it cannot resume. log=False: not recorded in the intervention log (a caller that records
+        it itself, e.g. a click recorded when it arrived)."""
         prompts = as_prompts(prompts)
         edits = [e for e in edits if e.enabled]
         layered = all(e.site in LAYERED and e.site not in IN_ATTENTION and e.op != "ban_expert" for e in edits)
         if not edits or self.sites.arch is None or not layered:
-            return self.run(prompts, edits, log=bool(edits)).last_logits
+            return self.run(prompts, edits, log=log and bool(edits)).last_logits
         start = min(min(self.sites.layers_of(e.layer)) for e in edits)
         ids, mask, lengths = self.encode(prompts)
         plan = hooks.Plan()
@@ -434,7 +427,8 @@ class Engine:
             logits = resume.resumed_last_logits(self.model, self.sites.arch, start, hidden, ids, mask, last,
                                                 install=lambda hm: hooks.install(hm, plan, ctx_for, {}),
                                                 owner="interplab.run", **kw)
-        self.log.record(prompts, edits, [])
+        if log:
+            self.log.record(prompts, edits, [])
         return logits.float().cpu()
 
     def residuals(self, prompts) -> Run:

@@ -131,20 +131,29 @@ def install(hm: HookManager, plan: Plan, ctx_for: Callable[[PlannedEdit | None],
             continue
         ops.append((pe.site.point, lambda t, pe=pe: apply_edit(pe.edit, t, ctx_for(pe))))
     for key, site in plan.cache:
-        ops.append((site.point, _recorder(key, out_cache, plan.keep_grad)))
+        heads = site.n_heads if site.name == "pattern" else None
+        ops.append((site.point, _recorder(key, out_cache, plan.keep_grad, heads)))
     attach(hm, ops, keep_graph=plan.keep_grad)
 
 
-def _recorder(key, out_cache: dict, keep_grad: bool) -> Callable:
+def _recorder(key, out_cache: dict, keep_grad: bool, pattern_heads: int | None = None) -> Callable:
+    """Records the site's value. A pattern is recorded as [batch, head, query, key] (TransformerLens's layout),
+    while hooks see it as [batch, query, head * key]; with keep_grad the model then computes on from the recorded
+    tensor, so that its .grad is the metric's gradient."""
     def record(t: torch.Tensor) -> torch.Tensor:
+        if pattern_heads is not None:
+            b, q, width = t.shape
+            public = t.view(b, q, pattern_heads, width // pattern_heads).transpose(1, 2)
+        else:
+            public = t
         if not keep_grad:
-            out_cache[key] = t.detach().clone()
+            out_cache[key] = public.detach().clone()
             return t
-        t = t if t.requires_grad else t.requires_grad_(True)
-        t = t.view_as(t)  # a tensor of its own, so it is written back and gradients flow through it to the model
-        t.retain_grad()
-        out_cache[key] = t
-        return t
+        public = public if public.requires_grad else public.requires_grad_(True)
+        public = public.view_as(public)  # a tensor of its own, which the model computes on: gradients reach it
+        public.retain_grad()
+        out_cache[key] = public
+        return public.transpose(1, 2).reshape(t.shape) if pattern_heads is not None else public
     return record
 
 

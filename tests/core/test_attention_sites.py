@@ -157,3 +157,31 @@ def test_bad_requests_say_what_to_do(labs):
     with pytest.raises(ilab.UnsupportedSiteError, match="full forwards"):
         llama.generate(CLEAN, edits=[ilab.zero("pattern", 0, head=0)], max_new_tokens=2)
     assert llama.hooks() == []
+
+
+@pytest.mark.parametrize("site", ["q", "k", "v", "rot_q", "rot_k", "pattern"])
+@pytest.mark.parametrize("by", [("layer", "head"), ("layer", "head", "pos")])
+def test_sweeps_by_head_equal_one_patched_run_per_cell(labs, site, by):
+    """Every cell of a batched, resumed sweep equals lab.run with that one head (and position) patched; k, v and
+    rot_k sweep the key-value heads. Attribution runs on the same sites and layouts."""
+    lab = labs["llama"]
+    metric = ilab.logit_diff(" Mary", " John")
+    res = lab.patch_sweep(CLEAN, CORRUPT, site=site, by=by, metric=metric)
+    heads = 2 if site in ("k", "v", "rot_k") else lab.n_heads
+    assert res.raw.shape[:2] == (lab.n_layers, heads)
+    clean = lab.run(CLEAN)
+    cells = [(0, 1, None), (2, heads - 1, None)] if len(by) == 2 else [(1, 0, -1), (2, 1, 5), (0, heads - 1, 3)]
+    for layer, head, pos in cells:
+        run = lab.run(CORRUPT, edits=[ilab.patch(site, layer, head=head, pos=pos, source=clean)])
+        last = run.last_logits[0]
+        want = float(last[lab.token_id(" Mary")] - last[lab.token_id(" John")])  # the metric, by hand
+        got = res.raw[(layer, head) if pos is None else (layer, head, pos % res.raw.shape[-1])]
+        assert abs(float(got) - want) < 1e-4, (layer, head, pos, float(got), want)
+    moved = (res.raw - res.corrupt_value).abs().max()
+    assert moved > 1e-3, "no cell moved the metric: the sweep patched nothing"
+    est = lab.patch_sweep(CLEAN, CORRUPT, site=site, by=by, metric=metric, method="attribution")
+    assert est.raw.shape == res.raw.shape and torch.isfinite(est.raw).all()
+    if "pos" in by:  # position 0 ("When") is the same in both prompts: nothing to patch there, in either method
+        torch.testing.assert_close(est.raw[..., 0], torch.full_like(est.raw[..., 0], est.corrupt_value))
+        torch.testing.assert_close(res.raw[..., 0], torch.full_like(res.raw[..., 0], res.corrupt_value))
+        assert (est.raw[..., 1:] - est.corrupt_value).abs().max() > 1e-4

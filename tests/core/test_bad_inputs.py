@@ -286,7 +286,7 @@ CASES = [
     # ---- patch_sweep -------------------------------------------------------------------------------------------
     Case("sweep by an int", lambda x: x.sweep(by=5), E, "not a sweep layout"),
     Case("sweep by an unknown layout", lambda x: x.sweep(by=("pos",)), E, "not a sweep layout"),
-    Case("sweep a read-only site", lambda x: x.sweep(site="pattern"), E, "cannot be swept"),
+    Case("sweep a layerless site", lambda x: x.sweep(site="logits"), E, "cannot be swept"),
     Case("sweep an int site", lambda x: x.sweep(site=5), E, "cannot be swept"),
     Case("sweep heads on the residual", lambda x: x.sweep(site="resid_pre", by=("layer", "head")), E,
          "allowed sites z"),
