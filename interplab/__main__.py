@@ -5,8 +5,10 @@
     interplab lab --headless        no JupyterLab: print the IOI patching result of the embedded model
     interplab sweep --json          a patching sweep for scripts, as JSON on stdout
     interplab bench                 the speed benchmarks in benchmarks/ (a source checkout)
+    interplab export NB.ipynb       an executed notebook as HTML whose widgets draw offline (--execute runs it first)
 
-`interplab lab` needs JupyterLab: pip install "interplab[lab]". `interplab <command> --help` explains each option.
+`interplab lab` and `interplab export` need JupyterLab: pip install "interplab[lab]". `interplab <command> --help`
+explains each option.
 """
 
 from __future__ import annotations
@@ -234,6 +236,43 @@ def cmd_bench(args) -> int:
     return rc
 
 
+# ---- export ---------------------------------------------------------------------------------------------
+
+def cmd_export(args) -> int:
+    src = Path(args.notebook)
+    if not src.is_file():
+        print(f"error: no notebook at {src}", file=sys.stderr)
+        return 2
+    try:
+        import nbformat
+
+        from interplab_export import InterplabHTMLExporter
+    except ImportError as e:
+        print(f"error: interplab export needs nbconvert ({e.name} is missing): pip install \"interplab[lab]\"",
+              file=sys.stderr)
+        return 2
+    nb = nbformat.read(src, as_version=4)
+    if args.execute:
+        from nbclient import NotebookClient
+        from nbclient.exceptions import CellExecutionError
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the kernel: the embedded model needs no network
+        try:  # nbclient keeps the widgets' state in the notebook's metadata, which the page draws from
+            NotebookClient(nb, timeout=args.timeout, resources={"metadata": {"path": str(src.parent)}}).execute()
+        except CellExecutionError as e:
+            print(f"error: a cell of {src} failed:\n{e}", file=sys.stderr)
+            return 1
+    elif not nb.metadata.get("widgets"):
+        print(f"interplab: {src} holds no saved widget state, so its widgets will be empty: run it with --execute "
+              f"(or save it from Jupyter with the widget state)", file=sys.stderr)
+    out = Path(args.output) if args.output else src.with_suffix(".html")
+    body, _ = InterplabHTMLExporter().from_notebook_node(
+        nb, resources={"metadata": {"name": src.stem, "path": str(src.parent)}})
+    out.write_text(body, encoding="utf-8")
+    print(f"interplab: wrote {out} ({out.stat().st_size / 1e6:.1f} MB; opens with no network)")
+    return 0
+
+
 # ---- the parser -----------------------------------------------------------------------------------------
 
 def _nonempty(value: str) -> str:
@@ -251,8 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="interplab", description=__doc__, formatter_class=fmt,
                                  epilog="examples:\n  interplab lab\n  interplab lab --headless\n"
                                         "  interplab sweep --json --site z --by layer,head\n"
+                                        "  interplab export notebooks/01_ioi_patching.ipynb --execute\n"
                                         "  interplab lab --help")
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{lab,sweep,bench}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{lab,sweep,bench,export}")
 
     p = sub.add_parser(
         "lab", formatter_class=fmt, help="JupyterLab on the IOI notebook (needs pip install \"interplab[lab]\")",
@@ -330,6 +370,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[], metavar="ARG",
                    help="everything after --extra is passed to each script")
     p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser(
+        "export", formatter_class=fmt, help="a notebook as HTML whose widgets draw offline",
+        description=_wrap("Write a notebook as one HTML file whose widgets (heatmaps, logit panels, ...) are drawn "
+                          "from the notebook's saved widget state with no network: nothing is fetched from a CDN. "
+                          "Clicking a heatmap cell of an exact sweep still shows that cell's top tokens. The same as "
+                          "`jupyter nbconvert --to interplab_html`, plus --execute."),
+        epilog="examples:\n  interplab export notebooks/01_ioi_patching.ipynb --execute -o ioi.html\n"
+               "  interplab export my_saved_notebook.ipynb          # already run, saved with its widget state")
+    p.add_argument("notebook", metavar="NOTEBOOK", help="the .ipynb file")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="the HTML file to write (default: the notebook's name with .html)")
+    p.add_argument("--execute", action="store_true",
+                   help="run the notebook in a fresh kernel first (offline), keeping its widgets' state")
+    p.add_argument("--timeout", type=int, default=600, metavar="S",
+                   help="with --execute: seconds one cell may run (default: %(default)s)")
+    p.set_defaults(fn=cmd_export)
     return ap
 
 
