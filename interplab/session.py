@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .edits import Edit, patch, steer
+from .edits import Edit, SourceRef, patch, steer
 from .engine import Engine
 from .lens import logit_lens
 from .metrics import as_metric, logit_diff
@@ -92,6 +92,13 @@ class PatchSession:
         source = self.lab.run(self.source, cache=[self.site], log=False)
         return patch(self.site, layer, pos=pos, head=head, source=source, label=self.cell_label(row, col))
 
+    def cell_ref(self, row: int, col: int) -> Edit:
+        """cell_edit's patch with its source named by prompt, built without a forward: what the log records when a
+        click arrives (serialised exactly as cell_edit's, whose source is the run of that prompt)."""
+        layer, pos, head = self.cells.meaning(row, col)
+        return patch(self.site, layer, pos=pos, head=head, source=SourceRef((self.source,)),
+                     label=self.cell_label(row, col))
+
     def cell_label(self, row: int, col: int) -> str:
         """The label of a cell's patch, known without building it (a widget lists a clicked cell at once)."""
         layer, pos, head = self.cells.meaning(row, col)
@@ -103,11 +110,12 @@ class PatchSession:
         return f"r{row}c{col}"
 
     # ---- the logit panel ---------------------------------------------------------------------------------------
-    def logits_view(self, edits: list[Edit], cells: list[tuple[int, int]] | None = None) -> dict:
+    def logits_view(self, edits: list[Edit], cells: list[tuple[int, int]] | None = None, log: bool = True) -> dict:
         """Top-k bars for clean / corrupt / patched and the metric values (patched = base with the edits).
 
         cells: the heatmap cells (row, col) the edits stand for; one cell of this session's exact sweep is read
-        from the sweep, which ran that very patched forward (see cell_run)."""
+        from the sweep, which ran that very patched forward (see cell_run). log=False: the patched run is not
+        recorded in lab.log (the explorer records each click when it arrives)."""
         lab = self.lab
         clean = lab.run(self.clean, log=False).last_logits[0]
         corrupt = lab.run(self.corrupt, log=False).last_logits[0]
@@ -121,9 +129,10 @@ class PatchSession:
             if run is not None:
                 ids, p, value = run
                 toks, probs = [lab.tokenizer.decode([i]) for i in ids], [round(float(x), 6) for x in p]
-                lab.log.record([self.base], edits, [])  # the log reads as if the forward had run
+                if log:
+                    lab.log.record([self.base], edits, [])  # the log reads as if the forward had run
             else:
-                patched = lab.last_logits(self.base, edits)[0]
+                patched = lab.last_logits(self.base, edits, log=log)[0]
                 toks, probs = top_k(lab, patched)
                 value = float(self.metric(patched[None])[0])
             series.append({"name": f"patched: {_short(edits)}", "tokens": toks, "probs": probs})

@@ -1,6 +1,7 @@
 """The controller in Python (no browser): clicks become patches, the logit panel shows the patched run's numbers,
 and the shared state works both ways. Expected numbers come from plain PyTorch hooks."""
 
+import json
 import threading
 import time
 
@@ -378,3 +379,50 @@ def test_sweep_progress_sends_only_new_cells(gpt2_lab, monkeypatch):
     computed = {(r, c) for r, row in enumerate(final) for c, v in enumerate(row) if v is not None}
     assert computed == new | {(r, c) for r, row in enumerate(first) for c, v in enumerate(row) if v is not None}
     assert ex.heatmap.cell_tops["cells"]
+
+
+def test_a_burst_of_clicks_is_logged_in_order_while_only_the_last_is_computed(gpt2_lab, monkeypatch):
+    """The worker computes only the latest click's panel; the lab's log records every click when it arrives (on the
+    message thread, no model work there), in order, and the job that runs adds nothing to it."""
+    from interplab.edits import edits_to_json
+
+    res = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), progress=False)
+    ex = res.show()
+    assert gpt2_lab.worker.join(60)
+    s, hm = ex.session, ex.heatmap
+    computed = []
+    view = s.logits_view
+    monkeypatch.setattr(s, "logits_view", lambda *a, **k: computed.append(a) or view(*a, **k))
+    gate = threading.Event()
+    gpt2_lab.worker.submit("gate", lambda: gate.wait(10))  # the worker is busy: the clicks queue behind it
+    logged = len(gpt2_lab.log)
+    clicks = [(1, 3, False), (2, 4, False), (0, 5, False), (2, 1, False), (1, 2, True)]
+    main = threading.get_ident()
+    on_main = []
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda m, a: on_main.append(type(m).__name__) if threading.get_ident() == main else None)
+    try:
+        for row, col, shift in clicks:
+            reply = hm.send_test_message({"type": "click", "row": row, "col": col, "shift": shift})
+            assert reply["ok"], reply
+            assert len(gpt2_lab.log) == logged + clicks.index((row, col, shift)) + 1  # at once, on arrival
+        assert on_main == []
+    finally:
+        handle.remove()
+    entries = gpt2_lab.log.entries[logged:]
+    labels = [[d["label"] for d in json.loads(e["edits"])] for e in entries]
+    assert labels == [[s.cell_label(1, 3)], [s.cell_label(2, 4)], [s.cell_label(0, 5)], [s.cell_label(2, 1)],
+                      [s.cell_label(2, 1), s.cell_label(1, 2)]]
+    assert all(e["prompts"] == [s.base] for e in entries)
+    assert computed == []  # nothing computed yet: all of that happened on arrival
+    gate.set()
+    assert gpt2_lab.worker.join(60)
+    assert len(computed) == 1 and len(gpt2_lab.log) == logged + len(clicks)  # the last click's panel, logged once
+    assert "2 edits" in ex.logits.series[2]["name"]
+    # what was logged is what the job ran: the same JSON as the edits built from the cells
+    assert entries[0]["edits"] == edits_to_json([s.cell_edit(1, 3)])
+    assert entries[-1]["edits"] == edits_to_json([s.cell_edit(2, 1), s.cell_edit(1, 2)])
+    # a toggle is a request too: logged at once
+    assert hm.send_test_message({"type": "toggle", "edit_id": "r2c1", "enabled": False})["ok"]
+    assert [d["label"] for d in json.loads(gpt2_lab.log.entries[-1]["edits"])] == [s.cell_label(1, 2)]
+    assert gpt2_lab.worker.join(60) and len(gpt2_lab.log) == logged + len(clicks) + 1

@@ -90,6 +90,22 @@ class PatchExplorer(Composite):
                 cells.append((e["row"], e["col"]))
         return edits, (cells if len(cells) == len(edits) else None)
 
+    def _log_request(self, entries) -> None:
+        """Record the patched run a click (toggle, remove, selection set from code) asks for in the lab's log, now,
+        on the thread that got it: the worker computes only the latest request, the log keeps every one, in order.
+        A cell's patch names its source by prompt (session.cell_ref): no model work here."""
+        edits = []
+        for e in entries:
+            if not e.get("enabled", True):
+                continue
+            edit = self._edits.get(e["id"])
+            if edit is None and e.get("row") is not None:
+                edit = self.session.cell_ref(e["row"], e["col"])
+            if edit is not None:
+                edits.append(edit)
+        if edits:
+            self.lab.log.record([self.session.base], edits, [])
+
     def _on_selected(self, change) -> None:
         # comm thread: list the cells; their edits are built in the logit job (the first one runs a forward)
         old = {e["id"]: e for e in self.heatmap.active_edits}
@@ -118,9 +134,10 @@ class PatchExplorer(Composite):
     def _refresh_logits(self) -> None:
         entries = [dict(e) for e in self.heatmap.active_edits]  # this request's state, as of now
         t0 = time.perf_counter()
+        self._log_request(entries)
 
-        def run():
-            return self.session.logits_view(*self._edits_for(entries))
+        def run():  # latest request wins: a burst of clicks computes only the last one's panel
+            return self.session.logits_view(*self._edits_for(entries), log=False)
 
         def done(view):
             with self.logits.hold_sync():  # one message to the frontend, one repaint
