@@ -36,7 +36,8 @@ def composite_traits() -> dict:
     }
     traits = {"parts": [{"name": n, "kind": k} for n, (k, _) in parts.items()],
               "panes": [{"part": "heatmap"}, {"part": "logits"},
-                        {"tabs": [{"title": "logit lens", "part": "lens"}, {"title": "attention", "part": "attention"}]}]}
+                        {"tabs": [{"title": "logit lens", "part": "lens"},
+                                  {"title": "attention", "part": "attention"}]}]}
     for name, (kind, own) in parts.items():
         for k, v in {"_view_kind": kind, "status": "", "error": "", **own}.items():
             traits[f"{name}.{k}"] = v

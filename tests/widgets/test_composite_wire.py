@@ -57,7 +57,8 @@ def test_parts_open_no_comm_and_the_composite_carries_their_state_once():
         carried = {k.split(".", 1)[1] for k in state if k.startswith(f"{name}.")}
         assert carried == {*PROTOCOL["common_traits"], *PROTOCOL["views"][part._view_kind]["traits"]}
     assert not [k for k in state if "." in k and k.split(".", 1)[1] in ("_esm", "_bundle", "layout", "_css")]
-    assert state["parts"][0] == {"name": "heatmap", "kind": "heatmap"} and state["panes"][2]["tabs"][1]["part"] == "lens"
+    assert state["parts"][0] == {"name": "heatmap", "kind": "heatmap"}
+    assert state["panes"][2]["tabs"][1]["part"] == "lens"
     code = len(json.dumps({k: v for k, v in state.items() if k != "_esm"}))
     assert code < 20_000, code  # the parts' state, not five copies of the widget code
     comp.close()

@@ -12,8 +12,8 @@ import anywidget
 import pytest
 
 from interplab.widgets import AttentionView, LabWidget, LensView, LogitPanel, PatchingHeatmap, SteeringPanel
-from interplab.widgets.composite import Composite
 from interplab.widgets.base import BAD_MESSAGE, PROTOCOL
+from interplab.widgets.composite import Composite
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "js" / "src"
