@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from . import steering
+from . import dla, steering
 from .engine import Cache, Engine, InterventionLog, Run, dtype_of
 from .errors import LoadError, UnknownSiteError
 from .patching import patch_sweep
@@ -159,6 +159,12 @@ class Lab(Engine):
         """Activation-patching heatmap values for every cell (see interplab.patching.patch_sweep)."""
 
         return patch_sweep(self, clean, corrupt, site, by, metric, direction, method, **kw)
+
+    def direct_logit_attribution(self, prompts, metric):
+        """Each head's, MLP's and embedding's direct share of a metric linear in the logits, at every position,
+        adding up to the model's own metric (see interplab.dla)."""
+
+        return dla.direct_logit_attribution(self, prompts, metric)
 
     def show(self, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre", by=("layer", "pos"),
              direction: str = "denoise", sweep: bool = True):
