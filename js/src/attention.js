@@ -2,6 +2,8 @@
 // Request to Python (declared in interplab/widgets/protocol.json): select {layer, head} when a selector changes.
 import { BLUES, baseLayout, esc, fmt, grid, h, paint, quoted, scheduler, shell, tokenAxis } from "./plot.js";
 
+const MIN_CELL = 5; // px
+
 export function render({ model, el }) {
   const state = shell(model, el, "attention");
   const layer = h("select", { class: "il-layer", title: "layer" });
@@ -52,14 +54,19 @@ export function render({ model, el }) {
       zmax: 1,
       colorbar: { title: { text: "attention", side: "right" }, thickness: 14 },
     };
-    const size = Math.min(800, Math.max(320, 160 + 24 * n));
+    // square cells, at least MIN_CELL px (a longer prompt grows the plot, which scrolls); every k-th token labelled
+    // on each axis (keys at -45°: 18 px apart; queries: 16 px), the hover names each cell's two tokens
+    const size = Math.max(Math.min(800, Math.max(320, 160 + 24 * n)), 150 + MIN_CELL * n);
+    const side = size - 150; // the pattern's side in px: the height less the top and bottom margins
     const layout = baseLayout({
       title: { text: esc(title) },
       margin: { l: 100, r: 30, t: 50, b: 100 },
       height: size,
       width: size + 60, // square cells: the colorbar sits next to the pattern
-      xaxis: tokenAxis(labels, { title: { text: "key" }, tickangle: -45, constrain: "domain" }),
-      yaxis: tokenAxis(labels, { title: { text: "query" }, range: [n - 0.5, -0.5], scaleanchor: "x" }),
+      xaxis: tokenAxis(labels, { title: { text: "key" }, tickangle: -45, constrain: "domain" },
+        { maxTicks: Math.floor(side / 18) }),
+      yaxis: tokenAxis(labels, { title: { text: "query" }, range: [n - 0.5, -0.5], scaleanchor: "x" },
+        { maxTicks: Math.floor(side / 16) }),
     });
     return paint(state, [trace], layout);
   }

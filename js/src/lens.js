@@ -2,6 +2,10 @@
 // Request to Python (declared in interplab/widgets/protocol.json): select {row, col} on a cell click.
 import { BLUES, baseLayout, clickedCell, containerWidth, esc, fmt, grid, hoverLines, paint, quoted, scheduler, shell, strGrid, tick, tokenAxis } from "./plot.js";
 
+const MIN_CELL = 5; // px: narrower cells are hard to see and to click; a longer prompt scrolls sideways
+const MARGIN_X = 70 + 30 + 80; // left and right margins and the colour bar
+const CHAR_PX = 6.5; // the cell text's font (10 px): the width one character takes, at most
+
 export function render({ model, el }) {
   const state = shell(model, el, "lens");
 
@@ -16,7 +20,12 @@ export function render({ model, el }) {
     const xLabels = Array.from({ length: cols }, (_, i) => xl[i] ?? String(i));
     const yLabels = Array.from({ length: rows }, (_, i) => yl[i] ?? String(i));
     const zz = Array.from({ length: rows }, (_, r) => Array.from({ length: cols }, (_, c) => z[r]?.[c] ?? null));
-    const cellText = top.map((row) => row.map((t) => tick(t, 10)));
+    // long prompts: cells at least MIN_CELL px wide (the plot scrolls sideways), each cell's top token cut to what
+    // fits its width, and none where not two characters fit (the hover names it)
+    state.minWidth = MARGIN_X + MIN_CELL * cols;
+    const width = containerWidth(state) ?? 700;
+    const fits = Math.min(10, Math.floor(((width - MARGIN_X) / Math.max(1, cols) - 4) / CHAR_PX));
+    const cellText = top.map((row) => row.map((t) => (fits >= 2 ? tick(t, fits) : "")));
     const hover = [];
     for (let r = 0; r < rows; r++) {
       const line = [];
@@ -51,7 +60,7 @@ export function render({ model, el }) {
       height: Math.min(1000, Math.max(300, 150 + 24 * rows)),
       // -45° labels 18 px apart at most (long prompts: every k-th token; the hover names each cell's)
       xaxis: tokenAxis(xLabels, { title: { text: "position" }, tickangle: -45 },
-        { maxTicks: Math.floor(((containerWidth(state) ?? 700) - 180) / 18) }),
+        { maxTicks: Math.floor((width - MARGIN_X) / 18) }),
       yaxis: tokenAxis(yLabels, { title: { text: "layer" } }), // layer 0 at the bottom, the output on top
     });
     return paint(state, [trace], layout).then((gd) => {

@@ -1,6 +1,9 @@
 """Long prompts on the bare page: at 120 tokens the heatmap's tick labels never overlap (every k-th token, the hover
 names each cell's), cells stay wide enough to see and click; at 488 the grid scrolls sideways and a click on the
-last column still lands on it. Screenshots: artifacts/heatmap_120_tokens.png, artifacts/heatmap_488_tokens.png."""
+last column still lands on it. The attention pattern and the logit lens at 120 tokens: every k-th token labelled on
+each axis, square cells a mouse can point at, the lens's cell text cut to what fits (never overlapping), hovers name
+the unlabelled tokens, a click lands on its cell. Screenshots: artifacts/heatmap_120_tokens.png,
+artifacts/heatmap_488_tokens.png, artifacts/attention_120_tokens.png, artifacts/lens_120_tokens.png."""
 
 from __future__ import annotations
 
@@ -73,3 +76,79 @@ def test_the_logit_lens_labels_stay_apart_at_120_tokens(page, mount):
     assert 5 <= len(ticks) < cols
     for a, b in zip(ticks, ticks[1:]):
         assert (b["right"] - a["right"]) * 0.7071 >= 12, (a, b)
+
+
+def y_tick_boxes(w) -> list[dict]:
+    return w.js("(w) => [...w.el.querySelectorAll('.ytick text')].map((t) => { const r = t.getBoundingClientRect();"
+                " return { top: r.top, bottom: r.bottom, text: t.textContent }; }).sort((a, b) => a.top - b.top)")
+
+
+def test_attention_at_120_tokens(page, mount):
+    n = 120
+    tokens = [f" word{i}" for i in range(n)]
+    pattern = [[(1.0 / (q + 1) if k <= q else 0.0) for k in range(n)] for q in range(n)]
+    w = mount("attention", tokens=tokens, n_layers=2, n_heads=4, layer=1, head=2, pattern=pattern, title="")
+    w.wait_paints(1)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator(w.sel(".interplab-attention")).screenshot(path=str(ARTIFACTS / "attention_120_tokens.png"))
+    xs, ys = tick_boxes(w), y_tick_boxes(w)
+    assert 5 <= len(xs) < n and 5 <= len(ys) < n, (len(xs), len(ys))
+    for a, b in zip(xs, xs[1:]):  # -45° key labels: neighbours' lines a 12 px font apart
+        assert (b["right"] - a["right"]) * 0.7071 >= 12, (a, b)
+    for a, b in zip(ys, ys[1:]):  # query labels: one line each, never on top of each other
+        assert b["top"] >= a["bottom"] - 1, (a, b)
+    g = w.js("(w) => { const gd = w.el.querySelector('.js-plotly-plot'), fl = gd._fullLayout;"
+             " return { cell: Math.abs(fl.xaxis.l2p(1) - fl.xaxis.l2p(0)), cellY: Math.abs(fl.yaxis.l2p(1) -"
+             " fl.yaxis.l2p(0)) }; }")
+    assert g["cell"] >= 4.5 and abs(g["cell"] - g["cellY"]) < 0.5, g  # square cells a mouse can point at
+    # an unlabelled key: the hover names both tokens
+    labelled = {t["text"].strip("␣ ") for t in xs}
+    key = next(k for k in range(60, n) if f"word{k}" not in labelled)
+    p = w.js("(w, k) => { const gd = w.el.querySelector('.js-plotly-plot'), fl = gd._fullLayout;"
+             " gd.scrollLeft = Math.max(0, fl.xaxis._offset + fl.xaxis.l2p(k) - gd.clientWidth / 2);"
+             " const box = gd.getBoundingClientRect();"
+             " return { x: box.left + fl.xaxis._offset + fl.xaxis.l2p(k) - gd.scrollLeft,"
+             " y: box.top + fl.yaxis._offset + fl.yaxis.l2p(119) }; }", key)
+    page.mouse.move(p["x"], p["y"])
+    page.wait_for_function("(i) => !!window.W(i).el.querySelector('.hoverlayer .hovertext')", arg=w.i, timeout=5000)
+    hover = w.js("(w) => w.el.querySelector('.hoverlayer').textContent")
+    assert f"word{key}" in hover and "word119" in hover, hover
+
+
+def test_the_logit_lens_at_120_tokens_scrolls_and_keeps_cells_clickable(page, mount):
+    cols, rows = 120, 6
+    w = mount("lens", x_labels=[f" word{i}" for i in range(cols)], y_labels=[f"L{r}" for r in range(rows)],
+              top_tokens=[[f" t{r}_{c}" for c in range(cols)] for r in range(rows)],
+              probs=[[((r + c) % 10) / 10 for c in range(cols)] for r in range(rows)], hover=[], selected=[],
+              title="logit lens")
+    w.wait_paints(1)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator(w.sel(".interplab-lens")).screenshot(path=str(ARTIFACTS / "lens_120_tokens.png"))
+    texts = w.js("(w) => [...w.el.querySelectorAll('.heatmaplayer text, .textpoint text')].map((t) => {"
+                 " const r = t.getBoundingClientRect(); return { left: r.left, right: r.right, top: r.top,"
+                 " text: t.textContent }; })")
+    cell = w.js("(w) => { const fl = w.el.querySelector('.js-plotly-plot')._fullLayout;"
+                " return Math.abs(fl.xaxis.l2p(1) - fl.xaxis.l2p(0)); }")
+    assert cell >= 4.5, cell
+    # the cell text (the top token) is drawn only where it fits its cell: no run of overlapping words
+    rows_of = {}
+    for t in texts:
+        rows_of.setdefault(round(t["top"]), []).append(t)
+    for line in rows_of.values():
+        line.sort(key=lambda t: t["left"])
+        for a, b in zip(line, line[1:]):
+            assert b["left"] >= a["right"] - 1, (a, b)
+    # a click on a column far right (scrolled to) selects that very cell
+    col = 101
+    p = w.js("(w, col) => { const gd = w.el.querySelector('.js-plotly-plot'), fl = gd._fullLayout;"
+             " gd.scrollLeft = Math.max(0, fl.xaxis._offset + fl.xaxis.l2p(col) - gd.clientWidth / 2);"
+             " const box = gd.getBoundingClientRect();"
+             " return { x: box.left + fl.xaxis._offset + fl.xaxis.l2p(col) - gd.scrollLeft,"
+             " y: box.top + fl.yaxis._offset + fl.yaxis.l2p(3) }; }", col)
+    page.mouse.move(p["x"], p["y"])
+    page.wait_for_function("(i) => !!window.W(i).el.querySelector('.hoverlayer .hovertext')", arg=w.i, timeout=5000)
+    hover = w.js("(w) => w.el.querySelector('.hoverlayer').textContent")
+    assert f"word{col}" in hover and f"t3_{col}" in hover, hover
+    page.mouse.click(p["x"], p["y"])
+    w.wait_sent(1)
+    assert w.requests == [{"type": "select", "row": 3, "col": col}]
