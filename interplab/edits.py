@@ -30,6 +30,7 @@ edited with and without a KV cache:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import numbers
@@ -192,6 +193,27 @@ def edits_to_json(edits: list[Edit]) -> str:
             raise InterplabError(
                 f"edits must be ilab edits (ilab.patch, ilab.zero, ilab.steer ...), got {type(e).__name__} {e!r}.")
     return json.dumps([e.to_dict() for e in edits])
+
+
+def edits_key(edits: list[Edit]) -> str:
+    """What identifies a list of edits, for a memo: their JSON with each tensor replaced by a digest of its bytes
+    (a patch from a [rows, pos, width] tensor would otherwise be written out number by number)."""
+    for e in edits:
+        if not isinstance(e, Edit):  # lab.run builds its memo key here, before it plans (and checks) the edits
+            raise InterplabError(
+                f"edits must be ilab edits (ilab.patch, ilab.zero, ilab.steer ...), got {type(e).__name__} {e!r}.")
+    out = []
+    for e in edits:
+        d = {f.name: getattr(e, f.name) for f in fields(e)}
+        for name, v in d.items():
+            if isinstance(v, torch.Tensor):
+                data = v.detach().cpu().contiguous().reshape(-1)
+                digest = hashlib.blake2b(data.view(torch.uint8).numpy().tobytes(), digest_size=16).hexdigest()
+                d[name] = {"__digest__": digest, "shape": list(v.shape), "dtype": str(v.dtype)}
+            else:
+                d[name] = _encode(v)
+        out.append(d)
+    return json.dumps(out, default=str)
 
 
 def edits_from_json(s: str) -> list[Edit]:

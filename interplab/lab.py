@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from . import dla, steering
+from . import dla, paths, steering
 from .engine import Cache, Engine, InterventionLog, Run, dtype_of
 from .errors import LoadError, UnknownSiteError
 from .patching import patch_sweep
@@ -165,6 +165,12 @@ class Lab(Engine):
         adding up to the model's own metric (see interplab.dla)."""
 
         return dla.direct_logit_attribution(self, prompts, metric)
+
+    def path_patch(self, clean, corrupt, metric, senders="heads", receivers="logits", direction: str = "noise",
+                   **kw):
+        """Each sender's effect through the receivers only, every other head frozen (see interplab.paths)."""
+
+        return paths.path_patch(self, clean, corrupt, metric, senders, receivers, direction, **kw)
 
     def show(self, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre", by=("layer", "pos"),
              direction: str = "denoise", sweep: bool = True):

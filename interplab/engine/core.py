@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..edits import ApplyContext, Edit, SourceRef, edits_to_json
+from ..edits import ApplyContext, Edit, SourceRef, edits_key, edits_to_json
 from ..errors import (
     EmptyPromptError,
     InterplabError,
@@ -269,7 +269,7 @@ class Engine:
         prompts = as_prompts(prompts)
         edits = list(edits or [])
         cache_req = _cache_request(cache)
-        key = self.memo.key(("run", tuple(prompts), edits_to_json(edits), json.dumps(cache_req, default=str)))
+        key = self.memo.key(("run", tuple(prompts), edits_key(edits), json.dumps(cache_req, default=str)))
         hit = None if grad else self.memo.get(key)
         if hit is not None:
             return hit

@@ -1,0 +1,164 @@
+"""Path patching (Wang et al. 2022, "Interpretability in the Wild"): a sender's effect through chosen receivers only.
+
+For each sender (a head, or an MLP) and the receivers (the logits, or the queries / keys / values of chosen heads):
+
+1. run the base prompt with the sender's output taken from the source run and every other head's output frozen
+   at its base value (MLPs are recomputed, as in the paper): what changes downstream is the sender's path alone;
+2. receivers = the logits: the metric of that run. Receivers = q/k/v of heads: record their q/k/v in that run,
+   then run the base prompt once more with only those receivers' q/k/v patched in, and take the metric.
+
+Senders are batched: one row per sender (and prompt pair) in each forward, chunks of at most `max_batch` rows.
+Values are normalised like sweeps: 1 = the source run's metric, 0 = the base run's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from . import edits as ed
+from .engine import Engine, as_prompts
+from .errors import InterplabError, LengthMismatchError
+from .metrics import as_metric
+
+RECEIVER_SITES = ("q", "k", "v")
+
+
+@dataclass
+class PathPatchResult:
+    values: torch.Tensor  # [receiver groups, layers, heads (+1 for the MLP column when senders include MLPs)]
+    raw: torch.Tensor  # the metric itself, same shape
+    senders: list[tuple[int, int | None]]  # (layer, head), head None = that layer's MLP
+    receivers: list[list[tuple[int, int, str]] | str]  # per group: "logits" or [(layer, head, "q"|"k"|"v"), ...]
+    metric_name: str
+    direction: str
+    clean_value: float
+    corrupt_value: float
+    labels: dict = field(default_factory=dict)
+
+    def value(self, layer: int, head: int | None, group: int = 0) -> float:
+        """The normalised effect of one sender (head None = the layer's MLP) through one receiver group."""
+        col = self.labels["cols"].index(head if head is not None else "MLP")
+        return float(self.values[group, layer, col])
+
+
+def path_patch(lab: Engine, clean, corrupt, metric, senders="heads", receivers="logits", direction: str = "noise",
+               per_receiver: bool = False, max_batch: int = 64) -> PathPatchResult:
+    """Path patching of every sender through `receivers` (see the module docstring).
+
+    senders: "heads" (every head), "heads+mlps", or a list of (layer, head) with head None for an MLP.
+    receivers: "logits", or a list of (layer, head, "q" | "k" | "v"), patched together; per_receiver=True
+    measures each receiver on its own instead (one group each). direction: "noise" (the paper's: the corrupt run's
+    sender into the clean run) or "denoise"."""
+    clean, corrupt = as_prompts(clean), as_prompts(corrupt)
+    if len(clean) != len(corrupt):
+        raise LengthMismatchError(f"{len(clean)} clean prompts but {len(corrupt)} corrupt: give them in pairs.")
+    if direction not in ("denoise", "noise"):
+        raise InterplabError(f"direction={direction!r}: use 'noise' (corrupt into clean, as Wang et al.) or "
+                             f"'denoise'.")
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+        raise InterplabError(f"max_batch={max_batch!r}: the most rows per forward, an int >= 1.")
+    if lab.sites.arch is None:
+        raise InterplabError("path_patch needs a known architecture (see ilab.sites.ARCHS).")
+    lab.check_pair(clean, corrupt)
+    _, _, lengths = lab.encode(clean + corrupt)
+    if len(set(lengths)) > 1:
+        raise LengthMismatchError(f"path patching freezes every head position by position: clean and corrupt prompts "
+                                  f"must all have the same token length (got {sorted(set(lengths))}).")
+    as_metric(metric).check_pairs(len(clean))
+    metric = as_metric(metric).bind(lab.token_id)
+    sender_list = _senders(lab, senders)
+    groups = _receiver_groups(lab, receivers, per_receiver)
+    base, source = (clean, corrupt) if direction == "noise" else (corrupt, clean)
+    n_pairs = len(base)
+    pair_idx = torch.arange(n_pairs)
+    frozen_sites = [("z", layer) for layer in range(lab.n_layers)]
+    mlp_sites = [("mlp_out", layer) for layer, head in sender_list if head is None]
+    base_run = lab.run(base, cache=frozen_sites + mlp_sites, log=False)
+    source_run = lab.run(source, cache=frozen_sites + mlp_sites, log=False)
+    base_value = float(metric(base_run.last_logits.float(), pair_idx).mean())
+    source_value = float(metric(source_run.last_logits.float(), pair_idx).mean())
+    if abs(source_value - base_value) < 1e-6:
+        raise InterplabError(f"clean and corrupt give the same {metric.name} ({base_value:.4f}): there is no effect "
+                             f"to trace. Pick a corrupt prompt that changes the answer.")
+    cols = list(range(lab.n_heads)) + (["MLP"] if any(h is None for _, h in sender_list) else [])
+    raw = torch.full((len(groups), lab.n_layers, len(cols)), float("nan"))
+    per_chunk = max(1, max_batch // n_pairs)
+    for start in range(0, len(sender_list), per_chunk):
+        chunk = sender_list[start:start + per_chunk]
+        values = _run_chunk(lab, chunk, groups, base, base_run, source_run, metric, n_pairs)
+        for (layer, head), v in zip(chunk, values.T):
+            raw[:, layer, cols.index(head if head is not None else "MLP")] = v
+    values = (raw - base_value) / (source_value - base_value)
+    clean_value, corrupt_value = (base_value, source_value) if direction == "noise" else (source_value, base_value)
+    return PathPatchResult(values, raw, sender_list, [g if g == "logits" else list(g) for g in groups], metric.name,
+                           direction, clean_value, corrupt_value, {"cols": cols, "layers": list(range(lab.n_layers))})
+
+
+def _run_chunk(lab: Engine, chunk, groups, base, base_run, source_run, metric, n_pairs: int) -> torch.Tensor:
+    """[groups, senders in chunk] metric values: one forward with the senders patched and every other head frozen,
+    then (q/k/v receivers) one forward per group with the receivers patched in."""
+    prompts = [p for _ in chunk for p in base]  # sender-major: row s * n_pairs + i = sender s, pair i
+    edits = []
+    for layer in range(lab.n_layers):  # every head's output frozen at its base value, the sender's from the source
+        frozen = base_run.cache["z", layer].repeat(len(chunk), 1, 1)
+        z = frozen.view(*frozen.shape[:2], lab.n_heads, -1).clone()
+        src = source_run.cache["z", layer].view(n_pairs, *z.shape[1:])
+        for s, (sl, sh) in enumerate(chunk):
+            if sl == layer and sh is not None:
+                z[s * n_pairs:(s + 1) * n_pairs, :, sh] = src[:, :, sh]
+        edits.append(ed.patch("z", layer, source=z.view_as(frozen)))
+    for s, (sl, sh) in enumerate(chunk):
+        if sh is None:  # an MLP sender: its output from the source run, in its rows
+            edits.append(ed.patch("mlp_out", sl, batch=list(range(s * n_pairs, (s + 1) * n_pairs)),
+                                  source=source_run.cache["mlp_out", sl].repeat(len(chunk), 1, 1)))
+    receiver_sites = sorted({(site, layer) for g in groups if g != "logits" for layer, _, site in g})
+    sent = lab.run(prompts, edits=edits, cache=receiver_sites, log=False)
+    pair_idx = torch.arange(n_pairs).repeat(len(chunk))
+    out = torch.zeros(len(groups), len(chunk))
+    for gi, group in enumerate(groups):
+        if group == "logits":
+            logits = sent.last_logits
+        else:
+            patches = [ed.patch(site, layer, head=head, source=sent) for layer, head, site in group]
+            logits = lab.run(prompts, edits=patches, log=False).last_logits
+        out[gi] = metric(logits.float(), pair_idx).view(len(chunk), n_pairs).mean(1)
+    return out
+
+
+def _senders(lab: Engine, senders) -> list[tuple[int, int | None]]:
+    heads = [(layer, h) for layer in range(lab.n_layers) for h in range(lab.n_heads)]
+    if senders == "heads":
+        return heads
+    if senders == "heads+mlps":
+        return heads + [(layer, None) for layer in range(lab.n_layers)]
+    if not isinstance(senders, (list, tuple)) or not senders:
+        raise InterplabError(f"senders={senders!r}: use 'heads', 'heads+mlps', or a list of (layer, head) pairs "
+                             f"(head None for that layer's MLP).")
+    out = []
+    for item in senders:
+        if not (isinstance(item, (list, tuple)) and len(item) == 2):
+            raise InterplabError(f"sender {item!r}: give (layer, head), or (layer, None) for an MLP.")
+        layer, head = item
+        lab.sites.check_layer(layer)
+        if head is not None:
+            lab.sites.check_head(head)
+        out.append((layer, head))
+    return out
+
+
+def _receiver_groups(lab: Engine, receivers, per_receiver: bool) -> list:
+    if receivers == "logits":
+        return ["logits"]
+    if not isinstance(receivers, (list, tuple)) or not receivers:
+        raise InterplabError(f"receivers={receivers!r}: use 'logits', or a list of (layer, head, 'q' | 'k' | 'v').")
+    items = []
+    for item in receivers:
+        if not (isinstance(item, (list, tuple)) and len(item) == 3 and item[2] in RECEIVER_SITES):
+            raise InterplabError(f"receiver {item!r}: give (layer, head, 'q' | 'k' | 'v'), e.g. (3, 1, 'q').")
+        layer, head, site = item
+        lab.sites.check_layer(layer)
+        lab.sites.check_head(head, lab.resolve(site, layer).n_heads)
+        items.append((layer, head, site))
+    return [[r] for r in items] if per_receiver else [items]
