@@ -295,10 +295,32 @@ def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
         widths = sorted(w for w, _, _ in st["fills"])
         assert widths[-1] > 100 and widths[0] < widths[-1] / 100, widths  # lengths follow the probabilities
         assert st["row"] == "flex" and st["layers"] and set(st["layers"]) == {"absolute"}, st
+        # plotly's hover label and mode bar, styled by its own rules (copied into the shadow root)
+        p = page.evaluate("([r, c]) => window.__m.pixel(0, r, c)", [0, 2])
+        page.mouse.move(p["x"], p["y"])
+        page.wait_for_function("() => !!window.__m.gd(0).querySelector('.hoverlayer .hovertext')", timeout=10_000)
+        hover = page.evaluate("() => { const gd = window.__m.gd(0), t = gd.querySelector('.hoverlayer .hovertext');"
+                              " const a = t.getBoundingClientRect(), b = gd.getBoundingClientRect();"
+                              " return { text: t.textContent, inside: a.left >= b.left && a.right <= b.right + 1"
+                              " && a.top >= b.top && a.bottom <= b.bottom + 1,"
+                              " modebar: getComputedStyle(gd.querySelector('.modebar')).position }; }")
+        assert "position 2" in hover["text"] and hover["inside"] and hover["modebar"] == "absolute", hover
 
-        # (4) the dashboard (mo.ui.anywidget): its attention tab opens with the mouse, a head picked there comes
-        # back from the kernel
+        # (4) the dashboard (mo.ui.anywidget): the steering slider dragged with the mouse previews from the kernel;
+        # its attention tab opens with the mouse, a head picked there comes back from the kernel
         dash = page.locator(".interplab-composite").nth(1)
+        names = "() => [...window.__m.views()[1].querySelectorAll('.interplab-steering .il-series-name')]" \
+                ".map((d) => d.textContent)"
+        page.wait_for_function(f"() => ({names})().some((n) => n.startsWith('steered'))", timeout=60_000)
+        slider = dash.locator(".interplab-steering .il-alpha")
+        slider.scroll_into_view_if_needed()
+        box = slider.bounding_box()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.mouse.down()
+        for f in (0.6, 0.7, 0.8):
+            page.mouse.move(box["x"] + box["width"] * f, box["y"] + box["height"] / 2, steps=3)
+        page.mouse.up()
+        page.wait_for_function(f"() => ({names})().some((n) => /^steered \\(alpha [1-9]/.test(n))", timeout=60_000)
         dash.locator(".il-tab[data-part='attention']").click()
         head = dash.locator(".interplab-attention .il-head")
         head.wait_for(timeout=30_000)
