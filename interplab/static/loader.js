@@ -68,4 +68,14 @@ async function render({ model, el, ...rest }) {
   return bundle.default.render({ model, el, ...rest });
 }
 
-export default { render };
+// anywidget calls initialize() when the model is created, before any view: the code is fetched then (as a full
+// _esm would be), so a view renders as soon as its output appears. A failure here is shown by render().
+async function initialize({ model }) {
+  try {
+    await load(model);
+  } catch (_) {
+    /* render() tries again and says why it failed */
+  }
+}
+
+export default { initialize, render };
