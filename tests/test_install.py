@@ -34,6 +34,11 @@ def test_wheel_holds_the_license_the_bundle_and_only_the_notebooks(dists):
     names = zipfile.ZipFile(wheel).namelist()
     assert "interplab-0.1.0.dist-info/licenses/LICENSE" in names
     assert "interplab/static/widgets.js" in names
+    # every view's _esm (the loader) and the offline HTML exporter with its runtime, template and entry point
+    assert {"interplab/static/loader.js", "interplab_export/__init__.py", "interplab_export/offline.js",
+            "interplab_export/templates/interplab_html/index.html.j2"} <= set(names)
+    entry = zipfile.ZipFile(wheel).read("interplab-0.1.0.dist-info/entry_points.txt").decode()
+    assert "interplab_html = interplab_export:InterplabHTMLExporter" in entry
     shipped = sorted(n.split("/")[-1] for n in names if n.startswith("interplab/notebooks/"))
     assert shipped == NOTEBOOKS, "the wheel must ship exactly notebooks/*.ipynb (see force-include in pyproject.toml)"
     assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", "build.py"))]
