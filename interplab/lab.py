@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from . import dla, paths, steering
+from .edges import edge_attribution, edge_patch
 from .engine import Cache, Engine, InterventionLog, Run, dtype_of
 from .errors import LoadError, UnknownSiteError
 from .patching import patch_sweep
@@ -171,6 +172,17 @@ class Lab(Engine):
         """Each sender's effect through the receivers only, every other head frozen (see interplab.paths)."""
 
         return paths.path_patch(self, clean, corrupt, metric, senders, receivers, direction, **kw)
+
+    def edge_patch(self, clean, corrupt, metric, edges=None, direction: str = "denoise", **kw):
+        """Each edge between components patched on its own, exactly (see interplab.edges)."""
+
+        return edge_patch(self, clean, corrupt, metric, edges, direction, **kw)
+
+    def edge_attribution(self, clean, corrupt, metric, method: str = "eap", steps: int = 5,
+                         direction: str = "denoise"):
+        """Every edge's effect estimated from gradients: EAP, or EAP-IG (see interplab.edges)."""
+
+        return edge_attribution(self, clean, corrupt, metric, method, steps, direction)
 
     def show(self, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre", by=("layer", "pos"),
              direction: str = "denoise", sweep: bool = True):

@@ -1,0 +1,314 @@
+"""Edges between components: exact edge patching, and its gradient estimates EAP and EAP-IG.
+
+The residual stream is a sum of what the components wrote: the embeddings, each head, each MLP. Every reader (a
+head's query, key or value input, an MLP's input, the logits) reads that sum. An *edge* u -> v is what writer u
+contributes to reader v. Patching one edge from the source run into the base run gives reader v the input
+
+    base input of v + (u's output in the source run - u's output in the base run)
+
+while every other reader keeps its base input; what v computes from it then flows on to everything downstream.
+
+- `edge_patch` measures that exactly: per edge, one forward computes v from the shifted input, a second runs the
+  base prompt with v's output (that head's q/k/v, the MLP's output, or the final residual) set to it. Edges are
+  batched, one row each.
+- `edge_attribution(method="eap")` estimates every edge at once (Syed et al. 2023): (source u - base u) . the
+  metric's gradient with respect to v's input, from one forward and backward of the base run. "eap-ig" (Hanna et
+  al. 2024) averages that gradient over `steps` runs whose embeddings move from the base run's to the source's.
+
+Names: writers "embed", "L2H3" (layer 2, head 3), "MLP1"; readers "L3H1.q" / ".k" / ".v" (k and v by key-value
+head), "MLP2", "logits"; an edge "L2H3 -> L3H1.q". Models whose sublayers normalise their outputs (Gemma 2/3,
+OLMo 2) or with a parallel residual are refused: there a writer's share of the stream is not a fixed vector.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import edits as ed
+from .engine import Engine, as_prompts
+from .errors import InterplabError, LengthMismatchError, UnsupportedSiteError
+from .metrics import as_metric
+
+
+@dataclass
+class EdgeScores:
+    edges: list[str]  # "writer -> reader"
+    scores: torch.Tensor  # [edges] metric(patched) - metric(base), exact or estimated
+    method: str  # "exact" | "eap" | "eap-ig"
+    metric_name: str
+    base_value: float
+    source_value: float
+
+    def __getitem__(self, edge: str) -> float:
+        return float(self.scores[self.edges.index(edge)])
+
+    def top(self, k: int = 10) -> list[tuple[str, float]]:
+        """The k edges with the largest |score|."""
+        order = self.scores.abs().argsort(descending=True)[:k]
+        return [(self.edges[i], float(self.scores[i])) for i in order]
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(zip(self.edges, self.scores.tolist()))
+
+
+@dataclass(frozen=True)
+class _Writer:
+    name: str
+    layer: int  # -1 for the embeddings
+    head: int | None  # None for an MLP or the embeddings
+
+
+@dataclass(frozen=True)
+class _Reader:
+    name: str
+    layer: int  # n_layers for the logits
+    head: int | None
+    site: str  # "q" | "k" | "v" | "mlp" | "logits"
+
+
+def graph(lab: Engine) -> tuple[list[_Writer], list[_Reader], list[tuple[_Writer, _Reader]]]:
+    """Every writer, reader and edge of the model (a writer feeds every reader after it)."""
+    _check_model(lab)
+    n, H = lab.n_layers, lab.n_heads
+    kv = lab.sites.n_kv_heads
+    writers = [_Writer("embed", -1, None)]
+    readers = []
+    for layer in range(n):
+        for site in ("q", "k", "v"):
+            readers += [_Reader(f"L{layer}H{h}.{site}", layer, h, site) for h in range(H if site == "q" else kv)]
+        writers += [_Writer(f"L{layer}H{h}", layer, h) for h in range(H)]
+        readers.append(_Reader(f"MLP{layer}", layer, None, "mlp"))
+        writers.append(_Writer(f"MLP{layer}", layer, None))
+    readers.append(_Reader("logits", n, None, "logits"))
+    edges = [(w, r) for r in readers for w in writers if _before(w, r)]
+    return writers, readers, edges
+
+
+def _before(w: _Writer, r: _Reader) -> bool:
+    if w.layer < r.layer:
+        return True
+    return w.layer == r.layer and w.head is not None and r.site == "mlp"  # a head feeds its own layer's MLP
+
+
+def _check_model(lab: Engine) -> None:
+    arch = lab.sites.arch
+    if arch is None:
+        raise UnsupportedSiteError("edges need a known architecture (see ilab.sites.ARCHS).")
+    if arch.attn_out is not None or arch.mlp_out is not None or arch.attn_in is None:
+        raise UnsupportedSiteError(
+            f"edges: this {arch.name} model normalises its sublayers' outputs or runs attention and MLP in "
+            f"parallel, so a writer's share of a reader's input is not a fixed vector; use patch_sweep or "
+            f"path_patch.")
+
+
+def _setup(lab: Engine, clean, corrupt, metric, direction: str):
+    clean, corrupt = as_prompts(clean), as_prompts(corrupt)
+    if len(clean) != len(corrupt):
+        raise LengthMismatchError(f"{len(clean)} clean prompts but {len(corrupt)} corrupt: give them in pairs.")
+    if direction not in ("denoise", "noise"):
+        raise InterplabError(f"direction={direction!r}: use 'denoise' (clean into corrupt) or 'noise'.")
+    lab.check_pair(clean, corrupt)
+    _, _, lengths = lab.encode(clean + corrupt)
+    if len(set(lengths)) > 1:
+        raise LengthMismatchError(f"edges compare runs position by position: every prompt must have the same token "
+                                  f"length (got {sorted(set(lengths))}).")
+    as_metric(metric).check_pairs(len(clean))
+    metric = as_metric(metric).bind(lab.token_id)
+    base, source = (corrupt, clean) if direction == "denoise" else (clean, corrupt)
+    return base, source, metric
+
+
+def _writer_deltas(lab: Engine, writers, base_run, source_run) -> dict[str, torch.Tensor]:
+    """u(source) - u(base) for every writer, [pairs, pos, d_model] (a head's: its slice of z through W_O)."""
+    arch = lab.sites.arch
+    out = {"embed": source_run.cache["resid_pre", 0] - base_run.cache["resid_pre", 0]}
+    with torch.no_grad():
+        for layer in range(lab.n_layers):
+            o_proj = lab.model.get_submodule(f"{arch.layers}.{layer}.{arch.o_proj}")
+            param = next(o_proj.parameters())
+            dz = (source_run.cache["z", layer] - base_run.cache["z", layer]).to(param.device, param.dtype)
+            per_head = dz.view(*dz.shape[:2], lab.n_heads, -1)
+            zero = o_proj(torch.zeros_like(dz))
+            for h in range(lab.n_heads):
+                only = torch.zeros_like(per_head)
+                only[:, :, h] = per_head[:, :, h]
+                out[f"L{layer}H{h}"] = (o_proj(only.view_as(dz)) - zero).float().cpu()
+            out[f"MLP{layer}"] = source_run.cache["mlp_out", layer] - base_run.cache["mlp_out", layer]
+    return out
+
+
+def _cache_sites(lab: Engine) -> list:
+    n = lab.n_layers
+    return (["embed"] + [(s, layer) for layer in range(n) for s in ("resid_pre", "resid_mid", "z", "mlp_out")]
+            + [("resid_post", n - 1)])
+
+
+# ---- the estimates --------------------------------------------------------------------------------------------
+
+def edge_attribution(lab: Engine, clean, corrupt, metric, method: str = "eap", steps: int = 5,
+                     direction: str = "denoise") -> EdgeScores:
+    """Every edge's estimated effect: (source u - base u) . d metric / d (v's input); see the module docstring."""
+    if method not in ("eap", "eap-ig"):
+        raise InterplabError(f"method={method!r}: use 'eap' or 'eap-ig'.")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise InterplabError(f"steps={steps!r}: the number of interpolation steps of eap-ig, an int >= 1.")
+    base, source, metric = _setup(lab, clean, corrupt, metric, direction)
+    writers, readers, edges = graph(lab)
+    base_run = lab.run(base, cache=_cache_sites(lab), log=False)
+    source_run = lab.run(source, cache=_cache_sites(lab), log=False)
+    deltas = _writer_deltas(lab, writers, base_run, source_run)
+    if method == "eap":
+        alphas = [0.0]
+    else:
+        alphas = [(k + 1) / steps for k in range(steps)]
+    grads: dict[str, torch.Tensor] = {}
+    embed_delta = deltas["embed"]
+    for alpha in alphas:
+        start = base_run.cache["resid_pre", 0] + alpha * embed_delta
+        g = _reader_gradients(lab, base, readers, metric, start if alpha else None)
+        for name, value in g.items():
+            grads[name] = grads.get(name, 0) + value / len(alphas)
+    scores = torch.tensor([float((deltas[w.name] * grads[r.name]).sum((1, 2)).mean()) for w, r in edges])
+    pair_idx = torch.arange(len(base))
+    return EdgeScores([f"{w.name} -> {r.name}" for w, r in edges], scores, method, metric.name,
+                      float(metric(base_run.last_logits.float(), pair_idx).mean()),
+                      float(metric(source_run.last_logits.float(), pair_idx).mean()))
+
+
+def _reader_gradients(lab: Engine, base, readers, metric, start) -> dict[str, torch.Tensor]:
+    """d metric / d (each reader's input) in the base run (its embeddings set to `start` if given), [pairs, pos, d]:
+    the gradient reaching the residual stream through that reader alone."""
+    n = lab.n_layers
+    sites = ([(s, layer) for layer in range(n) for s in ("resid_pre", "resid_mid", "q", "k", "v", "mlp_out")]
+             + [("resid_post", n - 1)])
+    edits = [] if start is None else [ed.set_value("resid_pre", 0, value=start)]
+    run = lab.run(base, edits=edits, cache=sites, grad=True, log=False)
+    try:
+        value = metric(run.last_logits.float(), torch.arange(len(base))).sum()
+        outs = [("q", layer) for layer in range(n)] + [("k", layer) for layer in range(n)] + \
+               [("v", layer) for layer in range(n)] + [("mlp_out", layer) for layer in range(n)] + \
+               [("resid_post", n - 1)]
+        got = torch.autograd.grad(value, [run.cache[k] for k in outs], retain_graph=True, allow_unused=True)
+        d_out = {k: (g if g is not None else torch.zeros_like(run.cache[k])) for k, g in zip(outs, got)}
+        out = {"logits": d_out["resid_post", n - 1].detach().float().cpu()}
+        for r in readers:
+            if r.site == "logits":
+                continue
+            if r.site == "mlp":
+                target, src, g = run.cache["mlp_out", r.layer], run.cache["resid_mid", r.layer], \
+                    d_out["mlp_out", r.layer]
+            else:
+                target, src = run.cache[r.site, r.layer], run.cache["resid_pre", r.layer]
+                g = d_out[r.site, r.layer]
+                heads = lab.n_heads if r.site == "q" else lab.sites.n_kv_heads
+                mask = torch.zeros(heads, dtype=g.dtype, device=g.device)
+                mask[r.head] = 1
+                g = (g.view(*g.shape[:2], heads, -1) * mask[:, None]).view_as(g)
+            (back,) = torch.autograd.grad(target, src, grad_outputs=g, retain_graph=True, allow_unused=True)
+            out[r.name] = (torch.zeros_like(src) if back is None else back).detach().float().cpu()
+    finally:
+        lab.model.zero_grad(set_to_none=True)
+    return out
+
+
+# ---- exact edge patching --------------------------------------------------------------------------------------
+
+def edge_patch(lab: Engine, clean, corrupt, metric, edges=None, direction: str = "denoise",
+               max_batch: int = 64) -> EdgeScores:
+    """Each edge patched on its own, exactly (see the module docstring); edges: names ("L0H1 -> L2H3.q"), or None
+    for every edge of the model."""
+    base, source, metric = _setup(lab, clean, corrupt, metric, direction)
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+        raise InterplabError(f"max_batch={max_batch!r}: the most rows per forward, an int >= 1.")
+    writers, readers, all_edges = graph(lab)
+    by_name = {f"{w.name} -> {r.name}": (w, r) for w, r in all_edges}
+    if edges is None:
+        chosen = list(by_name)
+    else:
+        if isinstance(edges, str) or not isinstance(edges, (list, tuple)):
+            raise InterplabError(f"edges={edges!r}: a list of edge names such as 'L0H1 -> L2H3.q', or None for all.")
+        unknown = [e for e in edges if e not in by_name]
+        if unknown:
+            raise InterplabError(f"unknown edge(s) {unknown[:3]}: edges look like 'embed -> L1H0.k', 'L0H1 -> MLP2', "
+                                 f"'MLP1 -> logits'; a writer feeds only readers after it (interplab.edges.graph).")
+        chosen = list(edges)
+    base_run = lab.run(base, cache=_cache_sites(lab), log=False)
+    source_run = lab.run(source, cache=_cache_sites(lab), log=False)
+    deltas = _writer_deltas(lab, writers, base_run, source_run)
+    n_pairs = len(base)
+    per_chunk = max(1, max_batch // n_pairs)
+    scores = []
+    for i in range(0, len(chosen), per_chunk):
+        part = [by_name[e] for e in chosen[i:i + per_chunk]]
+        scores.append(_exact_chunk(lab, part, base, base_run, deltas, metric, n_pairs))
+    pair_idx = torch.arange(n_pairs)
+    base_value = float(metric(base_run.last_logits.float(), pair_idx).mean())
+    return EdgeScores(chosen, torch.cat(scores) - base_value, "exact", metric.name, base_value,
+                      float(metric(source_run.last_logits.float(), pair_idx).mean()))
+
+
+def _exact_chunk(lab: Engine, part, base, base_run, deltas, metric, n_pairs: int) -> torch.Tensor:
+    """Metric per edge of `part` (one row per edge and pair): first the reader's output from the shifted input,
+    then the base run with that output."""
+    n, rows = lab.n_layers, len(part) * n_pairs
+    prompts = [p for _ in part for p in base]
+
+    def rows_of(i):
+        return list(range(i * n_pairs, (i + 1) * n_pairs))
+
+    def rows_for(which):
+        return [row for i in which for row in rows_of(i)]
+
+    def shifted(site, layer, which):  # in the rows of the chosen edges (only): the base value + the edge's delta
+        value = base_run.cache[site, layer].repeat(len(part), 1, 1).clone()
+        for i in which:
+            value[rows_of(i)] += deltas[part[i][0].name]
+        return ed.patch(site, layer, batch=rows_for(which), source=value)
+
+    first = []
+    for layer in range(n):
+        heads = [i for i, (_, r) in enumerate(part) if r.layer == layer and r.site in ("q", "k", "v")]
+        mlps = [i for i, (_, r) in enumerate(part) if r.layer == layer and r.site == "mlp"]
+        if heads:
+            first.append(shifted("resid_pre", layer, heads))
+        if mlps:
+            first.append(shifted("resid_mid", layer, mlps))
+    logit_rows = [i for i, (_, r) in enumerate(part) if r.site == "logits"]
+    if logit_rows:
+        first.append(shifted("resid_post", n - 1, logit_rows))
+    # each shift sits at its reader's own layer: the reader's output in this run is what the edge gives it
+    reads = sorted({(r.site if r.site != "mlp" else "mlp_out", r.layer) for _, r in part if r.site != "logits"})
+    run1 = lab.run(prompts, edits=first, cache=reads, log=False)
+    final_logits = run1.last_logits
+    second = []  # each row's reader output set in that row only: the rest of the row computes on from it
+    for site, layer in reads:
+        value = _base_rows(lab, base_run, base, site, layer, len(part)).clone()
+        which = [i for i, (_, r) in enumerate(part) if (r.site if r.site != "mlp" else "mlp_out") == site
+                 and r.layer == layer]
+        for i in which:
+            r = part[i][1]
+            if r.head is None:
+                value[rows_of(i)] = run1.cache[site, layer][rows_of(i)]
+            else:
+                heads = lab.n_heads if site == "q" else lab.sites.n_kv_heads
+                v = value.view(rows, value.shape[1], heads, -1)
+                v[rows_of(i), :, r.head] = run1.cache[site, layer][rows_of(i)].view(n_pairs, -1, heads,
+                                                                                  v.shape[-1])[:, :, r.head]
+        second.append(ed.patch(site, layer, batch=rows_for(which), source=value))
+    logits = lab.run(prompts, edits=second, log=False).last_logits if second else final_logits
+    if logit_rows:
+        keep = torch.tensor([i * n_pairs + j for i in logit_rows for j in range(n_pairs)])
+        logits = logits.clone()
+        logits[keep] = final_logits[keep]
+    pair_idx = torch.arange(n_pairs).repeat(len(part))
+    return metric(logits.float(), pair_idx).view(len(part), n_pairs).mean(1)
+
+
+def _base_rows(lab: Engine, base_run, base, site: str, layer: int, copies: int) -> torch.Tensor:
+    """The base run's value of (site, layer) tiled `copies` times along the rows (from its cache, or one run)."""
+    key = (site, layer)
+    if key not in base_run.cache:
+        base_run = lab.run(base, cache=[key], log=False)
+    return base_run.cache[key].repeat(copies, 1, 1)
