@@ -121,21 +121,10 @@ def _setup(lab: Engine, clean, corrupt, metric, direction: str):
 
 
 def _writer_deltas(lab: Engine, writers, base_run, source_run) -> dict[str, torch.Tensor]:
-    """u(source) - u(base) for every writer, [pairs, pos, d_model] (a head's: its slice of z through W_O)."""
-    arch = lab.sites.arch
+    """u(source) - u(base) for every writer, [pairs, pos, d_model]."""
+    base, source = (_writer_outputs(lab, run, range(lab.n_layers)) for run in (base_run, source_run))
     out = {"embed": source_run.cache["resid_pre", 0] - base_run.cache["resid_pre", 0]}
-    with torch.no_grad():
-        for layer in range(lab.n_layers):
-            o_proj = lab.model.get_submodule(f"{arch.layers}.{layer}.{arch.o_proj}")
-            param = next(o_proj.parameters())
-            dz = (source_run.cache["z", layer] - base_run.cache["z", layer]).to(param.device, param.dtype)
-            per_head = dz.view(*dz.shape[:2], lab.n_heads, -1)
-            zero = o_proj(torch.zeros_like(dz))
-            for h in range(lab.n_heads):
-                only = torch.zeros_like(per_head)
-                only[:, :, h] = per_head[:, :, h]
-                out[f"L{layer}H{h}"] = (o_proj(only.view_as(dz)) - zero).float().cpu()
-            out[f"MLP{layer}"] = source_run.cache["mlp_out", layer] - base_run.cache["mlp_out", layer]
+    out.update({name: source[name] - base[name] for name in base})
     return out
 
 
@@ -312,3 +301,100 @@ def _base_rows(lab: Engine, base_run, base, site: str, layer: int, copies: int) 
     if key not in base_run.cache:
         base_run = lab.run(base, cache=[key], log=False)
     return base_run.cache[key].repeat(copies, 1, 1)
+
+
+# ---- a circuit's faithfulness -----------------------------------------------------------------------------------
+
+@dataclass
+class CircuitResult:
+    value: float  # the metric with only the circuit's edges carrying the clean run
+    faithfulness: float  # (value - corrupt) / (clean - corrupt): 1 = the whole clean behaviour, 0 = none
+    clean_value: float
+    corrupt_value: float
+    n_edges: int
+    total_edges: int
+
+
+def circuit(lab: Engine, clean, corrupt, metric, edges) -> CircuitResult:
+    """Run the clean prompt with every edge *outside* `edges` carrying the corrupt run instead (as Wang et al.
+    evaluate the IOI circuit): each reader's input is the corrupt run's, plus (circuit writer now - that writer in
+    the corrupt run) for each circuit edge into it. Computed layer by layer: one forward gives each reader of a layer
+    its q/k/v from its own input, one the heads' outputs from those, one the MLP's. Every edge in gives the clean
+    run, none the corrupt run."""
+    corrupt_p, clean_p, metric = _setup(lab, clean, corrupt, metric, "denoise")  # (base, source) = (corrupt, clean)
+    writers, readers, all_edges = graph(lab)
+    by_name = {f"{w.name} -> {r.name}": (w, r) for w, r in all_edges}
+    if isinstance(edges, str) or not isinstance(edges, (list, tuple, set)):
+        raise InterplabError(f"edges={edges!r}: the circuit, as a list of edge names such as 'L0H1 -> L2H3.q'.")
+    unknown = [e for e in edges if e not in by_name]
+    if unknown:
+        raise InterplabError(f"unknown edge(s) {unknown[:3]}: edges look like 'embed -> L1H0.k', 'L0H1 -> MLP2', "
+                             f"'MLP1 -> logits' (interplab.edges.graph lists them).")
+    into: dict[str, list[str]] = {}
+    for e in edges:
+        w, r = by_name[e]
+        into.setdefault(r.name, []).append(w.name)
+    n, H, kv = lab.n_layers, lab.n_heads, lab.sites.n_kv_heads
+    corrupt_run = lab.run(corrupt_p, cache=_cache_sites(lab) + [(s, layer) for layer in range(lab.n_layers)
+                                                                 for s in ("q", "k", "v")], log=False)
+    clean_run = lab.run(clean_p, cache=["embed", ("resid_pre", 0)], log=False)
+    n_pairs = len(corrupt_p)
+    # what each writer writes in the corrupt run, and (filled layer by layer) in the circuit's run
+    corrupt_out = _writer_outputs(lab, corrupt_run, range(n))
+    now = {"embed": clean_run.cache["resid_pre", 0]}
+
+    def shift(reader: str) -> torch.Tensor:
+        return sum((now[w] - (corrupt_run.cache["resid_pre", 0] if w == "embed" else corrupt_out[w])
+                    for w in into.get(reader, [])), torch.zeros_like(corrupt_run.cache["resid_pre", 0]))
+
+    patches = []  # q/k/v of every layer done so far, as computed for the circuit
+    for layer in range(n):
+        names = ([(f"L{layer}H{h}.q", "q", h) for h in range(H)] + [(f"L{layer}H{h}.k", "k", h) for h in range(kv)]
+                 + [(f"L{layer}H{h}.v", "v", h) for h in range(kv)])
+        inputs = torch.cat([corrupt_run.cache["resid_pre", layer] + shift(name) for name, _, _ in names])
+        prompts = [p for _ in names for p in corrupt_p]
+        run = lab.run(prompts, edits=[ed.set_value("resid_pre", layer, value=inputs)],
+                      cache=[("q", layer), ("k", layer), ("v", layer)], log=False)
+        for site in ("q", "k", "v"):
+            heads = H if site == "q" else kv
+            value = corrupt_run.cache[site, layer].clone()
+            v = value.view(*value.shape[:2], heads, -1)
+            for i, (_, s, h) in enumerate(names):
+                if s == site:
+                    got = run.cache[site, layer][i * n_pairs:(i + 1) * n_pairs]
+                    v[:, :, h] = got.view(*got.shape[:2], heads, -1)[:, :, h]
+            patches.append(ed.patch(site, layer, source=value))
+        heads_run = lab.run(corrupt_p, edits=patches, cache=[("z", layer)], log=False)
+        now.update(_writer_outputs(lab, heads_run, [layer], heads_only=True))
+        mlp_in = corrupt_run.cache["resid_mid", layer] + shift(f"MLP{layer}")
+        mlp_run = lab.run(corrupt_p, edits=[ed.set_value("resid_mid", layer, value=mlp_in)],
+                          cache=[("mlp_out", layer)], log=False)
+        now[f"MLP{layer}"] = mlp_run.cache["mlp_out", layer]
+    final = corrupt_run.cache["resid_post", n - 1] + shift("logits")
+    out = lab.run(corrupt_p, edits=[ed.set_value("resid_post", n - 1, value=final)], log=False)
+    pair_idx = torch.arange(n_pairs)
+    value = float(metric(out.last_logits.float(), pair_idx).mean())
+    clean_value = float(metric(lab.run(clean_p, log=False).last_logits.float(), pair_idx).mean())
+    corrupt_value = float(metric(corrupt_run.last_logits.float(), pair_idx).mean())
+    return CircuitResult(value, (value - corrupt_value) / (clean_value - corrupt_value), clean_value,
+                         corrupt_value, len(set(edges)), len(all_edges))
+
+
+def _writer_outputs(lab: Engine, run, layers, heads_only: bool = False) -> dict[str, torch.Tensor]:
+    """Each head's output (its slice of z through W_O, no bias) and each MLP's output in a run, for `layers`."""
+    arch = lab.sites.arch
+    out = {}
+    with torch.no_grad():
+        for layer in layers:
+            o_proj = lab.model.get_submodule(f"{arch.layers}.{layer}.{arch.o_proj}")
+            param = next(o_proj.parameters())
+            z = run.cache["z", layer].to(param.device, param.dtype)
+            per_head = z.view(*z.shape[:2], lab.n_heads, -1)
+            zero = o_proj(torch.zeros_like(z))
+            for h in range(lab.n_heads):
+                only = torch.zeros_like(per_head)
+                only[:, :, h] = per_head[:, :, h]
+                out[f"L{layer}H{h}"] = (o_proj(only.view_as(z)) - zero).float().cpu()
+            if not heads_only:
+                out[f"MLP{layer}"] = run.cache["mlp_out", layer]
+    return out

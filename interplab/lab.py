@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from . import dla, paths, steering
-from .edges import edge_attribution, edge_patch
+from .edges import circuit, edge_attribution, edge_patch
 from .engine import Cache, Engine, InterventionLog, Run, dtype_of
 from .errors import LoadError, UnknownSiteError
 from .patching import patch_sweep
@@ -183,6 +183,12 @@ class Lab(Engine):
         """Every edge's effect estimated from gradients: EAP, or EAP-IG (see interplab.edges)."""
 
         return edge_attribution(self, clean, corrupt, metric, method, steps, direction)
+
+    def circuit(self, clean, corrupt, metric, edges):
+        """The metric with only `edges` carrying the clean run, everything else the corrupt run, and its
+        faithfulness (1 = all of the clean behaviour; see interplab.edges.circuit)."""
+
+        return circuit(self, clean, corrupt, metric, edges)
 
     def show(self, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre", by=("layer", "pos"),
              direction: str = "denoise", sweep: bool = True):

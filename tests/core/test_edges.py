@@ -179,3 +179,52 @@ def test_edges_refuse_what_they_cannot_split(llama, tokenizer):
     with pytest.raises(ilab.InterplabError, match="'eap' or 'eap-ig'"):
         E.edge_attribution(llama, CLEAN, CORRUPT, ilab.logit_diff(A, B), method="atp")
     assert llama.hooks() == []
+
+
+def _all_edges(lab):
+    return [f"{w.name} -> {r.name}" for w, r in E.graph(lab)[2]]
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_circuit_faithfulness_meets_the_models_own_runs(arch, tokenizer):
+    """Every edge in: the clean run; none: the corrupt run; every edge but those into one reader: the clean run
+    with that reader's output taken from the corrupt run (a plain patch); only the edges into the logits: the
+    corrupt run's final residual plus the clean-minus-corrupt embeddings, read through the final norm by hand."""
+    lab = ilab.Lab(build_model(arch), tokenizer)
+    metric = ilab.logit_diff(A, B)
+    everything = _all_edges(lab)
+    clean, corrupt = lab.run(CLEAN), lab.run(CORRUPT)
+    full = lab.circuit(CLEAN, CORRUPT, metric, everything)
+    assert abs(full.value - _diff(clean.logits, lab)) < 1e-4 and abs(full.faithfulness - 1) < 1e-4
+    none = lab.circuit(CLEAN, CORRUPT, metric, [])
+    assert abs(none.value - _diff(corrupt.logits, lab)) < 1e-4 and abs(none.faithfulness) < 1e-4
+    for reader, edit in [("L1H2.q", ilab.patch("q", 1, head=2, source=corrupt)),
+                         ("L2H1.v", ilab.patch("v", 2, head=1, source=corrupt)),
+                         ("MLP1", ilab.patch("mlp_out", 1, source=corrupt))]:
+        got = lab.circuit(CLEAN, CORRUPT, metric, [e for e in everything if not e.endswith(f"-> {reader}")])
+        want = _diff(lab.run(CLEAN, edits=[edit]).logits, lab)
+        assert abs(got.value - want) < 1e-4, (reader, got.value, want)
+        assert abs(want - full.value) > 1e-4  # that reader mattered
+    direct = lab.circuit(CLEAN, CORRUPT, metric, [e for e in everything if e.endswith("-> logits")])
+    runs = {p: lab.run(p, cache=[("resid_pre", 0), ("resid_post", lab.n_layers - 1)]) for p in (CLEAN, CORRUPT)}
+    final = (runs[CORRUPT].cache["resid_post", lab.n_layers - 1] + runs[CLEAN].cache["resid_pre", 0]
+             - runs[CORRUPT].cache["resid_pre", 0])
+    norm = lab.model.transformer.ln_f if arch == "gpt2" else lab.model.model.norm
+    with torch.no_grad():
+        want = _diff(lab.model.lm_head(norm(final)), lab)
+    assert abs(direct.value - want) < 1e-4
+
+
+def test_a_small_circuit_keeps_ioi_tinys_behaviour():
+    """The issue's goal: a circuit of <= 20% of the edges (the top edges by EAP-IG) keeps >= 80% of the logit
+    difference, everything else carrying the corrupt run."""
+    lab = ilab.Lab.load("ioi-tiny")
+    clean = "When Mary and John went to the store, John gave a drink to"
+    corrupt = "When Mary and John went to the store, Mary gave a drink to"
+    metric = ilab.logit_diff(" Mary", " John")
+    ig = lab.edge_attribution(clean, corrupt, metric, method="eap-ig")
+    ranked = [ig.edges[i] for i in ig.scores.abs().argsort(descending=True)]
+    budget = len(ranked) // 5
+    res = lab.circuit(clean, corrupt, metric, ranked[:budget])
+    assert res.n_edges <= 0.2 * res.total_edges
+    assert res.faithfulness >= 0.8, res
