@@ -21,7 +21,7 @@ from . import dla, paths, steering
 from .edges import circuit, edge_attribution, edge_patch
 from .engine import Cache, Engine, InterventionLog, Run, dtype_of
 from .errors import LoadError, UnknownSiteError
-from .patching import patch_sweep
+from .patching import patch_sweep, patch_sweep_heads
 from .widgets.controller import Dashboard  # also registers the sweep heatmap, so res.show() finds it
 
 
@@ -160,6 +160,13 @@ class Lab(Engine):
         """Activation-patching heatmap values for every cell (see interplab.patching.patch_sweep)."""
 
         return patch_sweep(self, clean, corrupt, site, by, metric, direction, method, **kw)
+
+    def patch_sweep_heads(self, clean, corrupt, metric, by=("layer", "head"), direction: str = "denoise",
+                          method: str = "exact", **kw):
+        """Sweeps of every head's output, query, key, value and pattern in one call, shown side by side
+        (see interplab.patching.patch_sweep_heads)."""
+
+        return patch_sweep_heads(self, clean, corrupt, metric, by, direction, method, **kw)
 
     def direct_logit_attribution(self, prompts, metric):
         """Each head's, MLP's and embedding's direct share of a metric linear in the logits, at every position,

@@ -163,6 +163,53 @@ class SweepResult:
         return self.figure() if shown is None else shown
 
 
+EVERY_HEAD_SITE = ("z", "q", "k", "v", "pattern")  # TransformerLens's "every": output, query, key, value, pattern
+
+
+@dataclass
+class HeadSweeps:
+    """One sweep per part of every head (output z, query, key, value, pattern), on the same pair and metric."""
+
+    results: dict[str, SweepResult]
+
+    def __getitem__(self, site: str) -> SweepResult:
+        return self.results[site]
+
+    def figure(self):
+        """The sweeps side by side as one static plotly figure (RdBu, 1 = clean restored)."""
+        import plotly.graph_objects as go
+        from plotly.subplots import make_subplots
+
+        sites = list(self.results)
+        fig = make_subplots(rows=1, cols=len(sites), subplot_titles=sites, shared_yaxes=True)
+        for i, site in enumerate(sites, start=1):
+            res = self.results[site]
+            v = res.cells.grid(res.values)
+            fig.add_trace(go.Heatmap(z=v.tolist(), colorscale="RdBu", zmid=0, zmin=-1, zmax=1,
+                                     showscale=i == len(sites), x=res.cells.col_labels(short=True),
+                                     y=[f"L{x}" for x in res.labels["layer"]]), row=1, col=i)
+        fig.update_yaxes(autorange="reversed")
+        first = next(iter(self.results.values()))
+        fig.update_layout(title=f"every part of every head, {first.metric_name}, {first.method}")
+        return fig
+
+    def show(self, lab: Engine | None = None):
+        """The five heatmaps as one view (a static plotly figure where no widget viewer is registered)."""
+        shown = display.view("head_sweeps", self, lab=lab)
+        return self.figure() if shown is None else shown
+
+
+def patch_sweep_heads(lab: Engine, clean, corrupt, metric, by=("layer", "head"), direction: str = "denoise",
+                      method: str = "exact", sites=EVERY_HEAD_SITE, **kw) -> HeadSweeps:
+    """patch_sweep of each part of every head, by (layer, head) or (layer, head, pos): one call for what
+    TransformerLens's `get_act_patch_attn_head_*_every` gives (k and v by key-value head)."""
+    unknown = [s for s in sites if s not in HEAD_SITES]
+    if unknown or not sites:
+        raise InterplabError(f"sites={sites!r}: choose among {', '.join(HEAD_SITES)}.")
+    return HeadSweeps({site: patch_sweep(lab, clean, corrupt, site, by, metric, direction, method, **kw)
+                       for site in sites})
+
+
 def _row_patch(src: torch.Tensor, row_mask: torch.Tensor, n_heads: int | None) -> Callable:
     """t -> t with src written where row_mask holds: row_mask [rows, pos] or [rows, pos, heads]."""
     def edit(t):
@@ -492,4 +539,4 @@ def _advance(bar, progress, done, total, n):
         progress(done, total)
 
 
-__all__ = ["patch_sweep", "SweepResult", "SweepCancelled", "Cells", "LAYERED"]
+__all__ = ["patch_sweep", "patch_sweep_heads", "HeadSweeps", "SweepResult", "SweepCancelled", "Cells", "LAYERED"]

@@ -185,3 +185,18 @@ def test_sweeps_by_head_equal_one_patched_run_per_cell(labs, site, by):
         torch.testing.assert_close(est.raw[..., 0], torch.full_like(est.raw[..., 0], est.corrupt_value))
         torch.testing.assert_close(res.raw[..., 0], torch.full_like(res.raw[..., 0], res.corrupt_value))
         assert (est.raw[..., 1:] - est.corrupt_value).abs().max() > 1e-4
+
+
+def test_every_part_of_every_head_in_one_call(labs):
+    lab = labs["llama"]
+    metric = ilab.logit_diff(" Mary", " John")
+    every = lab.patch_sweep_heads(CLEAN, CORRUPT, metric)
+    assert list(every.results) == ["z", "q", "k", "v", "pattern"]
+    for site in every.results:
+        alone = lab.patch_sweep(CLEAN, CORRUPT, site=site, by=("layer", "head"), metric=metric)
+        torch.testing.assert_close(every[site].raw, alone.raw)
+    assert every["k"].raw.shape[1] == 2 and every["q"].raw.shape[1] == lab.n_heads
+    fig = every.figure()
+    assert len(fig.data) == 5 and [a.text for a in fig.layout.annotations] == ["z", "q", "k", "v", "pattern"]
+    with pytest.raises(ilab.InterplabError, match="choose among"):
+        lab.patch_sweep_heads(CLEAN, CORRUPT, metric, sites=("z", "resid_pre"))
