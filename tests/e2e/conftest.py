@@ -18,10 +18,9 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from harness import JupyterServer  # noqa: E402
+from harness import DEFINES_EXPLORER, JupyterServer  # noqa: E402
 
 NOTEBOOK = ROOT / "notebooks" / "01_ioi_patching.ipynb"
-DEFINES_EXPLORER = r"^\s*explorer\s*="
 
 
 def notebook_under_test() -> pathlib.Path:

@@ -30,6 +30,7 @@ import urllib.error
 import urllib.request
 
 CHROMIUM = os.environ.get("INTERPLAB_CHROMIUM", "/usr/bin/chromium")
+DEFINES_EXPLORER = r"^\s*explorer\s*="  # the notebook cell whose widget the end-to-end test clicks
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",

@@ -9,8 +9,9 @@ import sys
 import time
 
 import pytest
-from conftest import DEFINES_EXPLORER, ROOT
-from harness import LabNotebook
+from harness import DEFINES_EXPLORER, LabNotebook  # not from conftest: tests/widgets has a conftest module too
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
