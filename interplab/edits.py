@@ -11,6 +11,7 @@ An edit names a site, which layers / positions / heads / batch rows it touches, 
     clamp    clamp the coefficient of h along a direction into [lo, hi]
     set      set to a given vector or tensor
     ban_expert  set one MoE expert's router logit to -inf (re-routing happens in interplab.steering's router hook)
+    stop_grad   leave the value as it is but let no gradient flow back through it (attribution's GradDrop)
 
 Selections: an int, a list, a slice, or None (= all). Positions count within each prompt's own tokens, so -1 is the
 last real token of every row even when prompts of different lengths are padded into one batch.
@@ -49,7 +50,7 @@ from .errors import (
     VectorError,
 )
 
-OPS = ("patch", "zero", "mean", "scale", "steer", "project", "clamp", "set", "ban_expert")
+OPS = ("patch", "zero", "mean", "scale", "steer", "project", "clamp", "set", "ban_expert", "stop_grad")
 POS_SELECTORS = ("all", "prompt", "generated", "newest", "content")
 
 
@@ -234,6 +235,11 @@ def patch(site, layer=None, pos=None, head=None, source=None, batch=None, **kw) 
     if isinstance(source, torch.Tensor):
         return Edit("patch", site, layer, pos, head, batch, vector=source, **kw)
     return Edit("patch", site, layer, pos, head, batch, source=source, **kw)
+
+
+def stop_grad(site, layer=None, pos=None, head=None, batch=None, **kw) -> Edit:
+    """The value unchanged, no gradient back through it (what it selects stops taking part in a backward)."""
+    return Edit("stop_grad", site, layer, pos, head, batch, **kw)
 
 
 def zero(site, layer=None, pos=None, head=None, batch=None, **kw) -> Edit:
@@ -445,6 +451,8 @@ def _positions(pos, n: int) -> list[int]:
 
 def _transform(edit: Edit, x: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
     op = edit.op
+    if op == "stop_grad":
+        return x.detach()
     if op == "zero":
         return torch.zeros_like(x)
     if op == "scale":

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 import torch
 
 from . import display, engine
+from . import edits as ed
 from .engine import Engine, as_prompts
-from .errors import InterplabError, LengthMismatchError
+from .errors import InterplabError, LengthMismatchError, UnsupportedSiteError
 from .metrics import Custom, Metric, as_metric, top_k
 from .sites import FULL_FORWARD, HEADED, LAYERED
 
@@ -234,7 +235,8 @@ class _Pairs:
 def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
                 direction: str = "denoise", method: str = "exact", *, max_batch: int = 64,
                 progress: bool | Callable[[int, int], None] = True, cancel: threading.Event | None = None,
-                on_partial: Callable[[SweepResult], None] | None = None, layers=None) -> SweepResult:
+                on_partial: Callable[[SweepResult], None] | None = None, layers=None, qk_fix: bool = False,
+                grad_drop: bool = False) -> SweepResult:
     """Patch every cell of (site, by) from source into base and measure the metric; see the module docstring.
 
     clean / corrupt: a prompt each, or lists of N pairs (the metric is averaged over pairs, as the IOI papers do).
@@ -252,6 +254,14 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
         raise InterplabError(f"direction={direction!r}: use 'denoise' (clean into corrupt) or 'noise'.")
     if method not in ("exact", "attribution"):
         raise InterplabError(f"method={method!r}: use 'exact' or 'attribution'.")
+    for name, flag in (("qk_fix", qk_fix), ("grad_drop", grad_drop)):
+        if not isinstance(flag, bool):
+            raise InterplabError(f"{name}={flag!r}: True or False.")
+        if flag and method != "attribution":
+            raise InterplabError(f"{name}=True is an option of method='attribution' (AtP*); exact sweeps need none.")
+    if qk_fix and site not in QK_SITES:
+        raise InterplabError(f"qk_fix=True applies to sweeps of queries and keys ({', '.join(QK_SITES)}), whose "
+                             f"effect goes through the attention pattern; site {site!r} has none to fix.")
     if metric is None:
         raise InterplabError("metric= is required, e.g. ilab.logit_diff(' Mary', ' John').")
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
@@ -278,8 +288,9 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     n_heads = lab.resolve(site, layer_list[0]).n_heads or lab.n_heads  # k, v, rot_k: the key-value heads
     pair_idx = torch.arange(len(clean))
     if method == "attribution":  # its two runs (source with cache, base with gradient) give both metric values
-        shape = Cells(by, tuple(layer_list), tuple(lab.to_str_tokens(clean[0])), n_heads).shape
-        estimate, source_value, base_value = _attribution(lab, pairs, site, by, metric, layer_list, shape, n_heads)
+        cells = Cells(by, tuple(layer_list), tuple(lab.to_str_tokens(clean[0])), n_heads)
+        estimate, source_value, base_value = _attribution(lab, pairs, site, by, metric, layer_list, cells, n_heads,
+                                                          qk_fix, grad_drop)
         clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
                                       else (base_value, source_value))
     else:  # the site at every layer, in both runs: cells where they are equal need no forward (see _first_change)
@@ -478,44 +489,124 @@ def _metric_mean(metric: Metric, logits: torch.Tensor, pair_idx: torch.Tensor) -
 
 # ---- attribution patching -------------------------------------------------------------------------------
 
-def _attribution(lab: Engine, pairs: _Pairs, site: str, by, metric: Metric, layer_list, shape, n_heads: int) -> tuple:
+QK_SITES = ("q", "k", "rot_q", "rot_k")  # where AtP*'s QK fix applies: they reach the metric through the pattern
+
+
+def _attribution(lab: Engine, pairs: _Pairs, site: str, by, metric: Metric, layer_list, cells: Cells,
+                 n_heads: int, qk_fix: bool = False, grad_drop: bool = False) -> tuple:
     """(source - base) . grad of the metric at base, summed within each cell; added to the base metric.
 
+    AtP* (Kramar et al. 2024) options: qk_fix (q/k sites) computes each cell's attention pattern exactly and
+    takes only the pattern's gradient, where the linear step through the softmax would miss saturation;
+    grad_drop re-estimates with the gradient through each layer's outputs stopped in turn and takes the mean
+    size over those, which catches effects that cancel; the sign is the plain estimate's.
+
     Returns (estimated metric per cell, source metric, base metric): one forward of the source, one forward and one
-    backward of the base, nothing else."""
+    backward of the base (one more of each per layer with grad_drop)."""
     keys = [(site, l) for l in layer_list]
-    src_run = lab.run(pairs.source, cache=keys, log=False)
-    src = src_run.cache
-    base_run = lab.run(pairs.base, cache=keys, grad=True, log=False)
+    qk = qk_fix and site in QK_SITES
+    rotary = lab.sites.arch.rotary
+    rq, rk = ("rot_q", "rot_k") if rotary else ("q", "k")
+    angles = [(name, l) for name in (rq, rk) for l in layer_list] if qk else []
+    src_run = lab.run(pairs.source, cache=keys + angles, log=False)
+    base_angles = lab.run(pairs.base, cache=angles, log=False) if qk else None
     pair_idx = torch.arange(len(pairs.base))
-    value = metric(base_run.last_logits.float(), pair_idx).sum()  # per-pair contributions add up
-    acts = [base_run.cache[k] for k in keys]
-    grads = torch.autograd.grad(value, acts, allow_unused=True)  # param .grad is never touched
-    real = pairs.mask.bool()
-    base_value = float(metric(base_run.last_logits.detach().float(), pair_idx).mean())
-    out = torch.zeros(shape)
-    for li, (k, a, g) in enumerate(zip(keys, acts, grads)):
-        if g is None:
-            continue
-        a, g = lab.as_hooked(site, a.detach()), lab.as_hooked(site, g)  # pattern: [pairs, query, head * key]
-        delta = (lab.as_hooked(site, src[k]).to(a.device) - a) * g  # [pairs, pos, width]
-        delta = delta * real[..., None].to(delta.device)
-        if site in HEADED:
-            delta = delta.view(*delta.shape[:2], n_heads, -1).sum(-1)  # [pairs, pos, heads]
-        else:
-            delta = delta.sum(-1)  # [pairs, pos]
-        n = len(pairs.base)
-        if by == ("layer",):
-            out[li] = delta.sum() / n
-        elif by == ("layer", "pos"):
-            out[li] = delta.sum(0).cpu() / n
-        elif by == ("layer", "head"):
-            out[li] = delta.sum((0, 1)).cpu() / n
-        else:
-            out[li] = delta.sum(0).T.cpu() / n  # [heads, pos]
-    lab.model.zero_grad(set_to_none=True)
+
+    def estimate(stop_layer: int | None) -> tuple[torch.Tensor, float]:
+        edits = [] if stop_layer is None else [ed.stop_grad(part, stop_layer) for part in ("attn_out", "mlp_out")]
+        grad_keys = [("pattern", l) for l in layer_list] if qk else keys
+        base_run = lab.run(pairs.base, edits=edits, cache=grad_keys, grad=True, log=False)
+        value = metric(base_run.last_logits.float(), pair_idx).sum()  # per-pair contributions add up
+        acts = [base_run.cache[k] for k in grad_keys]
+        grads = torch.autograd.grad(value, acts, allow_unused=True)  # param .grad is never touched
+        out = torch.zeros(cells.shape)
+        for li, (k, a, g) in enumerate(zip(keys, acts, grads)):
+            if g is None:
+                continue
+            if qk:
+                out[li] = _qk_fixed(lab, site, k[1], a.detach(), g, base_angles, src_run, (rq, rk), pairs, cells)
+            else:
+                a, g = lab.as_hooked(site, a.detach()), lab.as_hooked(site, g)  # pattern: [pairs, query, head*key]
+                delta = (lab.as_hooked(site, src_run.cache[k]).to(a.device) - a) * g  # [pairs, pos, width]
+                out[li] = _per_cell(delta * pairs.mask.bool()[..., None].to(delta.device), site, by, n_heads)
+        lab.model.zero_grad(set_to_none=True)
+        return out, float(metric(base_run.last_logits.detach().float(), pair_idx).mean())
+
+    out, base_value = estimate(None)
+    if grad_drop:
+        n = lab.n_layers
+        size = sum(estimate(layer)[0].abs() for layer in range(n)) / max(1, n - 1)
+        out = torch.where(out < 0, -size, size)
     source_value = float(metric(src_run.last_logits.float(), pair_idx).mean())
     return base_value + out, source_value, base_value
+
+
+def _per_cell(delta: torch.Tensor, site: str, by, n_heads: int) -> torch.Tensor:
+    """[pairs, pos, width] contributions summed within each cell of the layout, averaged over pairs."""
+    if site in HEADED:
+        delta = delta.view(*delta.shape[:2], n_heads, -1).sum(-1)  # [pairs, pos, heads]
+    else:
+        delta = delta.sum(-1)  # [pairs, pos]
+    n = delta.shape[0]
+    if by == ("layer",):
+        return delta.sum() / n
+    if by == ("layer", "pos"):
+        return delta.sum(0).cpu() / n
+    if by == ("layer", "head"):
+        return delta.sum((0, 1)).cpu() / n
+    return delta.sum(0).T.cpu() / n  # [heads, pos]
+
+
+def _qk_fixed(lab: Engine, site: str, layer: int, pattern: torch.Tensor, grad: torch.Tensor, base_run, src_run,
+              names: tuple[str, str], pairs: _Pairs, cells: Cells) -> torch.Tensor:
+    """AtP*'s QK fix for one layer: per cell, the attention pattern with that cell's queries or keys taken from
+    the source, computed exactly from the rotated queries and keys, then grad . (pattern' - pattern)."""
+    rq, rk = names
+    H = lab.n_heads
+
+    def heads_of(run, name, n):  # [pairs, pos, n * d] -> [pairs, pos, n, d]
+        value = run.cache[name, layer]
+        return value.view(*value.shape[:2], n, -1)
+
+    base_q, src_q = (heads_of(run, rq, H) for run in (base_run, src_run))
+    base_k, src_k = (heads_of(run, rk, lab.sites.n_kv_heads) for run in (base_run, src_run))
+    group = H // lab.sites.n_kv_heads
+    attn = lab.model.get_submodule(f"{lab.sites.arch.layers}.{layer}.{lab.sites.arch.attn}")
+    scaling = float(getattr(attn, "scaling", base_q.shape[-1] ** -0.5))
+    cap = getattr(lab.model.config, "attn_logit_softcapping", None)
+    T = pattern.shape[-1]
+    allowed = torch.ones(T, T, dtype=torch.bool).tril()[None] & pairs.mask.bool()[:, None, :]  # [pairs, q, k]
+
+    def weights(q, k, heads):  # q [pairs, T, H, d], k [pairs, T, Hkv, d] -> [pairs, len(heads), T, T]
+        k = k.repeat_interleave(group, dim=2) if group > 1 else k
+        scores = torch.einsum("bqhd,bkhd->bhqk", q[:, :, heads].float(), k[:, :, heads].float()) * scaling
+        if cap:
+            scores = torch.tanh(scores / cap) * cap
+        return scores.masked_fill(~allowed[:, None], float("-inf")).softmax(-1).nan_to_num(0.0)
+
+    every = list(range(H))
+    if (weights(base_q, base_k, every) - pattern.float()).abs().max() > 1e-3:
+        raise UnsupportedSiteError(
+            f"qk_fix could not recompute layer {layer}'s attention pattern from its queries and keys (a sliding "
+            f"window or other attention variant?): use method='attribution' without qk_fix on this model.")
+    g, old = grad.float(), pattern.float()
+    on_q = site in ("q", "rot_q")
+    out = torch.zeros(cells.shape[1:])
+    for index, (pos, head) in cells.in_layer():
+        positions = slice(None) if pos is None else slice(pos, pos + 1)
+        head_sel = slice(None) if head is None else slice(head, head + 1)
+        # only the query heads this cell reaches change: its head, or every head reading its key-value head
+        heads = every if head is None else [head] if on_q else list(range(head * group, (head + 1) * group))
+        if on_q:
+            q = base_q.clone()
+            q[:, positions, head_sel] = src_q[:, positions, head_sel]
+            new = weights(q, base_k, heads)
+        else:
+            k = base_k.clone()
+            k[:, positions, head_sel] = src_k[:, positions, head_sel]
+            new = weights(base_q, k, heads)
+        out[index] = float((g[:, heads] * (new - old[:, heads])).sum() / pattern.shape[0])
+    return out
 
 
 # ---- progress --------------------------------------------------------------------------------------------
