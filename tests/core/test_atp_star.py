@@ -68,9 +68,9 @@ def test_grad_drop_is_the_mean_size_of_the_estimates_with_each_layer_detached(la
             for m in ("self_attn", "mlp")]
         zs = {}
 
-        def grab(layer):
+        def grab(layer, into=zs):
             def hook(mod, args):
-                zs[layer] = args[0]
+                into[layer] = args[0]
             return hook
         grabs = [model.get_submodule(f"{LL.format(i)}.self_attn.o_proj").register_forward_pre_hook(grab(i))
                  for i in range(n)]
