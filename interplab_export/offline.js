@@ -6,8 +6,9 @@
 //   (once per distinct code) and its render({model, el}) called with a read-only model: get / on / off / send /
 //   save_changes and a widget_manager whose get_model() returns other saved models (interplab's loader finds the
 //   shared bundle that way, static/loader.js).
-// - ipywidgets boxes and tabs (VBox, HBox, Box, GridBox, Tab, Accordion): their children in order; HTML, Label,
-//   progress bars: drawn plainly; any other widget: its text fallback.
+// - ipywidgets boxes and tabs (VBox, HBox, Box, GridBox, Tab, Accordion): their children in order; Output: what it
+//   captured; HTML, Label, progress bars, other controls (their description and saved value): drawn plainly;
+//   anything else: its text fallback.
 // - send(): there is no kernel. A click on an exact sweep's heatmap cell is answered by the page itself (the view
 //   paints the linked logit panel from the stored cell_tops); any other request shows a note under the widget.
 const STATE_MIME = "application/vnd.jupyter.widget-state+json";
@@ -236,10 +237,47 @@ function renderSimple(model, el) {
     bar.max = Number(model.get("max") ?? 1) - Number(model.get("min") ?? 0);
     bar.value = Number(value ?? 0) - Number(model.get("min") ?? 0);
     el.append(...(description ? [div("interplab-offline-label", String(description))] : []), bar);
+  } else if (model.module === "@jupyter-widgets/controls" && (value !== undefined || description)) {
+    // any other control (slider, dropdown, text, checkbox, button): its description and value, read-only
+    const row = div("interplab-offline-control");
+    row.title = "saved value (the kernel is gone)";
+    const shown = Array.isArray(value) ? value.join(" – ") : value;
+    row.textContent = [description, shown ?? ""].filter((x) => x !== "" && x !== undefined && x !== null).join(": ");
+    el.append(row);
   } else {
     return false;
   }
   return true;
+}
+
+/** An Output widget: the outputs it captured (text, HTML, images, nested widgets), as the notebook shows them. */
+async function renderOutput(model, el) {
+  for (const out of Array.isArray(model.get("outputs")) ? model.get("outputs") : []) {
+    const box = div("interplab-offline-captured");
+    el.append(box);
+    const data = out?.data ?? {};
+    if (out?.output_type === "stream") {
+      const pre = document.createElement("pre");
+      pre.textContent = Array.isArray(out.text) ? out.text.join("") : String(out.text ?? "");
+      box.append(pre);
+    } else if (out?.output_type === "error") {
+      const pre = document.createElement("pre");
+      pre.textContent = `${out.ename}: ${out.evalue}`;
+      box.append(pre);
+    } else if (data[VIEW_MIME]?.model_id) {
+      await renderModel(String(data[VIEW_MIME].model_id), box);
+    } else if (data["text/html"] !== undefined) {
+      box.innerHTML = [].concat(data["text/html"]).join("");
+    } else if (data["image/png"]) {
+      const img = document.createElement("img");
+      img.src = `data:image/png;base64,${[].concat(data["image/png"]).join("").trim()}`;
+      box.append(img);
+    } else if (data["text/plain"] !== undefined) {
+      const pre = document.createElement("pre");
+      pre.textContent = [].concat(data["text/plain"]).join("");
+      box.append(pre);
+    }
+  }
 }
 
 async function renderModel(id, el) {
@@ -256,6 +294,8 @@ async function renderModel(id, el) {
       await renderBox(model, el);
     } else if (/^(Tab|Accordion|Stack)Model$/.test(model.name)) {
       await renderTabs(model, el);
+    } else if (model.name === "OutputModel") {
+      await renderOutput(model, el);
     } else if (!renderSimple(model, el)) {
       el.append(div("interplab-offline-unsupported", `(${model.name || "widget"}: not drawn in this saved page)`));
       return false;

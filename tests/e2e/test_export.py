@@ -43,7 +43,9 @@ SMALL = [
     "top = probs.topk(3)\n"
     "print('REFERENCE', json.dumps({'row': row, 'col': col, 'tokens': [lab.tokenizer.decode([i]) for i in "
     "top.indices.tolist()], 'probs': top.values.tolist()}))",
-    "import ipywidgets\nipywidgets.HTML('<b id=\"plain-html\">a plain ipywidgets HTML widget</b>')",
+    "import ipywidgets\nout = ipywidgets.Output()\nwith out:\n    print('captured by an Output widget')\n"
+    "ipywidgets.VBox([ipywidgets.HTML('<b id=\"plain-html\">a plain ipywidgets HTML widget</b>'),\n"
+    "                 ipywidgets.IntSlider(7, description='layers'), out])",
 ]
 
 
@@ -210,7 +212,10 @@ def test_exported_exact_sweep_answers_a_real_click_from_the_stored_cell_tops(sma
         before = bars(pg, 0)
         assert set(before) == {"clean", "corrupt"}, before
         assert all(width > 0 for rows in before.values() for _, p, width in rows if p > 0.01), before
+        # plain ipywidgets: a box of an HTML widget, a slider (its saved value) and an Output widget's capture
         assert pg.locator("#plain-html").inner_text() == "a plain ipywidgets HTML widget"
+        assert pg.locator(".interplab-offline-control").inner_text() == "layers: 7"
+        assert "captured by an Output widget" in pg.locator(".interplab-offline-captured").inner_text()
 
         # a real mouse click on the cell: the logit panel shows that cell's stored top tokens
         x, y = heatmap_cell_pixel(pg, 0, ref["row"], ref["col"])
