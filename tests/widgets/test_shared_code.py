@@ -8,7 +8,6 @@ import pathlib
 import sys
 import types
 
-import ipywidgets
 import pytest
 
 from interplab.widgets import LensView, LogitPanel, PatchingHeatmap
@@ -41,7 +40,7 @@ def test_every_view_carries_the_loader_and_names_one_shared_holder():
 def test_a_closed_holder_is_made_again():
     first = wbase.bundle_holder()
     before = LogitPanel().get_state()["_bundle"]
-    ipywidgets.Widget.close_all()
+    first.close()  # as Widget.close_all() would (only the holder here: other tests' widgets stay open)
     after = LogitPanel().get_state()["_bundle"]
     assert first.comm is None and before != after == f"IPY_MODEL_{wbase.bundle_holder().model_id}"
 
