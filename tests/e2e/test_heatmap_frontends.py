@@ -105,6 +105,13 @@ def test_dashboard_survives_window_resizes(heatmap_notebook, chromium_browser):
             assert abs(b["svg"]["height"] - b["heatmap"]["height"]) < 2, (width, b)  # the plot fills its div
             assert b["heatmap"]["bottom"] <= b["logits"]["top"] + 1, f"the logit panel overlaps the heatmap: {b}"
             assert b["heatmap"]["right"] <= b["output"]["right"] + 1, f"the heatmap overflows its output: {b}"
+        # the dashboard is one widget whose tabs are switched in the page: the mouse opens the logit lens
+        tab = nb.page.locator(".jp-Notebook .jp-Cell").nth(2).locator(".il-tab[data-part='lens']")
+        tab.scroll_into_view_if_needed()
+        t0 = nb.page.evaluate("() => performance.now()")
+        tab.click()
+        nb.wait_paint("lens", t0, timeout=30)
+        assert nb.page.evaluate("() => window.__il.cellNode(2).querySelectorAll('.interplab-composite').length") == 1
         assert not nb.page_errors, nb.page_errors
     finally:
         nb.close()
