@@ -577,35 +577,51 @@ def _qk_fixed(lab: Engine, site: str, layer: int, pattern: torch.Tensor, grad: t
     T = pattern.shape[-1]
     allowed = torch.ones(T, T, dtype=torch.bool).tril()[None] & pairs.mask.bool()[:, None, :]  # [pairs, q, k]
 
-    def weights(q, k, heads):  # q [pairs, T, H, d], k [pairs, T, Hkv, d] -> [pairs, len(heads), T, T]
+    def capped(q, k, heads):  # q [pairs, T, H, d], k [pairs, T, Hkv, d] -> scores [pairs, len(heads), T, T]
         k = k.repeat_interleave(group, dim=2) if group > 1 else k
-        scores = torch.einsum("bqhd,bkhd->bhqk", q[:, :, heads].float(), k[:, :, heads].float()) * scaling
-        if cap:
-            scores = torch.tanh(scores / cap) * cap
+        scores = torch.einsum("bqhd,bkhd->bhqk", q[:, :, heads].double(), k[:, :, heads].double()) * scaling
+        return torch.tanh(scores / cap) * cap if cap else scores
+
+    def softmax(scores):
         return scores.masked_fill(~allowed[:, None], float("-inf")).softmax(-1).nan_to_num(0.0)
 
     every = list(range(H))
-    if (weights(base_q, base_k, every) - pattern.float()).abs().max() > 1e-3:
+    old, g = pattern.double(), grad.double()
+    base_scores = capped(base_q, base_k, every)
+    if (softmax(base_scores) - old).abs().max() > 1e-3:
         raise UnsupportedSiteError(
             f"qk_fix could not recompute layer {layer}'s attention pattern from its queries and keys (a sliding "
             f"window or other attention variant?): use method='attribution' without qk_fix on this model.")
-    g, old = grad.float(), pattern.float()
     on_q = site in ("q", "rot_q")
+    n_pairs = pattern.shape[0]
+    # One position's query or key changed: per (query head, position), in closed form for every position at once.
+    if on_q:  # a query changes its own row of the pattern only
+        new = softmax(capped(src_q, base_k, every))
+        one_pos = (g * (new - old)).sum(-1).sum(0)  # [H, T]: the query of head h at position t
+    else:  # a key changes one column: every row renormalises (softmax with one score moved by `shift`)
+        shift = (capped(base_q, src_k, every) - base_scores).masked_fill(~allowed[:, None], 0.0).clamp(max=60)
+        a, grown = old, old * shift.exp()
+        z = 1 - a + grown
+        weighted = (g * a).sum(-1, keepdim=True)
+        change = (1 / z - 1) * (weighted - g * a) + g * (grown / z - a)  # [pairs, H, query, key]
+        one_pos = change.sum(2).sum(0)  # [H, T]: the key at position s, as seen by query head h
     out = torch.zeros(cells.shape[1:])
     for index, (pos, head) in cells.in_layer():
-        positions = slice(None) if pos is None else slice(pos, pos + 1)
-        head_sel = slice(None) if head is None else slice(head, head + 1)
-        # only the query heads this cell reaches change: its head, or every head reading its key-value head
+        # the query heads this cell reaches: its head, or every head reading its key-value head
         heads = every if head is None else [head] if on_q else list(range(head * group, (head + 1) * group))
+        if pos is not None:
+            out[index] = float(one_pos[heads, pos].sum() / n_pairs)
+            continue
+        head_sel = slice(None) if head is None else slice(head, head + 1)
         if on_q:
             q = base_q.clone()
-            q[:, positions, head_sel] = src_q[:, positions, head_sel]
-            new = weights(q, base_k, heads)
+            q[:, :, head_sel] = src_q[:, :, head_sel]
+            new = softmax(capped(q, base_k, heads))
         else:
             k = base_k.clone()
-            k[:, positions, head_sel] = src_k[:, positions, head_sel]
-            new = weights(base_q, k, heads)
-        out[index] = float((g[:, heads] * (new - old[:, heads])).sum() / pattern.shape[0])
+            k[:, :, head_sel] = src_k[:, :, head_sel]
+            new = softmax(capped(base_q, k, heads))
+        out[index] = float((g[:, heads] * (new - old[:, heads])).sum() / n_pairs)
     return out
 
 
