@@ -14,31 +14,62 @@ from ._hand import hand_run
 from .test_invariants import CLEAN, CORRUPT, build_model
 
 A, B = " Mary", " John"
-LL = "model.layers.{}"
 PICK = ["embed -> L1H0.q", "L0H1 -> L2H1.k", "L0H2 -> MLP1", "MLP0 -> L2H3.q", "L1H3 -> logits", "MLP1 -> logits",
         "L2H0 -> MLP2", "embed -> L0H1.v"]
+# Each architecture's modules, written out here (not taken from interplab's site map): block, attention output
+# projection, MLP, the norms in front of attention and MLP, the final norm, and where q/k/v come from.
+PATHS = {
+    "llama": dict(block="model.layers.{}", o="self_attn.o_proj", mlp="mlp", ln1="input_layernorm",
+                  ln2="post_attention_layernorm", final="model.norm", qkv="self_attn.{}_proj"),
+    "gpt2": dict(block="transformer.h.{}", o="attn.c_proj", mlp="mlp", ln1="ln_1", ln2="ln_2",
+                 final="transformer.ln_f", qkv="attn.c_attn"),  # one Conv1D: [q | k | v]
+    "gpt_neox": dict(block="gpt_neox.layers.{}", o="attention.dense", mlp="mlp", ln1="input_layernorm",
+                     ln2="post_attention_layernorm", final="gpt_neox.final_layer_norm",
+                     qkv="attention.query_key_value"),  # one Linear: per head [q | k | v]
+}
+ARCHS = list(PATHS)
 
 
 @pytest.fixture(scope="module")
-def llama(tokenizer):
-    return ilab.Lab(build_model("llama"), tokenizer)
+def labs(tokenizer):
+    return {a: ilab.Lab(build_model(a), tokenizer) for a in ARCHS}
 
 
-def _runs(lab):
-    """Hand captures of the base (corrupt: denoising) and source (clean) runs of a Llama."""
+def _path(arch, layer, part):
+    return f"{PATHS[arch]['block'].format(layer)}.{PATHS[arch][part]}" if part != "block" else \
+        PATHS[arch]["block"].format(layer)
+
+
+def _qkv_module(arch, layer, site):
+    return _path(arch, layer, "qkv").format(site)
+
+
+def _head_slice(arch, lab, site, head):
+    """(flat column indices of one head's q/k/v in its module's output)."""
+    d = lab.d_head
+    if arch == "llama":
+        return list(range(head * d, (head + 1) * d))
+    part = "qkv".index(site)
+    if arch == "gpt2":
+        return list(range(part * lab.d_model + head * d, part * lab.d_model + (head + 1) * d))
+    return list(range(head * 3 * d + part * d, head * 3 * d + (part + 1) * d))  # neox: [head, (q|k|v), d]
+
+
+def _runs(lab, arch):
+    """Hand captures of the base (corrupt: denoising) and source (clean) runs."""
     n = lab.n_layers
-    cap = [(("z", i), f"{LL.format(i)}.self_attn.o_proj", "input", 0) for i in range(n)]
-    cap += [(("mlp", i), f"{LL.format(i)}.mlp", "output", 0) for i in range(n)]
-    cap += [(("pre", i), LL.format(i), "input", 0) for i in range(n)]
-    cap += [(("mid", i), f"{LL.format(i)}.post_attention_layernorm", "input", 0) for i in range(n)]
-    cap += [("final", "model.norm", "input", 0)]
-    cap += [((s, i), f"{LL.format(i)}.self_attn.{s}_proj", "output", 0) for i in range(n) for s in "qkv"]
+    cap = [(("z", i), _path(arch, i, "o"), "input", 0) for i in range(n)]
+    cap += [(("mlp", i), _path(arch, i, "mlp"), "output", 0) for i in range(n)]
+    cap += [(("pre", i), _path(arch, i, "block"), "input", 0) for i in range(n)]
+    cap += [(("mid", i), _path(arch, i, "ln2"), "input", 0) for i in range(n)]
+    cap += [("final", PATHS[arch]["final"], "input", 0)]
+    cap += [((s, i), _qkv_module(arch, i, s), "output", 0) for i in range(n) for s in "qkv"]
     base = hand_run(lab.model, lab.to_tokens(CORRUPT), capture=cap)
     src = hand_run(lab.model, lab.to_tokens(CLEAN), capture=cap)
     return base, src
 
 
-def _delta(lab, writer, base, src):
+def _delta(lab, arch, writer, base, src):
     """u(source) - u(base) from the weights: a head's slice of z times its slice of W_O."""
     if writer == "embed":
         return src[1]["pre", 0] - base[1]["pre", 0]
@@ -47,57 +78,62 @@ def _delta(lab, writer, base, src):
         return src[1]["mlp", i] - base[1]["mlp", i]
     layer, head = map(int, writer[1:].split("H"))
     d = lab.d_head
-    W = lab.model.get_submodule(f"{LL.format(layer)}.self_attn.o_proj").weight
-    dz = src[1]["z", layer] - base[1]["z", layer]
-    return dz[..., head * d:(head + 1) * d] @ W[:, head * d:(head + 1) * d].T
+    W = lab.model.get_submodule(_path(arch, layer, "o")).weight
+    dz = (src[1]["z", layer] - base[1]["z", layer])[..., head * d:(head + 1) * d]
+    if arch == "gpt2":  # Conv1D: x @ W, W [in, out]
+        return dz @ W[head * d:(head + 1) * d]
+    return dz @ W[:, head * d:(head + 1) * d].T
 
 
 def _diff(logits, lab):
     return float(logits[0, -1, lab.token_id(A)] - logits[0, -1, lab.token_id(B)])
 
 
-def _hand_exact(lab, edge, base, src):
+def _hand_exact(lab, arch, edge, base, src):
     writer, reader = edge.split(" -> ")
-    delta = _delta(lab, writer, base, src)
+    with torch.no_grad():
+        delta = _delta(lab, arch, writer, base, src)
     ids = lab.to_tokens(CORRUPT)
     if reader == "logits":
         with torch.no_grad():
-            logits = lab.model.lm_head(lab.model.model.norm(base[1]["final"] + delta))
+            logits = lab.model.get_output_embeddings()(lab.model.get_submodule(PATHS[arch]["final"])(
+                base[1]["final"] + delta))
         return _diff(logits, lab)
     if reader.startswith("MLP"):
         i = int(reader[3:])
-        _, got = hand_run(lab.model, ids, edits=[(f"{LL.format(i)}.post_attention_layernorm", "input",
-                                                  lambda t: t + delta)],
-                          capture=[("out", f"{LL.format(i)}.mlp", "output", 0)])
-        logits, _ = hand_run(lab.model, ids, edits=[(f"{LL.format(i)}.mlp", "output", lambda t: got["out"])])
+        _, got = hand_run(lab.model, ids, edits=[(_path(arch, i, "ln2"), "input", lambda t: t + delta)],
+                          capture=[("out", _path(arch, i, "mlp"), "output", 0)])
+        logits, _ = hand_run(lab.model, ids, edits=[(_path(arch, i, "mlp"), "output", lambda t: got["out"])])
         return _diff(logits, lab)
     name, site = reader.split(".")
     layer, head = map(int, name[1:].split("H"))
-    proj = f"{LL.format(layer)}.self_attn.{site}_proj"
-    _, got = hand_run(lab.model, ids, edits=[(LL.format(layer), "input", lambda t: t + delta)],
-                      capture=[("out", proj, "output", 0)])
-    d = lab.d_head
+    module = _qkv_module(arch, layer, site)
+    _, got = hand_run(lab.model, ids, edits=[(_path(arch, layer, "block"), "input", lambda t: t + delta)],
+                      capture=[("out", module, "output", 0)])
+    cols = _head_slice(arch, lab, site, head)
 
     def put(t):
         t = t.clone()
-        t[..., head * d:(head + 1) * d] = got["out"][..., head * d:(head + 1) * d]
+        t[..., cols] = got["out"][..., cols]
         return t
-    logits, _ = hand_run(lab.model, ids, edits=[(proj, "output", put)])
+    logits, _ = hand_run(lab.model, ids, edits=[(module, "output", put)])
     return _diff(logits, lab)
 
 
-def test_exact_edges_equal_the_hand_procedure(llama):
-    res = llama.edge_patch(CLEAN, CORRUPT, ilab.logit_diff(A, B), edges=PICK, max_batch=3)
-    base, src = _runs(llama)
-    base_diff = _diff(base[0], llama)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_exact_edges_equal_the_hand_procedure(labs, arch):
+    lab = labs[arch]
+    res = lab.edge_patch(CLEAN, CORRUPT, ilab.logit_diff(A, B), edges=PICK, max_batch=3)
+    base, src = _runs(lab, arch)
+    base_diff = _diff(base[0], lab)
     assert abs(res.base_value - base_diff) < 1e-4
     for edge in PICK:
-        want = _hand_exact(llama, edge, base, src) - base_diff
+        want = _hand_exact(lab, arch, edge, base, src) - base_diff
         assert abs(res[edge] - want) < 1e-4, (edge, res[edge], want)
     assert max(abs(res[e]) for e in PICK) > 1e-2
 
 
-def _hand_gradient(lab, reader, base):
+def _hand_gradient(lab, arch, reader, base):
     """d metric / d (reader's input) through that reader alone: the metric's gradient at the reader's output
     (a zero added there by a hand hook, then backward), pulled back through the model's own norm and projection."""
     ids = lab.to_tokens(CORRUPT)
@@ -105,24 +141,26 @@ def _hand_gradient(lab, reader, base):
     a, b = lab.token_id(A), lab.token_id(B)
     if reader == "logits":
         x = base[1]["final"].clone().requires_grad_(True)
-        out = m.lm_head(m.model.norm(x))
+        out = m.get_output_embeddings()(m.get_submodule(PATHS[arch]["final"])(x))
         (out[0, -1, a] - out[0, -1, b]).backward()
         return x.grad.detach()
     if reader.startswith("MLP"):
         i = int(reader[3:])
-        path = f"{LL.format(i)}.mlp"
-        layer_in, head, site = base[1]["mid", i], None, None
-        norm = m.get_submodule(f"{LL.format(i)}.post_attention_layernorm")
-        fn = lambda x: m.get_submodule(path)(norm(x))  # noqa: E731
+        path, norm, layer_in, cols = _path(arch, i, "mlp"), m.get_submodule(_path(arch, i, "ln2")), \
+            base[1]["mid", i], None
+        example = base[1]["mlp", i]
     else:
         name, site = reader.split(".")
         layer, head = map(int, name[1:].split("H"))
-        path = f"{LL.format(layer)}.self_attn.{site}_proj"
-        layer_in = base[1]["pre", layer]
-        norm = m.get_submodule(f"{LL.format(layer)}.input_layernorm")
-        fn = lambda x: m.get_submodule(path)(norm(x))  # noqa: E731
-    zero = torch.zeros_like(base[1]["mlp", 0] if site is None else base[1][site, 0]).requires_grad_(True)
-    handle = m.get_submodule(path).register_forward_hook(lambda mod, args, out: out + zero)
+        path, norm, layer_in = _qkv_module(arch, layer, site), m.get_submodule(_path(arch, layer, "ln1")), \
+            base[1]["pre", layer]
+        cols, example = _head_slice(arch, lab, site, head), base[1][site, layer]
+    module = m.get_submodule(path)
+
+    def fn(x):
+        return module(norm(x))
+    zero = torch.zeros_like(example).requires_grad_(True)
+    handle = module.register_forward_hook(lambda mod, args, out: out + zero)
     try:
         logits = m(ids).logits
         (logits[0, -1, a] - logits[0, -1, b]).backward()
@@ -130,26 +168,27 @@ def _hand_gradient(lab, reader, base):
         handle.remove()
         m.zero_grad(set_to_none=True)
     g = zero.grad
-    if head is not None:
-        d = lab.d_head
+    if cols is not None:  # only this head's q/k/v columns
         keep = torch.zeros_like(g)
-        keep[..., head * d:(head + 1) * d] = g[..., head * d:(head + 1) * d]
+        keep[..., cols] = g[..., cols]
         g = keep
     _, back = torch.autograd.functional.vjp(fn, layer_in, g)
     return back.detach()
 
 
-def test_eap_is_the_delta_times_the_hand_gradient(llama):
-    res = llama.edge_attribution(CLEAN, CORRUPT, ilab.logit_diff(A, B), method="eap")
-    base, src = _runs(llama)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_eap_is_the_delta_times_the_hand_gradient(labs, arch):
+    lab = labs[arch]
+    res = lab.edge_attribution(CLEAN, CORRUPT, ilab.logit_diff(A, B), method="eap")
+    base, src = _runs(lab, arch)
     for edge in PICK:
         writer, reader = edge.split(" -> ")
         with torch.no_grad():
-            delta = _delta(llama, writer, base, src)
-        want = float((delta * _hand_gradient(llama, reader, base)).sum())
+            delta = _delta(lab, arch, writer, base, src)
+        want = float((delta * _hand_gradient(lab, arch, reader, base)).sum())
         assert abs(res[edge] - want) < 1e-4 * max(1.0, abs(want)), (edge, res[edge], want)
     # eap-ig with one step is eap at the source's embeddings: a different, still finite estimate
-    ig = E.edge_attribution(llama, CLEAN, CORRUPT, ilab.logit_diff(A, B), method="eap-ig", steps=1)
+    ig = lab.edge_attribution(CLEAN, CORRUPT, ilab.logit_diff(A, B), method="eap-ig", steps=1)
     assert ig.edges == res.edges and torch.isfinite(ig.scores).all()
     assert (ig.scores - res.scores).abs().max() > 1e-4
 
@@ -171,7 +210,8 @@ def test_eap_ig_ranks_ioi_tinys_edges_like_exact_patching():
     assert _spearman(exact.scores[top], ig.scores[top]) >= 0.8
 
 
-def test_edges_refuse_what_they_cannot_split(llama, tokenizer):
+def test_edges_refuse_what_they_cannot_split(labs, tokenizer):
+    llama = labs["llama"]
     with pytest.raises(ilab.UnsupportedSiteError, match="normalises its sublayers"):
         E.edge_attribution(ilab.Lab(build_model("gemma2"), tokenizer), CLEAN, CORRUPT, ilab.logit_diff(A, B))
     with pytest.raises(ilab.InterplabError, match="unknown edge"):
@@ -185,12 +225,12 @@ def _all_edges(lab):
     return [f"{w.name} -> {r.name}" for w, r in E.graph(lab)[2]]
 
 
-@pytest.mark.parametrize("arch", ["llama", "gpt2"])
-def test_circuit_faithfulness_meets_the_models_own_runs(arch, tokenizer):
+@pytest.mark.parametrize("arch", ARCHS)
+def test_circuit_faithfulness_meets_the_models_own_runs(arch, labs):
     """Every edge in: the clean run; none: the corrupt run; every edge but those into one reader: the clean run
     with that reader's output taken from the corrupt run (a plain patch); only the edges into the logits: the
     corrupt run's final residual plus the clean-minus-corrupt embeddings, read through the final norm by hand."""
-    lab = ilab.Lab(build_model(arch), tokenizer)
+    lab = labs[arch]
     metric = ilab.logit_diff(A, B)
     everything = _all_edges(lab)
     clean, corrupt = lab.run(CLEAN), lab.run(CORRUPT)
@@ -209,7 +249,7 @@ def test_circuit_faithfulness_meets_the_models_own_runs(arch, tokenizer):
     runs = {p: lab.run(p, cache=[("resid_pre", 0), ("resid_post", lab.n_layers - 1)]) for p in (CLEAN, CORRUPT)}
     final = (runs[CORRUPT].cache["resid_post", lab.n_layers - 1] + runs[CLEAN].cache["resid_pre", 0]
              - runs[CORRUPT].cache["resid_pre", 0])
-    norm = lab.model.transformer.ln_f if arch == "gpt2" else lab.model.model.norm
+    norm = lab.model.get_submodule(PATHS[arch]["final"])
     with torch.no_grad():
         want = _diff(lab.model.lm_head(norm(final)), lab)
     assert abs(direct.value - want) < 1e-4
