@@ -115,8 +115,9 @@ def test_heldout_phrasing_families_are_well_formed(ioi):
             assert corpus._pair_is_test(io, s)
 
 
-@pytest.mark.parametrize("module", ["corpus", "corpus_repeated_name"])
-def test_heldout_families_never_occur_in_training_text(module):
+@pytest.mark.parametrize("module,simple", [("corpus", False), ("corpus_repeated_name", False),
+                                           ("corpus_repeated_name", True)])
+def test_heldout_families_never_occur_in_training_text(module, simple):
     import importlib
     import random
 
@@ -126,7 +127,7 @@ def test_heldout_families_never_occur_in_training_text(module):
         assert regs[f].search(ev.family_dataset(f, 1)[0]["clean"]), f
     rng = random.Random("train-2")
     for _ in range(20_000):
-        prefix, rest = gen.training_document(rng, 0.85)
+        prefix, rest = gen.training_document(rng, 0.85, simple=True) if simple else gen.training_document(rng, 0.85)
         hits = [f for f, r in regs.items() if r.search(prefix + rest)]
         assert not hits, (hits, prefix + rest)
 
@@ -200,10 +201,14 @@ def test_names_places_objects_are_single_tokens_with_leading_space(ioi):
 
 
 # ------------------------------------------------------------------------------------------- dataset
-def test_ioi_dataset_pairs_and_splits(ioi):
+@pytest.mark.parametrize("module", ["corpus", "corpus_repeated_name"])
+def test_ioi_dataset_pairs_and_splits(ioi, module):
+    import importlib
+
+    gen = importlib.import_module(f"interplab.zoo.{module}")
     _, tok = ioi
-    ds = zoo.ioi_dataset(50, "test", seed=0)
-    assert ds == zoo.ioi_dataset(50, "test", seed=0) and ds != zoo.ioi_dataset(50, "test", seed=1)
+    ds = gen.ioi_dataset(50, "test", seed=0)
+    assert ds == gen.ioi_dataset(50, "test", seed=0) and ds != gen.ioi_dataset(50, "test", seed=1)
     for r in ds:
         assert set(r) == {"clean", "corrupt", "answer", "wrong"}
         c, k = tok.encode(r["clean"]), tok.encode(r["corrupt"])
@@ -211,22 +216,23 @@ def test_ioi_dataset_pairs_and_splits(ioi):
         io, s = r["answer"].strip(), r["wrong"].strip()
         assert r["clean"].count(f" {s}") + r["clean"].startswith(s) == 2
         assert corpus._pair_is_test(io, s)
-    train = zoo.ioi_dataset(50, "train", seed=0)
+    train = gen.ioi_dataset(50, "train", seed=0)
     assert not any(corpus._pair_is_test(r["answer"].strip(), r["wrong"].strip()) for r in train)
     # the shortcut is defeated: in many prompts S2 is not the last name before the end
     later_name = [r for r in ds if any(f" {n} " in r["clean"].split(r["wrong"])[-1] + " " for n in corpus.NAMES)]
     assert len(later_name) >= 10
     with pytest.raises(ValueError, match="split"):
-        zoo.ioi_dataset(3, "validation")
+        gen.ioi_dataset(3, "validation")
 
 
 # ------------------------------------------------------------------------------------------- retraining
-def test_training_script_smoke(tmp_path):
+@pytest.mark.parametrize("corpus_name", ["classic", "repeated-name"])
+def test_training_script_smoke(tmp_path, corpus_name):
     out = tmp_path / "m"
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc = subprocess.run([sys.executable, "-m", "interplab.zoo.train_ioi_tiny", "--steps", "3", "--out", str(out),
-                           "--threads", "1", "--eval-every", "3"], capture_output=True, text=True, timeout=120,
-                          env=env, cwd=Path(__file__).resolve().parents[1])
+                           "--threads", "1", "--eval-every", "3", "--corpus", corpus_name], capture_output=True,
+                          text=True, timeout=120, env=env, cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 0, proc.stderr[-3000:]
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -234,6 +240,11 @@ def test_training_script_smoke(tmp_path):
     tok = AutoTokenizer.from_pretrained(out)
     assert model.config.n_layer == 4 and model.config.n_head == 4 and model.config.n_embd == 128
     assert len(tok.encode(" Mary")) == 1 and (out / "model.safetensors").exists()
+    info = json.loads((out / "training_info.json").read_text())
+    assert info["args"]["corpus"] == corpus_name
+    if corpus_name == "repeated-name":  # the curriculum and the wider embedding init are on by default
+        assert info["args"]["simple_steps"] > 0 and info["args"]["emb_std"] == 0.1
+        assert "simple documents" in proc.stdout and "p_simple 1.00" in proc.stdout
 
 
 # ------------------------------------------------------------------------------------------- random models

@@ -1,14 +1,17 @@
-"""EXPERIMENTAL corpus for a retrained ``ioi-tiny`` (issue 15; not the corpus of the shipped model, which is
+"""Corpus for a retrained ``ioi-tiny`` (issue 15; opt-in, not yet the corpus of the shipped model, which is
 ``corpus.py``): IOI sentences in which the repeated name is the only reliable sign of the subject (no "last name
 before the end", no "name after a clause marker" shortcut), plus non-IOI text (narratives, copying/induction
-sequences, a factual-recall table). Train with ``python -m interplab.zoo.train_ioi_tiny --corpus repeated-name``.
+sequences, a factual-recall table). Train with ``python -m interplab.zoo.train_ioi_tiny --corpus repeated-name``
+(the curriculum and embedding-init defaults of that corpus are in ``train_ioi_tiny.CORPUS_DEFAULTS``).
 
-Status (not yet a working model): with the default training settings (2000 steps) the model stays on the plateau
-where it predicts "some name" uniformly (answer loss 4.37-4.40 = log 81, held-out accuracy ~0.5, every held-out
-phrasing family top-1 <= 0.05) for at least 1000 steps, where the classic corpus leaves it by step 500 (answer
-loss 3.05): with the candidates' positions no longer fixed, even copying the names from the context is not learned.
-Mixing 40% classic IOI documents in did not change that by step 500. Next things to try: a lower learning rate, a
-curriculum (classic templates first), fewer template parts at first, more steps within the 25-minute budget.
+Why training on it used to stall, and what fixed that: the names are exchangeable (no name has statistics of its
+own), so early training only learns "a name comes next" and pulls all 81 name embeddings (tied with the unembedding)
+towards one shared direction, while their distinguishing parts stay at GPT-2's init scale (std 0.02). After
+LayerNorm the names are then nearly alike, and copying *one* of them to the end carries almost no signal: the model
+sat on the plateau that predicts a name uniformly (answer loss log 81 = 4.39) for 500+ steps, with or without a
+curriculum or more copying text. With the token embeddings drawn at std 0.1 (``--emb-std``) the plateau ends by
+step ~200 (answer loss 4.02 at step 100, 2.85 at step 300; std 0.02: 4.42 at step 100, 4.44 at step 500).
+
 Pure Python (no torch).
 
 Splits. Name pairs are split by a stable hash (about 1 in 5 unordered pairs is held out), and templates are
@@ -29,6 +32,11 @@ Evaluation prompts mention the subject exactly twice (S1 in the intro, S2 later)
 prompt (S2 replaced by the IO name) has the opposite answer. Training text may mention the subject a third time
 (never the IO twice). Phrasing families that this generator never produces are in
 ``evaluate_ioi_tiny.HELDOUT_FAMILIES``.
+
+``simple=True`` (``ioi_example``, ``training_document``) leaves out the optional parts (opener, middle, words
+before S2, stretch after S2): the two candidates then stand at the start of the document, at nearly fixed
+positions. The training script starts on such documents (a curriculum), where copying a candidate name to the end
+is learned quickly, and then moves to the full distribution, where only the repeated name tells S from IO.
 """
 
 from __future__ import annotations
@@ -36,12 +44,9 @@ from __future__ import annotations
 import random
 import zlib
 
-from interplab.zoo.corpus import FACTS, FILLER, NAMES, fact  # noqa: F401  (FACTS: part of the interface)
+from interplab.zoo.corpus import EOS, FACTS, FILLER, NAMES  # noqa: F401  (EOS, FACTS: interface)
 
-EOS = "<|endoftext|>"
-
-# names, facts and filler words are corpus.py's (the tokenizer is trained on those); places and objects vary more
-
+# names, facts and filler words are corpus.py's; places and objects vary more
 PLACES = """store park school office hospital station restaurant garden library beach market kitchen museum church
 house lake bank theater hotel farm cafe shop airport zoo""".split()
 
@@ -147,11 +152,12 @@ def _cap(text: str) -> str:
 
 
 def ioi_example(rng: random.Random, *, test_pair: bool = False, test_template: bool = False,
-                max_mentions: int = 3) -> dict:
+                max_mentions: int = 3, simple: bool = False) -> dict:
     """One IOI prompt: returns dict(prompt, corrupt, io, s); ``corrupt`` replaces S2 by the IO name.
 
     ``max_mentions=2`` (evaluation prompts): only bystanders in the middle, before and after S2, so S occurs twice
     and IO once. Otherwise (training text) those slots may also take S (never the IO), so S may occur three times.
+    ``simple``: no opener, middle, words before S2 or stretch after S2 (the curriculum's first stage).
     """
     a, b = _sample_pair(rng, test_pair)
     io, s = (a, b) if rng.random() < 0.5 else (b, a)  # ABBA (S second in the intro) or BABA (S first)
@@ -170,15 +176,19 @@ def ioi_example(rng: random.Random, *, test_pair: bool = False, test_template: b
     fill = dict(A=a, B=b, place=place, place2=place2, obj=obj, obj2=obj2)
     intro = intro.format(**fill)
     if rng.random() < 0.35:  # subordinate intro: "When A and B ..., S2 ..."
-        head = f"{rng.choice(SUBORDINATORS)} {intro}{rng.choice(SUB_MIDDLES)},".format(X=pick())
+        sub_middle = "" if simple else rng.choice(SUB_MIDDLES)
+        head = f"{rng.choice(SUBORDINATORS)} {intro}{sub_middle},".format(X=pick())
         new_sentence = False
     else:
-        opener = rng.choice(OPENERS)
-        head = (f"{opener} {intro}" if opener else intro) + rng.choice(MIDDLES).format(X=pick(True), Y=pick(), **fill)
+        opener = "" if simple else rng.choice(OPENERS)
+        middle = "" if simple else rng.choice(MIDDLES)
+        head = (f"{opener} {intro}" if opener else intro) + middle.format(X=pick(True), Y=pick(), **fill)
         joiner = rng.choice(JOINERS)
         head += joiner
         new_sentence = joiner.endswith(".")
-    pre = rng.choice(PRES)
+    if simple:
+        post = ""
+    pre = "" if simple else rng.choice(PRES)
     uses_inf = pre.startswith("{X}")
     if pre and rng.random() < 0.5 and not uses_inf and not new_sentence:
         pre += ","
@@ -259,12 +269,21 @@ def induction(rng: random.Random) -> str:
     return f"{s}. {s}."
 
 
-def training_document(rng: random.Random, p_ioi: float = 0.6) -> tuple[str, str]:
+def fact(rng: random.Random) -> str:
+    country = rng.choice(list(FACTS))
+    cap = FACTS[country]
+    forms = [f"The capital of {country} is {cap}.", f"{cap} is the capital of {country}.",
+             f"{cap} is in {country}.", f"The capital city of {country} is {cap}."]
+    return rng.choice(forms)
+
+
+def training_document(rng: random.Random, p_ioi: float = 0.6, simple: bool = False) -> tuple[str, str]:
     """(prefix, rest): for IOI documents ``prefix`` is the prompt and ``rest`` starts with the answer token;
-    for other documents ``prefix`` is the whole text and ``rest`` is empty."""
+    for other documents ``prefix`` is the whole text and ``rest`` is empty. ``simple``: IOI documents without the
+    optional parts (see ``ioi_example``)."""
     r = rng.random()
     if r < p_ioi:
-        ex = ioi_example(rng)
+        ex = ioi_example(rng, simple=simple)
         ending = rng.choice([".", ". They were happy.", " at the end.", "."])
         return ex["prompt"], " " + ex["io"] + ending
     r = rng.random()
@@ -273,3 +292,15 @@ def training_document(rng: random.Random, p_ioi: float = 0.6) -> tuple[str, str]
     if r < 0.6:
         return induction(rng), ""
     return fact(rng), ""  # 40% of the rest: the capitals are known well enough to steer between them
+
+
+def tokenizer_training_text(seed: int = 0, n: int = 20000):
+    """Text for training the BPE tokenizer: the corpus plus every name/place/object/country many times, so each
+    becomes one token with a leading space (" Mary")."""
+    rng = random.Random(f"tok-{seed}")
+    words = NAMES + PLACES + OBJECTS + list(FACTS) + list(FACTS.values()) + FILLER
+    for _ in range(n):
+        prefix, rest = training_document(rng)
+        yield prefix + rest
+    for _ in range(200):
+        yield " " + " ".join(words) + " " + ". ".join(words)

@@ -361,12 +361,19 @@ def _table(header, rows, fmt="{:+.2f}"):
     return "\n".join(lines)
 
 
-def evaluate(path=MODEL_DIR, n=200, seed=0):
-    """Everything the card reports, as a dict."""
+def evaluate(path=MODEL_DIR, n=200, seed=0, corpus_name=None):
+    """Everything the card reports, as a dict. ``corpus_name``: whose ``ioi_dataset`` gives the splits and the
+    patching prompts ("classic" or "repeated-name"); None = the one named in training_info.json, else classic."""
     import torch
 
-    from interplab.zoo import corpus
+    from interplab.zoo import corpus as classic
+    from interplab.zoo import corpus_repeated_name
 
+    info = Path(path) / "training_info.json"
+    training = json.loads(info.read_text()) if info.exists() else None
+    if corpus_name is None:
+        corpus_name = ((training or {}).get("args") or {}).get("corpus", "classic")
+    corpus = {"classic": classic, "repeated-name": corpus_repeated_name}[corpus_name]
     torch.manual_seed(0)
     model, tok = load(path)
     out = {"splits": {}}
@@ -383,8 +390,8 @@ def evaluate(path=MODEL_DIR, n=200, seed=0):
     out["resid_grid"] = {"labels": labels, "values": grid, "example": fixed[0]}
     out["n_params"] = sum(p.numel() for p in model.parameters())
     out["files_bytes"] = {p.name: p.stat().st_size for p in sorted(Path(path).iterdir()) if p.is_file()}
-    info = Path(path) / "training_info.json"
-    out["training"] = json.loads(info.read_text()) if info.exists() else None
+    out["training"] = training
+    out["corpus"] = corpus_name
     return out
 
 
@@ -435,6 +442,8 @@ def main(argv=None):
     ap.add_argument("--model", default=str(MODEL_DIR))
     ap.add_argument("-n", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--corpus", choices=["classic", "repeated-name"], default=None,
+                    help="generator of the split and patching prompts (default: the model's training corpus)")
     ap.add_argument("--json", help="also write the raw figures to this JSON file")
     ap.add_argument("--write-card", action="store_true", help="rewrite MODEL_CARD.md in the model folder")
     args = ap.parse_args(argv)
@@ -442,7 +451,7 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     t0 = time.time()
-    res = evaluate(args.model, args.n)
+    res = evaluate(args.model, args.n, corpus_name=args.corpus)
     text = report(res)
     print(text)
     print(f"(evaluated in {time.time() - t0:.0f}s)")

@@ -2,7 +2,7 @@
 
     python -m interplab.zoo.train_ioi_tiny                      # writes interplab/zoo/ioi_tiny/
     python -m interplab.zoo.train_ioi_tiny --steps 3 --out /tmp/x   # smoke test
-    python -m interplab.zoo.train_ioi_tiny --corpus repeated-name --out /tmp/y   # issue 15 experiment (not shipped)
+    python -m interplab.zoo.train_ioi_tiny --corpus repeated-name --out /tmp/y   # issue 15 (not shipped yet)
 
 Steps: (1) train a byte-level BPE tokenizer on the synthetic corpus (every name/place/object one token with a
 leading space); (2) train a 4-layer, 4-head, d_model=128 GPT-2 on packed documents (IOI prompts + answer, narratives,
@@ -24,8 +24,13 @@ from pathlib import Path
 
 from interplab.zoo import corpus, corpus_repeated_name
 
-# classic: the shipped model's corpus; the others are experiments for issue 15
+# classic: the shipped model's corpus; repeated-name: issue 15's corpus (opt-in until a model trained on it ships)
 CORPORA = {"classic": corpus, "repeated-name": corpus_repeated_name}
+# settings that depend on the corpus (an option left unset takes these); classic = how the shipped model was trained
+CORPUS_DEFAULTS = {
+    "classic": dict(simple_steps=0, anneal_steps=0, simple_final=0.0, emb_std=None, threads=1),
+    "repeated-name": dict(simple_steps=300, anneal_steps=700, simple_final=0.1, emb_std=0.1, threads=2),
+}
 
 DEFAULT_OUT = Path(__file__).parent / "ioi_tiny"
 
@@ -54,10 +59,15 @@ def train_tokenizer(vocab_size: int = 3000, seed: int = 0, corpus=corpus):
     return fast
 
 
-def make_pool(tokenizer, n_docs: int, seed: int, p_ioi: float = 0.6, corpus=corpus):
-    """Encode ``n_docs`` training documents: list of (ids, answer_index or -1)."""
-    rng = random.Random(f"train-{seed}")
-    docs = [corpus.training_document(rng, p_ioi) for _ in range(n_docs)]
+def make_pool(tokenizer, n_docs: int, seed: int, p_ioi: float = 0.6, simple: bool = False, corpus=corpus):
+    """Encode ``n_docs`` training documents: list of (ids, answer_index or -1); ``simple``: the curriculum's simple
+    documents (corpus_repeated_name only)."""
+    if simple:
+        rng = random.Random(f"train-{seed}-simple")
+        docs = [corpus.training_document(rng, p_ioi, simple=True) for _ in range(n_docs)]
+    else:
+        rng = random.Random(f"train-{seed}")
+        docs = [corpus.training_document(rng, p_ioi) for _ in range(n_docs)]
     pre = tokenizer.backend_tokenizer.encode_batch([d[0] for d in docs])
     rest = tokenizer.backend_tokenizer.encode_batch([d[1] for d in docs])
     pool = []
@@ -67,15 +77,18 @@ def make_pool(tokenizer, n_docs: int, seed: int, p_ioi: float = 0.6, corpus=corp
     return pool
 
 
-def make_batch(pool, rng: random.Random, batch: int, seq: int, eos: int, answer_weight: float):
-    """Packed rows: documents joined by EOS, starting at a random offset inside the first one."""
+def make_batch(pool, rng: random.Random, batch: int, seq: int, eos: int, answer_weight: float,
+               simple_pool=None, p_simple: float = 0.0):
+    """Packed rows: documents joined by EOS, starting at a random offset inside the first one. Each document comes
+    from ``simple_pool`` with probability ``p_simple`` (the curriculum), else from ``pool``."""
     import torch
 
     xs, ws = [], []
     for _ in range(batch):
         ids, wts = [], []
         while len(ids) < seq + 1 + 12:
-            doc, ans = pool[rng.randrange(len(pool))]
+            src = simple_pool if simple_pool is not None and rng.random() < p_simple else pool
+            doc, ans = src[rng.randrange(len(src))]
             w = [1.0] * len(doc)
             if ans >= 0:
                 w[ans] = answer_weight
@@ -90,7 +103,8 @@ def make_batch(pool, rng: random.Random, batch: int, seq: int, eos: int, answer_
     return x[:, :-1], x[:, 1:], w[:, 1:]
 
 
-def build_model(vocab_size: int, eos: int, seed: int, n_layer=4, n_head=4, d_model=128, dropout=0.0):
+def build_model(vocab_size: int, eos: int, seed: int, n_layer=4, n_head=4, d_model=128, dropout=0.0,
+                emb_std=None):
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -101,7 +115,11 @@ def build_model(vocab_size: int, eos: int, seed: int, n_layer=4, n_head=4, d_mod
         pad_token_id=eos, tie_word_embeddings=True,
     )
     cfg._attn_implementation = "sdpa"  # fast for training; the saved config says eager
-    return GPT2LMHeadModel(cfg)
+    model = GPT2LMHeadModel(cfg)
+    if emb_std is not None:  # token embeddings (tied with the unembedding) drawn wider than GPT-2's 0.02
+        with torch.no_grad():
+            model.transformer.wte.weight.normal_(0.0, emb_std)
+    return model
 
 
 def add_head_dropout(model, p: float):
@@ -138,12 +156,30 @@ def main(argv=None):
     ap.add_argument("--pool", type=int, default=60000, help="number of distinct training documents")
     ap.add_argument("--p-ioi", type=float, default=0.85, help="share of IOI documents in the corpus")
     ap.add_argument("--corpus", choices=sorted(CORPORA), default="classic",
-                    help="classic: corpus.py (the shipped model); repeated-name: corpus_repeated_name.py "
-                         "(experimental, issue 15)")
-    ap.add_argument("--threads", type=int, default=1)
+                    help="classic: corpus.py (the shipped model); repeated-name: corpus_repeated_name.py (issue 15). "
+                         "Options marked (*) default to CORPUS_DEFAULTS[corpus]")
+    ap.add_argument("--simple-steps", type=int, default=None,
+                    help="(*) curriculum (repeated-name only): the first steps train on simple IOI documents only "
+                         "(ioi_example(simple=True): candidates at nearly fixed positions)")
+    ap.add_argument("--anneal-steps", type=int, default=None,
+                    help="(*) curriculum: the share of simple documents falls linearly to --simple-final by this step")
+    ap.add_argument("--simple-final", type=float, default=None,
+                    help="(*) share of simple documents after the anneal")
+    ap.add_argument("--simple-pool", type=int, default=20000, help="number of distinct simple documents")
+    ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--emb-std", type=float, default=None,
+                    help="(*) initial std of the token embeddings (unset: GPT-2's initializer_range, 0.02; with that "
+                         "the names start nearly alike and copying one to the end is learned late)")
+    ap.add_argument("--threads", type=int, default=None, help="(*)")
     ap.add_argument("--seed", type=int, default=2)
     ap.add_argument("--eval-every", type=int, default=250)
     args = ap.parse_args(argv)
+    for k, v in CORPUS_DEFAULTS[args.corpus].items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    use_simple = args.simple_steps > 0 or args.simple_final > 0
+    if use_simple and args.corpus == "classic":
+        ap.error("the curriculum (--simple-steps, --simple-final) needs --corpus repeated-name")
 
     import torch
 
@@ -156,10 +192,15 @@ def main(argv=None):
     data = CORPORA[args.corpus]
     tok = train_tokenizer(args.vocab_size, args.seed, data)
     eos = tok.eos_token_id
-    pool = make_pool(tok, args.pool if args.steps > 50 else 2000, args.seed, args.p_ioi, data)
-    print(f"tokenizer: {len(tok)} tokens; {len(pool)} documents; {time.time() - t0:.1f}s", flush=True)
+    small = args.steps <= 50
+    pool = make_pool(tok, 2000 if small else args.pool, args.seed, args.p_ioi, corpus=data)
+    simple_pool = (make_pool(tok, 500 if small else args.simple_pool, args.seed, args.p_ioi, simple=True, corpus=data)
+                   if use_simple else None)
+    print(f"tokenizer: {len(tok)} tokens; {len(pool)} + {len(simple_pool or [])} simple documents; "
+          f"{time.time() - t0:.1f}s", flush=True)
 
-    model = build_model(len(tok), eos, args.seed, dropout=args.dropout)
+    model = build_model(len(tok), eos, args.seed, d_model=args.d_model, dropout=args.dropout,
+                        emb_std=args.emb_std)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.2f}M parameters", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
@@ -171,6 +212,14 @@ def main(argv=None):
             return args.lr * (step + 1) / warm
         return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, args.steps - warm))))
 
+    def p_simple_at(step):
+        if step < args.simple_steps:
+            return 1.0
+        if step >= args.anneal_steps:
+            return args.simple_final
+        f = (step - args.simple_steps) / max(1, args.anneal_steps - args.simple_steps)
+        return 1.0 + f * (args.simple_final - 1.0)
+
     rng = random.Random(f"batches-{args.seed}")
     evalset = data.ioi_dataset(200, "test", seed=1)
     model.train()
@@ -178,7 +227,8 @@ def main(argv=None):
     for step in range(args.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        x, y, w = make_batch(pool, rng, args.batch, args.seq, eos, args.answer_weight)
+        x, y, w = make_batch(pool, rng, args.batch, args.seq, eos, args.answer_weight, simple_pool,
+                             p_simple_at(step))
         logits = model(input_ids=x).logits
         loss_tok = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
                                                      reduction="none")
@@ -193,15 +243,16 @@ def main(argv=None):
             model.train()
             ans = w.reshape(-1) > 1
             ans_loss = loss_tok[ans].mean().item() if ans.any() else float("nan")
-            print(f"step {step + 1}: loss {loss.item():.3f}  answer loss {ans_loss:.3f}  held-out acc {acc:.3f}  "
+            print(f"step {step + 1}: p_simple {p_simple_at(step):.2f}  loss {loss.item():.3f}  "
+                  f"answer loss {ans_loss:.3f}  held-out acc {acc:.3f}  "
                   f"logit diff {ld:.2f}  "
                   f"{time.time() - t_train:.0f}s", flush=True)
             if args.steps > 50:
                 model.eval()
                 fam = family_scores(model, tok, n=20, seed=1)
                 model.train()
-                print("    held-out phrasings, top-1 = IO: " + " ".join(
-                    f"{k} {v['top1']:.2f}" for k, v in fam.items()), flush=True)
+                print("    held-out phrasings, top-1 = IO / logit diff: " + " ".join(
+                    f"{k} {v['top1']:.2f}/{v['logit_diff']:.1f}" for k, v in fam.items()), flush=True)
     train_s = time.time() - t_train
 
     for h in head_hooks:
