@@ -6,6 +6,8 @@
     interplab sweep --json          a patching sweep for scripts, as JSON on stdout
     interplab bench                 the speed benchmarks in benchmarks/ (a source checkout)
     interplab export NB.ipynb       an executed notebook as HTML whose widgets draw offline (--execute runs it first)
+    interplab check                 a pre-flight check before a workshop: versions, the widget code, the embedded
+                                    model's IOI sweep checked against an invariant; says "ready" or what to fix
 
 `interplab lab` and `interplab export` need JupyterLab: pip install "interplab[lab]". `interplab <command> --help`
 explains each option.
@@ -236,6 +238,73 @@ def cmd_bench(args) -> int:
     return rc
 
 
+# ---- check ----------------------------------------------------------------------------------------------
+
+def cmd_check(args) -> int:
+    """Each step prints ok or FAIL with what to do; the exit status is 0 only when everything needed works."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    failed = []
+
+    def step(name: str, ok: bool, detail: str, fix: str = "") -> None:
+        print(f"{'ok  ' if ok else 'FAIL'}  {name}: {detail}")
+        if not ok:
+            failed.append(name)
+            if fix:
+                print(f"      fix: {fix}")
+
+    import platform
+
+    step("python", sys.version_info >= (3, 10), platform.python_version(), "use Python 3.10 or newer")
+    versions = {}
+    for module in ("torch", "transformers", "anywidget", "ipywidgets", "interplab"):
+        try:
+            versions[module] = importlib.import_module(module).__version__
+        except Exception as e:  # a broken install shows here, with the reason
+            step(module, False, f"cannot be imported ({type(e).__name__}: {e})",
+                 'pip install "interplab[lab]" (on a machine without an NVIDIA GPU, first: pip install torch '
+                 "--index-url https://download.pytorch.org/whl/cpu)")
+    if versions:
+        step("packages", len(versions) == 5, ", ".join(f"{k} {v}" for k, v in versions.items()))
+    lab_missing = missing_lab_modules()
+    step("jupyterlab", not lab_missing, "installed" if not lab_missing else f"missing {', '.join(lab_missing)}",
+         'pip install "interplab[lab]" (needed by `interplab lab`)')
+    static = Path(__file__).resolve().parent / "static"
+    bundle = [static / name for name in ("widgets.js", "loader.js")]
+    step("widget code", all(f.is_file() and f.stat().st_size > 0 for f in bundle),
+         ", ".join(f"{f.name} {f.stat().st_size // 1024} kB" if f.is_file() else f"{f.name} missing"
+                   for f in bundle), "reinstall interplab: its wheel carries the built widget code")
+    def not_ready() -> int:
+        print(f"not ready: {', '.join(failed)} failed. Fix the lines marked FAIL, then run `interplab check` again.")
+        return 1
+
+    if "torch" not in versions or "transformers" not in versions:
+        return not_ready()
+    import interplab as ilab
+
+    start = time.perf_counter()
+    try:
+        lab = ilab.Lab.load(args.model)
+    except Exception as e:
+        step("model", False, f"{args.model!r} does not load: {e}")  # the load error says how to fix it
+        return not_ready()
+    step("model", True, f"{lab} loaded in {time.perf_counter() - start:.1f} s")
+    start = time.perf_counter()
+    res = lab.patch_sweep(CLEAN, CORRUPT, "resid_pre", ("layer", "pos"), ilab.logit_diff(" Mary", " John"),
+                          progress=False)
+    seconds = time.perf_counter() - start
+    # Patching the whole clean residual at layer 0 where the prompts differ makes the run the clean run: 1 exactly.
+    differ = [i for i, (a, b) in enumerate(zip(lab.to_str_tokens(CLEAN), lab.to_str_tokens(CORRUPT))) if a != b]
+    restored = float(res.values[0, differ[0]]) if differ else float("nan")
+    step("IOI sweep", abs(restored - 1) < 1e-3,
+         f"{res.values.numel()} cells in {seconds:.1f} s; clean {res.clean_value:+.2f}, corrupt "
+         f"{res.corrupt_value:+.2f}; layer 0 at {lab.to_str_tokens(CLEAN)[differ[0]]!r} restores {restored:.4f} "
+         f"(must be 1)", "the numbers on this machine are wrong: report it with this output")
+    if failed:
+        return not_ready()
+    print("ready: start the lab with `interplab lab`.")
+    return 0
+
+
 # ---- export ---------------------------------------------------------------------------------------------
 
 def cmd_export(args) -> int:
@@ -292,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "  interplab sweep --json --site z --by layer,head\n"
                                         "  interplab export notebooks/01_ioi_patching.ipynb --execute\n"
                                         "  interplab lab --help")
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{lab,sweep,bench,export}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{lab,sweep,bench,export,check}")
 
     p = sub.add_parser(
         "lab", formatter_class=fmt, help="JupyterLab on the IOI notebook (needs pip install \"interplab[lab]\")",
@@ -387,6 +456,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=int, default=600, metavar="S",
                    help="with --execute: seconds one cell may run (default: %(default)s)")
     p.set_defaults(fn=cmd_export)
+
+    p = sub.add_parser(
+        "check", formatter_class=fmt, help="a pre-flight check: versions, widget code, the embedded model's sweep",
+        description=_wrap("Check that this machine is ready for the lab: the Python and package versions, "
+                          "JupyterLab, the widget code, and the embedded model's IOI patching sweep, whose layer-0 "
+                          "cell where the prompts differ must restore exactly 1. Prints ok or FAIL for each, with "
+                          "what to do; exits 0 only when everything needed works. Runs offline."),
+        epilog="examples:\n  interplab check\n  interplab check --model /path/to/gpt2   # a local model folder")
+    p.add_argument("--model", default="ioi-tiny", type=_nonempty,
+                   help="the model to check (default: %(default)s, the embedded one)")
+    p.set_defaults(fn=cmd_check)
     return ap
 
 

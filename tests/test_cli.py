@@ -209,3 +209,21 @@ def test_an_uncached_hub_id_without_network_fails_fast_and_says_what_to_do(tmp_p
     seconds, message = out.stdout.split("\n", 1)
     assert float(seconds) < 2.0, f"took {seconds} s: {message}"
     assert "local directory" in message and "Lab.load('/path/to/gpt2')" in message
+
+
+def test_check_says_ready_after_checking_the_sweep_against_its_invariant():
+    out = run_cli("check")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[-1].startswith("ready")
+    assert not any(line.startswith("FAIL") for line in lines)
+    sweep = next(line for line in lines if "IOI sweep" in line)
+    assert re.search(r"restores 1\.0000 \(must be 1\)", sweep), sweep
+    assert f"torch {torch.__version__}" in out.stdout
+
+
+def test_check_fails_with_the_reason_and_the_fix(tmp_path):
+    out = run_cli("check", "--model", str(tmp_path / "no-such-model"))
+    assert out.returncode == 1
+    assert "FAIL  model" in out.stdout and "no-such-model" in out.stdout
+    assert out.stdout.splitlines()[-1].startswith("not ready: model failed")
