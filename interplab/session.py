@@ -6,10 +6,12 @@ Everything here returns lists, dicts, floats and strings; the widgets (interplab
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import torch
 
+from . import edges as edges_
 from .edits import Edit, SourceRef, patch, steer
 from .engine import Engine
 from .lens import logit_lens
@@ -269,3 +271,51 @@ def attention_view(lab: Engine, prompt: str, layer: int, head: int) -> dict:
     run = lab.run(prompt, cache=[("pattern", layer)], log=False)
     return {"tokens": lab.to_str_tokens(prompt), "pattern": run.cache["pattern", layer][0, head].tolist(),
             "title": f"attention pattern L{layer} H{head}"}
+
+
+# ---- the circuit graph: edges between components --------------------------------------------------------------
+_WRITER = re.compile(r"embed|L(\d+)H(\d+)|MLP(\d+)")
+_READER = re.compile(r"L(\d+)H(\d+)\.([qkv])|MLP(\d+)|logits")
+
+
+def edge_graph(scores: edges_.EdgeScores) -> dict:
+    """An EdgeScores as the circuit graph's traits: its nodes (embed, heads, MLPs, logits, each with its layer) and
+    its edges [name, writer, reader node, site, score], largest |score| first."""
+    heads, layers, rows = set(), set(), []
+    for name, score in zip(scores.edges, scores.scores.tolist()):
+        writer, _, reader = name.partition(" -> ")
+        w, r = _WRITER.fullmatch(writer), _READER.fullmatch(reader)
+        if w is None or r is None:
+            raise ValueError(f"edge {name!r}: expected 'writer -> reader' as interplab.edges names them")
+        for m, (lh, hh, mlp) in ((w, (1, 2, 3)), (r, (1, 2, 4))):
+            if m.group(lh) is not None:
+                layers.add(int(m.group(lh)))
+                heads.add(int(m.group(hh)))
+            elif m.group(mlp) is not None:
+                layers.add(int(m.group(mlp)))
+        node, site = (f"L{r.group(1)}H{r.group(2)}", r.group(3)) if r.group(3) else (reader, "")
+        score = float(score)
+        rows.append([name, writer, node, site, score if math.isfinite(score) else 0.0])
+    rows.sort(key=lambda e: -abs(e[4]))
+    n_layers, n_heads = max(layers, default=-1) + 1, max(heads, default=-1) + 1
+    nodes = [{"name": "embed", "kind": "embed", "layer": -1, "index": 0}]
+    for layer in range(n_layers):
+        nodes += [{"name": f"L{layer}H{h}", "kind": "head", "layer": layer, "index": h} for h in range(n_heads)]
+        nodes.append({"name": f"MLP{layer}", "kind": "mlp", "layer": layer, "index": n_heads})
+    nodes.append({"name": "logits", "kind": "logits", "layer": n_layers, "index": 0})
+    return {"nodes": nodes, "edges": rows, "method": scores.method, "metric_name": scores.metric_name,
+            "base_value": scores.base_value, "source_value": scores.source_value,
+            "title": f"edges by {scores.method}: {scores.metric_name}, base {scores.base_value:.4g} -> "
+                     f"source {scores.source_value:.4g}"}
+
+
+def edge_exact(lab: Engine, clean, corrupt, metric, edge: str, direction: str = "denoise") -> float:
+    """One edge patched exactly: metric(patched) - metric(base), as lab.edge_patch gives it."""
+    return float(edges_.edge_patch(lab, clean, corrupt, metric, edges=[edge], direction=direction).scores[0])
+
+
+def circuit_view(lab: Engine, clean, corrupt, metric, edges: list[str]) -> dict:
+    """A set of edges evaluated for faithfulness (lab.circuit), as plain numbers."""
+    r = edges_.circuit(lab, clean, corrupt, metric, list(edges))
+    return {"n_edges": r.n_edges, "total_edges": r.total_edges, "value": r.value, "faithfulness": r.faithfulness,
+            "clean_value": r.clean_value, "corrupt_value": r.corrupt_value}

@@ -6,9 +6,11 @@ All of them render from one bundled ESM, ``interplab/static/widgets.js`` (plotly
 
 from .attention import AttentionView
 from .base import LabWidget, MessageError
+from .circuit import CircuitGraph
 from .heatmap import PatchingHeatmap
 from .lens import LensView
 from .logits import LogitPanel
 from .steering import SteeringPanel
 
-__all__ = ["AttentionView", "LabWidget", "LensView", "LogitPanel", "MessageError", "PatchingHeatmap", "SteeringPanel"]
+__all__ = ["AttentionView", "CircuitGraph", "LabWidget", "LensView", "LogitPanel", "MessageError", "PatchingHeatmap",
+           "SteeringPanel"]

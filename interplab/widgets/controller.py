@@ -17,12 +17,16 @@ from ..engine import Engine
 from ..session import (
     PatchSession,
     attention_view,
+    circuit_view,
+    edge_exact,
+    edge_graph,
     lens_view,
     steering_generate,
     steering_preview,
     steering_vector,
 )
 from .attention import AttentionView
+from .circuit import CircuitGraph
 from .composite import Composite
 from .heatmap import PatchingHeatmap
 from .lens import LensView
@@ -328,4 +332,60 @@ def steering_panel(lab: Engine, prompt: str, positive: list[str], negative: list
     return ctrl.panel
 
 
+def edges_for(scores, lab: Engine | None = None, clean=None, corrupt=None, metric=None, direction: str = "denoise",
+              count: int | None = None) -> CircuitGraph:
+    """The circuit graph of an EdgeScores (scores.show(lab, clean, corrupt, metric)): the top `count` edges (20 by
+    default) drawn and chosen; with the lab and the pair, a clicked edge is patched exactly on the lab's worker and
+    the button evaluates the chosen circuit's faithfulness. Without them, the estimates only."""
+    view = CircuitGraph(**edge_graph(scores))
+    view.count = min(20, len(view.edges)) if count is None else count
+    live = lab is not None and clean is not None and corrupt is not None and metric is not None
+    if not live:
+        view.status = "estimates only: scores.show(lab, clean, corrupt, metric) patches a clicked edge exactly"
+    if getattr(scores, "method", "") == "exact":  # the scores are exact already: a click has nothing to compute
+        view.exact = dict(zip(scores.edges, (float(v) for v in scores.scores.tolist())))
+
+    def need_lab(what: str) -> None:
+        if not live:
+            raise RuntimeError(f"{what} needs the lab and the pair: scores.show(lab, clean, corrupt, metric)")
+
+    def on_edge(edge: str) -> None:  # the comm thread: the patch runs on the worker
+        if edge in view.exact:
+            view.status = f"{edge}: exact {view.exact[edge]:.4g}"
+            return
+        need_lab("patching an edge")
+        view.status = f"{edge}: patching..."
+        t0 = time.perf_counter()
+
+        def done(value):
+            with view.hold_sync():
+                view.exact = {**view.exact, edge: value}
+                view.status = f"{edge}: exact {value:.4g}, in {1000 * (time.perf_counter() - t0):.0f} ms"
+                view.error = ""
+
+        lab.worker.submit(f"edge:{id(view)}", lambda: edge_exact(lab, clean, corrupt, metric, edge, direction),
+                          done, widget=view)
+
+    def on_circuit() -> None:
+        need_lab("evaluating a circuit")
+        chosen = view.shown()
+        view.status = f"evaluating a circuit of {len(chosen)} edges..."
+        t0 = time.perf_counter()
+
+        def done(result):
+            with view.hold_sync():
+                view.circuit = result
+                view.status = f"circuit of {result['n_edges']} edges evaluated in " \
+                              f"{1000 * (time.perf_counter() - t0):.0f} ms"
+                view.error = ""
+
+        lab.worker.submit(f"circuit:{id(view)}", lambda: circuit_view(lab, clean, corrupt, metric, chosen), done,
+                          widget=view)
+
+    view.on_edge(on_edge)
+    view.on_circuit(on_circuit)
+    return view
+
+
 display.register("sweep", heatmap_for)  # res.show() reaches the heatmap through the registry
+display.register("edges", edges_for)

@@ -1,6 +1,7 @@
 // One bundle for every interplab widget: render() dispatches on the model's `_view_kind` trait (a "composite" draws
 // several views on one model: composite.js).
 import * as attention from "./attention.js";
+import * as circuit from "./circuit.js";
 import * as composite from "./composite.js";
 import * as heatmap from "./heatmap.js";
 import * as lens from "./lens.js";
@@ -8,7 +9,7 @@ import * as logits from "./logits.js";
 import * as steering from "./steering.js";
 import { h } from "./plot.js";
 
-export const VIEWS = { heatmap, logits, steering, lens, attention, composite };
+export const VIEWS = { heatmap, logits, steering, lens, attention, circuit, composite };
 export { PROTOCOL } from "./protocol.js"; // exported so a test can compare the bundled copy with protocol.json
 
 function render({ model, el }) {

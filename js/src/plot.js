@@ -119,6 +119,13 @@ const CSS = `
   padding: 4px 12px; font-size: 13px; color: #333; }
 .interplab .il-tab.on { background: white; font-weight: 600; position: relative; top: 1px; }
 .interplab .interplab { margin: 0; }
+.interplab .il-graph { display: block; font-size: 11px; }
+.interplab .il-edge { cursor: pointer; }
+.interplab .il-edge-hit { pointer-events: stroke; }
+.interplab .il-edge:hover .il-edge-line, .interplab .il-edge.on .il-edge-line { stroke-opacity: 1; }
+.interplab .il-edge.on .il-edge-line { filter: drop-shadow(0 0 2px #000); }
+.interplab .il-nodes { pointer-events: none; }
+.interplab .il-layer-label { fill: #555; }
 `;
 
 // ---------------------------------------------------------------- styles, in the document or in a shadow root

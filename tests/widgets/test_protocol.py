@@ -13,13 +13,14 @@ import pytest
 
 from interplab.widgets import AttentionView, LabWidget, LensView, LogitPanel, PatchingHeatmap, SteeringPanel
 from interplab.widgets.base import BAD_MESSAGE, PROTOCOL
+from interplab.widgets.circuit import CircuitGraph
 from interplab.widgets.composite import Composite
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "js" / "src"
 VIEWS = PROTOCOL["views"]
 CLASSES = {cls._view_kind.default_value: cls for cls in (PatchingHeatmap, LogitPanel, SteeringPanel, LensView,
-                                                         AttentionView, Composite)}
+                                                         AttentionView, CircuitGraph, Composite)}
 SCALARS = {"int", "number", "bool", "string"}
 
 
@@ -226,6 +227,9 @@ GOOD = {
                             {"type": "update", "prompt": "p"}]),
     "lens": (lambda: LensView(probs=[[0.1, 0.2]], top_tokens=[["x", "y"]]), [{"type": "select", "row": 0, "col": 1}]),
     "attention": (lambda: AttentionView(n_layers=2, n_heads=2), [{"type": "select", "layer": 1, "head": 1}]),
+    "circuit": (lambda: CircuitGraph(edges=[["embed -> logits", "embed", "logits", "", 0.5],
+                                            ["embed -> L0H0.q", "embed", "L0H0", "q", 0.1]], count=1),
+                [{"type": "threshold", "count": 2}, {"type": "edge", "edge": "embed -> L0H0.q"}, {"type": "circuit"}]),
 }
 BAD = [{"type": "click", "id": 5, "row": 99, "col": 0, "shift": False}, {"type": "zap", "id": 6},
        {"type": "select", "id": 7}, {"type": "cancel", "id": "8"}, {"type": "remove", "id": 9}]

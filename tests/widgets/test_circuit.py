@@ -1,0 +1,186 @@
+"""The circuit graph (issue #16): EdgeScores.show() draws writers -> readers by layer; a real mouse click on an edge
+patches exactly that edge on the lab's worker and the page shows the number lab.edge_patch gives; the slider chooses
+the circuit and the button shows lab.circuit's faithfulness. The page talks to the real Python widget through a
+bridge (the widget's outgoing messages set the fake model's traits / arrive as custom messages; the page's requests
+go to the widget's own comm handler)."""
+
+from __future__ import annotations
+
+import pytest
+
+import interplab as ilab
+from interplab.session import edge_graph
+from interplab.widgets.base import BAD_MESSAGE
+from interplab.widgets.circuit import CircuitGraph
+
+CLEAN = "When Mary and John went to the store, John gave a drink to"
+CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
+METRIC = ilab.logit_diff(5, 9)
+
+
+@pytest.fixture()
+def scores(gpt2_lab):
+    return gpt2_lab.edge_attribution(CLEAN, CORRUPT, METRIC)
+
+
+def test_the_graph_holds_every_edge_by_score_and_every_node(gpt2_lab, scores):
+    g = edge_graph(scores)
+    assert sorted(e[0] for e in g["edges"]) == sorted(scores.edges)
+    assert [abs(e[4]) for e in g["edges"]] == sorted((abs(e[4]) for e in g["edges"]), reverse=True)
+    for name, writer, reader, site, score in g["edges"]:
+        assert score == pytest.approx(scores[name], abs=1e-12)
+        assert name == f"{writer} -> {reader}" + (f".{site}" if site else "")
+    names = [n["name"] for n in g["nodes"]]
+    assert names[0] == "embed" and names[-1] == "logits"
+    assert len(names) == 2 + gpt2_lab.n_layers * (gpt2_lab.n_heads + 1)
+    writers, readers, _ = ilab.edges.graph(gpt2_lab)
+    assert {w.name for w in writers} | {r.name.split(".")[0] for r in readers} == set(names)
+
+
+def test_a_clicked_edge_is_patched_exactly_and_the_circuit_evaluated(gpt2_lab, scores):
+    view = scores.show(gpt2_lab, CLEAN, CORRUPT, METRIC)
+    assert isinstance(view, CircuitGraph) and view.count == 20
+    edge = view.edges[3][0]
+    reply = view.send_test_message({"type": "edge", "edge": edge})
+    assert reply["ok"], reply
+    gpt2_lab.worker.join()
+    want = gpt2_lab.edge_patch(CLEAN, CORRUPT, METRIC, edges=[edge])
+    assert view.selected == edge and view.exact == {edge: pytest.approx(float(want.scores[0]), abs=1e-6)}
+    assert view.send_test_message({"type": "threshold", "count": 7})["ok"] and view.count == 7
+    assert view.send_test_message({"type": "circuit"})["ok"]
+    gpt2_lab.worker.join()
+    c = gpt2_lab.circuit(CLEAN, CORRUPT, METRIC, [e[0] for e in view.edges[:7]])
+    assert view.circuit["n_edges"] == 7 and view.circuit["faithfulness"] == pytest.approx(c.faithfulness, abs=1e-6)
+    assert view.error == "" and not ilab.attached_hooks()
+
+
+def test_bad_requests_get_readable_errors_and_no_work(gpt2_lab, scores):
+    view = scores.show(gpt2_lab, CLEAN, CORRUPT, METRIC)
+    n = len(view.edges)
+    for msg, text in [({"type": "edge", "edge": "L9H9 -> logits"}, "is not an edge of this graph"),
+                      ({"type": "edge", "edge": 3}, "must be a string"),
+                      ({"type": "edge"}, "missing the field 'edge'"),
+                      ({"type": "threshold", "count": n + 1}, f"out of range 1..{n}"),
+                      ({"type": "threshold", "count": 0}, f"out of range 1..{n}"),
+                      ({"type": "circuit", "edges": []}, "unexpected field(s) edges"),
+                      ({"type": "zap"}, "unknown message type")]:
+        reply = view.send_test_message(msg)
+        assert reply["ok"] is False and reply["error"].startswith(BAD_MESSAGE) and text in reply["error"], reply
+        assert view.error == reply["error"]
+    assert view.selected == "" and view.exact == {} and view.count == 20
+
+
+def test_without_the_lab_a_click_says_what_is_missing(scores):
+    view = scores.show()
+    edge = view.edges[0][0]
+    reply = view.send_test_message({"type": "edge", "edge": edge})
+    assert reply["ok"] is False and "scores.show(lab, clean, corrupt, metric)" in reply["error"]
+    assert view.selected == edge  # the estimate is still shown for it
+
+
+def test_exact_scores_need_no_patching(gpt2_lab):
+    exact = gpt2_lab.edge_patch(CLEAN, CORRUPT, METRIC, edges=["L2H2 -> logits", "embed -> MLP0"])
+    view = exact.show()
+    assert view.exact == pytest.approx(exact.as_dict()) and view.method == "exact"
+    assert view.send_test_message({"type": "edge", "edge": "embed -> MLP0"})["ok"]
+
+
+# ------------------------------------------------------------------------------------------- in Chromium
+class Bridge:
+    """The real Python widget behind a bare-page view: what the widget sends (trait updates, replies) reaches the
+    page's model; what the page sends goes to the widget's comm handler, as the comm would deliver it."""
+
+    def __init__(self, widget, mount, monkeypatch):
+        self.widget, self.out, self.seen = widget, [], 0
+        monkeypatch.setattr(widget, "_send", lambda msg, buffers=None: self.out.append(msg))
+        state = {k: v for k, v in widget.get_state().items() if k not in ("_esm", "_bundle", "layout")}
+        self.w = mount(widget._view_kind, **state)
+
+    def pump(self, lab=None):
+        """Page -> kernel (every new request), the worker's jobs, then kernel -> page (every message)."""
+        sent = self.w.sent
+        for msg in sent[self.seen:]:
+            self.widget._handle_msg({"content": {"data": {"method": "custom", "content": msg}}, "buffers": []})
+        self.seen = len(sent)
+        if lab is not None:
+            lab.worker.join()
+        out, self.out[:] = list(self.out), []
+        for msg in out:
+            if msg["method"] == "update":
+                self.w.set(**msg["state"])
+            elif msg["method"] == "custom":
+                self.w.receive(msg["content"])
+
+
+def edge_point(page, w, edge):
+    """The page pixel of the middle of an edge's drawn line (and which edge the page has there)."""
+    return w.js("""(w, name) => {
+        const g = [...w.el.querySelectorAll('.il-edge')].find((e) => e.dataset.edge === name);
+        const line = g.querySelector('.il-edge-line');
+        const p = line.getPointAtLength(line.getTotalLength() / 2);
+        const m = line.getScreenCTM();
+        const x = m.a * p.x + m.c * p.y + m.e, y = m.b * p.x + m.d * p.y + m.f;
+        const hit = document.elementFromPoint(x, y)?.closest('.il-edge')?.dataset.edge ?? null;
+        return {x, y, hit};
+    }""", edge)
+
+
+@pytest.mark.browser
+def test_a_real_click_on_an_edge_shows_lab_edge_patch_and_the_button_lab_circuit(page, mount, gpt2_lab, scores,
+                                                                                 monkeypatch):
+    view = scores.show(gpt2_lab, CLEAN, CORRUPT, METRIC, count=12)
+    b = Bridge(view, mount, monkeypatch)
+    w = b.w
+    w.wait_paints(1)
+    assert w.js("(w) => w.el.querySelectorAll('.il-edge').length") == 12
+    assert w.js("(w) => w.el.querySelectorAll('.il-node').length") == len(view.nodes)
+    # the strongest edge is drawn on top: the mouse at its middle is on it
+    edge = view.edges[0][0]
+    p = edge_point(page, w, edge)
+    assert p["hit"] == edge, p
+    page.mouse.click(p["x"], p["y"])
+    w.wait_sent(1)
+    assert w.requests == [{"type": "edge", "edge": edge}]
+    b.pump(gpt2_lab)
+    want = float(gpt2_lab.edge_patch(CLEAN, CORRUPT, METRIC, edges=[edge]).scores[0])
+    page.wait_for_function("(e) => document.querySelector('.il-edge-info')?.dataset.exact !== ''", arg=edge)
+    shown = w.js("(w) => w.el.querySelector('.il-edge-info').dataset.exact")
+    assert float(shown) == pytest.approx(want, abs=1e-6)
+    text = w.js("(w) => w.el.querySelector('.il-edge-info').textContent")
+    assert edge in text and f"exact {want:.4f}" in text and "computing" not in text
+    assert w.js("(w) => w.el.querySelector('.il-edge.on').dataset.edge") == edge
+
+    # the slider, with the keyboard: fewer edges drawn at once, the kernel told when it is let go
+    slider = page.locator(w.sel(".il-threshold"))
+    slider.focus()
+    for _ in range(4):
+        page.keyboard.press("ArrowLeft")
+    assert w.js("(w) => w.el.querySelectorAll('.il-edge').length") == 8
+    slider.dispatch_event("change")  # keyboard steps fire `input`; Chromium fires `change` on blur
+    b.pump()
+    assert view.count == 8
+    page.locator(w.sel(".il-evaluate")).click()
+    b.pump(gpt2_lab)
+    b.pump()
+    c = gpt2_lab.circuit(CLEAN, CORRUPT, METRIC, [e[0] for e in view.edges[:8]])
+    got = w.js("(w) => w.el.querySelector('.il-circuit').dataset.faithfulness")
+    assert float(got) == pytest.approx(c.faithfulness, abs=1e-6)
+    assert f"circuit of 8 of {len(view.edges)} edges" in w.js("(w) => w.el.querySelector('.il-circuit').textContent")
+    assert not ilab.attached_hooks()
+    import os
+    if os.environ.get("INTERPLAB_SCREENSHOTS"):
+        page.locator(w.sel(".interplab")).screenshot(path=os.environ["INTERPLAB_SCREENSHOTS"] + "/circuit.png")
+
+
+@pytest.mark.browser
+def test_a_bad_request_from_the_page_is_answered_with_its_error(page, mount, gpt2_lab, scores, monkeypatch):
+    view = scores.show(gpt2_lab, CLEAN, CORRUPT, METRIC)
+    b = Bridge(view, mount, monkeypatch)
+    w = b.w
+    w.wait_paints(1)
+    # a request the page's own check lets through (well-typed) but the kernel refuses (no such edge)
+    w.js("(w) => w.model.send({type: 'edge', id: 10**6, edge: 'L7H7 -> logits'})")
+    b.pump()
+    box = page.locator(w.sel(".il-error"))
+    assert box.is_visible() and "is not an edge of this graph" in box.text_content()
+    assert view.selected == "" and view.exact == {}
