@@ -360,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  epilog="examples:\n  interplab lab\n  interplab lab --headless\n"
                                         "  interplab sweep --json --site z --by layer,head\n"
                                         "  interplab export notebooks/01_ioi_patching.ipynb --execute\n"
+                                        "  interplab check\n"
                                         "  interplab lab --help")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="{lab,sweep,bench,export,check}")
 

@@ -151,7 +151,7 @@ def test_every_command_and_option_has_help_and_examples():
 
     ap = build_parser()
     commands = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(commands.choices) == {"lab", "sweep", "bench", "export"}
+    assert set(commands.choices) == {"lab", "sweep", "bench", "export", "check"}
     assert all(c.help for c in commands._choices_actions)
     for name, parser in [("interplab", ap), *commands.choices.items()]:
         assert "examples:" in (parser.epilog or ""), f"{name} --help shows no example"
