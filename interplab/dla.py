@@ -48,6 +48,13 @@ class DLAResult:
         named += [("embed", float(self.embed[pos])), ("pos_embed", float(self.pos_embed[pos]))]
         return sorted(named, key=lambda x: -abs(x[1]))[:k]
 
+    def show(self, pos: int = -1):
+        """Heads at a position (a click on the per-position row picks it) and the other parts as bars (None
+        without widgets)."""
+        from . import display
+
+        return display.view("dla", self, pos=pos)
+
 
 def direct_logit_attribution(lab: Engine, prompts, metric) -> DLAResult:
     """Each head's, MLP's and embedding's direct contribution to `metric` (linear in the logits, e.g.

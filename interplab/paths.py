@@ -42,6 +42,12 @@ class PathPatchResult:
         col = self.labels["cols"].index(head if head is not None else "MLP")
         return float(self.values[group, layer, col])
 
+    def show(self):
+        """Senders as a heatmap; a click on one shows its effect through each receiver (None without widgets)."""
+        from . import display
+
+        return display.view("path", self)
+
 
 def path_patch(lab: Engine, clean, corrupt, metric, senders="heads", receivers="logits", direction: str = "noise",
                per_receiver: bool = False, max_batch: int = 64) -> PathPatchResult:

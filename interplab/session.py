@@ -319,3 +319,58 @@ def circuit_view(lab: Engine, clean, corrupt, metric, edges: list[str]) -> dict:
     r = edges_.circuit(lab, clean, corrupt, metric, list(edges))
     return {"n_edges": r.n_edges, "total_edges": r.total_edges, "value": r.value, "faithfulness": r.faithfulness,
             "clean_value": r.clean_value, "corrupt_value": r.corrupt_value}
+
+
+# ---- direct logit attribution, path patching: results already computed, shown as plain numbers -------------------
+def dla_view(res, pos: int = -1) -> dict:
+    """A DLAResult at one position: the heads as heatmap traits (layers x heads), the other parts as bars, and the
+    model's own metric at every position (a one-row heatmap: a click there picks the position)."""
+    n_pos = int(res.total.shape[0])
+    p = pos % n_pos
+    heads = res.heads[:, :, p].float()
+    n_layers, n_heads = heads.shape
+    tok = res.tokens[p] if p < len(res.tokens) else str(p)
+    labels = (["embed", "pos_embed"] + [f"attn bias L{layer}" for layer in range(n_layers)]
+              + [f"MLP{layer}" for layer in range(n_layers)] + ["final bias", "heads (sum)", "total"])
+    values = [res.embed[p], res.pos_embed[p], *res.attn_bias[:, p], *res.mlp[:, p], res.final_bias[p], heads.sum(),
+              res.total[p]]
+    return {
+        "pos": p,
+        "positions": {"values": [[float(v) for v in res.total.tolist()]], "x_labels": list(res.tokens),
+                      "y_labels": ["total"], "x_title": "position (click: show it)", "y_title": "",
+                      "title": f"{res.metric_name} at each position", "metric_name": res.metric_name,
+                      "direction": "", "selected": [[0, p]]},
+        "heads": {"values": heads.tolist(), "x_labels": [f"H{h}" for h in range(n_heads)],
+                  "y_labels": [f"L{layer}" for layer in range(n_layers)], "x_title": "head", "y_title": "layer",
+                  "title": f"each head's direct effect at position {p} ({tok!r})", "metric_name": res.metric_name,
+                  "direction": ""},
+        "parts": {"labels": labels, "values": [float(v) for v in values], "metric_name": res.metric_name,
+                  "title": f"the other parts at position {p} ({tok!r}); they add up to the total"},
+    }
+
+
+def _receiver_label(group) -> str:
+    return "logits" if group == "logits" else " + ".join(f"L{layer}H{head}.{site}" for layer, head, site in group)
+
+
+def path_view(res, row: int | None = None, col: int | None = None) -> dict:
+    """A PathPatchResult: the senders as heatmap traits (layers x heads, + the MLP column), the mean over receiver
+    groups when there are several; and, for the sender at (row, col), its effect through each group as bars."""
+    values = res.values.float()
+    grid = values[0] if values.shape[0] == 1 else values.mean(0)
+    groups = [_receiver_label(g) for g in res.receivers]
+    cols = [f"H{c}" if c != "MLP" else "MLP" for c in res.labels["cols"]]
+    through = groups[0] if len(groups) == 1 else f"the mean over {len(groups)} receivers"
+    out = {"heatmap": {"values": grid.tolist(), "x_labels": cols,
+                       "y_labels": [f"L{layer}" for layer in res.labels["layers"]], "x_title": "sender",
+                       "y_title": "layer", "title": f"path patching: each sender through {through}",
+                       "metric_name": f"{res.metric_name} (normalised)",
+                       "direction": res.direction}}
+    if row is not None and col is not None:
+        out["bars"] = {"labels": groups, "values": [float(v) for v in values[:, row, col].tolist()],
+                       "metric_name": f"{res.metric_name} (normalised)",
+                       "title": f"{f'MLP{row}' if cols[col] == 'MLP' else f'L{row}{cols[col]}'} through each receiver"}
+    else:
+        out["bars"] = {"labels": groups, "values": [None] * len(groups), "metric_name": "",
+                       "title": "click a sender: its effect through each receiver"}
+    return out

@@ -11,6 +11,7 @@ from .heatmap import PatchingHeatmap
 from .lens import LensView
 from .logits import LogitPanel
 from .steering import SteeringPanel
+from .values import ValueBars
 
 __all__ = ["AttentionView", "CircuitGraph", "LabWidget", "LensView", "LogitPanel", "MessageError", "PatchingHeatmap",
-           "SteeringPanel"]
+           "SteeringPanel", "ValueBars"]

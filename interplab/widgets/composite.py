@@ -13,7 +13,8 @@ with ``part=True`` so they open no comm (parts.py); the composite carries them:
               frontend -> kernel: a request carries ``part``; the composite checks it names one of its parts and hands
               the rest of the message to that part, which validates it against its own view's declaration and
               replies as ever (its reply goes back tagged with ``part``)
-    layout    ``parts``: [{name, kind}]; ``panes``: [{part: name} | {tabs: [{title, part}, ...]}], drawn top to bottom
+    layout    ``parts``: [{name, kind}]; ``panes``: [{part: name} | {row: [name, ...]} | {tabs: [{title, part}, ...]}],
+              drawn top to bottom (a row's parts side by side)
               (tabs are switched in the page: which tab is open is no kernel state)
 
 The frontend (js/src/composite.js) renders each part with its own view module on an adapter of the one model that
@@ -67,6 +68,7 @@ class Composite(LabWidget):
             self._keys[name] = frozenset(mirrored_traits(kind))
         panes = [dict(p) for p in (panes if panes is not None else [{"part": n} for n in self._parts])]
         shown = [p["part"] for p in panes if "part" in p] + [tab["part"] for p in panes for tab in p.get("tabs", ())]
+        shown += [name for p in panes for name in p.get("row", ())]
         unknown = sorted(set(shown) - set(self._parts))
         if unknown:
             raise ValueError(f"panes name unknown part(s) {unknown} (parts: {sorted(self._parts)})")
@@ -99,8 +101,10 @@ class Composite(LabWidget):
     def _relay(self, name: str, msg: Mapping[str, Any], buffers=None) -> None:
         """A part's outgoing message, as this composite's: updates with prefixed trait names (only the traits the
         view declares), custom messages tagged with the part's name."""
-        if self.comm is None and not self._hosts:
-            return  # not shown (a composite held by another one): nothing to send
+        if self.comm is None and not getattr(self, "_hosts", None):
+            # not shown (a composite held by another one), or still being built (a part it shares with another
+            # composite changed meanwhile, from the worker): nothing to send
+            return
         method = msg.get("method")
         if method == "update":
             keep = self._keys[name]

@@ -18,9 +18,11 @@ from ..session import (
     PatchSession,
     attention_view,
     circuit_view,
+    dla_view,
     edge_exact,
     edge_graph,
     lens_view,
+    path_view,
     steering_generate,
     steering_preview,
     steering_vector,
@@ -32,6 +34,7 @@ from .heatmap import PatchingHeatmap
 from .lens import LensView
 from .logits import LogitPanel
 from .steering import SteeringPanel
+from .values import ValueBars
 
 
 class PatchExplorer(Composite):
@@ -39,16 +42,17 @@ class PatchExplorer(Composite):
     hosts it). `explorer.heatmap.selected`, `.active_edits` and `explorer.edits` are the shared state between clicks
     and code: set them from Python and the view follows. part=True: held by a dashboard, which shows its views."""
 
-    def __init__(self, session: PatchSession, result=None, *, part: bool = False):
+    def __init__(self, session: PatchSession, result=None, *, part: bool = False, logits: LogitPanel | None = None):
         self.session = session
         self.lab = session.lab
         self.worker = self.lab.worker
         self._edits: dict = {}  # cell id -> its patch, built on the worker (a forward caches the source's site)
         self._building = threading.Lock()  # one build per cell, whichever thread asks first
         self._cancel = threading.Event()
-        link = f"explorer-{uuid.uuid4().hex}"  # the page paints exact-sweep clicks on this panel at once
+        # the page paints exact-sweep clicks on this panel at once (`logits`: a panel shared with other explorers)
+        link = logits.link if logits is not None and logits.link else f"explorer-{uuid.uuid4().hex}"
         self.heatmap = PatchingHeatmap(link=link, part=True)
-        self.logits = LogitPanel(title=f"next token after: {session.base[-60:]!r}", link=link, part=True)
+        self.logits = logits or LogitPanel(title=f"next token after: {session.base[-60:]!r}", link=link, part=True)
         super().__init__({"heatmap": self.heatmap, "logits": self.logits}, part=part)
         if result is not None:
             session.result = result
@@ -201,17 +205,107 @@ class PatchExplorer(Composite):
             self.worker.join(timeout=600)
 
 
+def _session_of(result, lab: Engine, answer=None, wrong=None) -> PatchSession:
+    metric = getattr(result, "metric", None)
+    answer = answer if answer is not None else getattr(metric, "answer", None)
+    wrong = wrong if wrong is not None else getattr(metric, "wrong", None)
+    return PatchSession(lab, result.clean[0], result.corrupt[0], answer, wrong, result.site, result.by,
+                        result.direction, metric=metric if answer is None else None)
+
+
 def heatmap_for(result, lab: Engine | None = None, answer=None, wrong=None):
     """The explorer for a finished sweep (res.show())."""
     lab = lab or getattr(result, "lab", None)
     if lab is None:
         return PatchingHeatmap(values=result.values.reshape(result.values.shape[0], -1).tolist())
-    metric = getattr(result, "metric", None)
-    answer = answer if answer is not None else getattr(metric, "answer", None)
-    wrong = wrong if wrong is not None else getattr(metric, "wrong", None)
-    session = PatchSession(lab, result.clean[0], result.corrupt[0], answer, wrong, result.site, result.by,
-                           result.direction, metric=metric if answer is None else None)
-    return PatchExplorer(session, result)
+    return PatchExplorer(_session_of(result, lab, answer, wrong), result)
+
+
+class HeadSweepsView(Composite):
+    """lab.patch_sweep_heads(...).show(): the output, query, key, value and pattern sweeps side by side, one explorer
+    each (a click patches that cell, the logit panel below shows it), sharing one logit panel: a plain click in one
+    heatmap clears the others' selections first, so the panel shows the cells of one heatmap at a time."""
+
+    def __init__(self, sweeps, lab: Engine | None = None):
+        results = dict(sweeps.results)
+        first = next(iter(results.values()))
+        lab = lab or first.lab
+        if lab is None:
+            raise ValueError("the head sweeps' lab is unknown: pass it, sweeps.show(lab)")
+        base = first.corrupt[0] if first.direction == "denoise" else first.clean[0]
+        self.logits = LogitPanel(title=f"next token after: {base[-60:]!r}", link=f"heads-{uuid.uuid4().hex}",
+                                 part=True)
+        self.explorers = {site: PatchExplorer(_session_of(res, lab), res, part=True, logits=self.logits)
+                          for site, res in results.items()}
+        for site, ex in self.explorers.items():
+            ex.heatmap.title = f"{site}: every head"
+            ex.heatmap.zmin, ex.heatmap.zmax = -1.0, 1.0  # one colour scale for the five
+            ex.heatmap.direction = ""  # a narrow pane: the direction is stated once, in the status line
+            ex.heatmap.metric_name = "normalised"
+
+        parts = {site: ex.heatmap for site, ex in self.explorers.items()}
+        super().__init__({**parts, "logits": self.logits}, panes=[{"row": list(parts)}, {"part": "logits"}])
+        kept = "clean restored" if first.direction == "denoise" else "clean behaviour kept"
+        self.status = f"{first.metric_name}, {first.method}, {first.direction}ing: 1 = {kept}, 0 = corrupted"
+
+    def _on_frontend_msg(self, widget, content, buffers=None) -> None:
+        name = content.get("part") if isinstance(content, dict) else None
+        if name in self.explorers and content.get("type") == "click":
+            heat = self.explorers[name].heatmap
+            try:
+                _, fields = heat._validate({k: v for k, v in content.items() if k != "part"})
+            except Exception:  # noqa: BLE001 - the part answers it with its error
+                fields = None
+            if fields is not None and not fields["shift"]:
+                for other, ex in self.explorers.items():
+                    if other != name and ex.heatmap.selected:
+                        ex.heatmap.selected = []
+        super()._on_frontend_msg(widget, content, buffers)
+
+
+class DLAView(Composite):
+    """DLAResult.show(): the metric at each position (click one to show it), each head's direct effect at that
+    position (layers x heads) and the other parts (embeddings, attention biases, MLPs, final bias) as bars. The
+    numbers are the result's own: nothing runs on a click."""
+
+    def __init__(self, result, pos: int = -1):
+        self.result = result
+        self.positions = PatchingHeatmap(part=True)
+        self.heads = PatchingHeatmap(part=True)
+        self.bars = ValueBars(part=True)
+        super().__init__({"positions": self.positions, "heads": self.heads, "parts": self.bars},
+                         panes=[{"part": "positions"}, {"row": ["heads", "parts"]}])
+        self.show_position(pos)
+        self.positions.on_click(lambda row, col, shift: self.show_position(col))
+
+    def show_position(self, pos: int) -> None:
+        view = dla_view(self.result, pos)
+        self.pos = view["pos"]
+        for widget, traits in ((self.positions, view["positions"]), (self.heads, view["heads"]),
+                               (self.bars, view["parts"])):
+            with widget.hold_sync():
+                for k, v in traits.items():
+                    setattr(widget, k, v)
+
+
+class PathView(Composite):
+    """PathPatchResult.show(): each sender (layer x head, + the MLP column) as a heatmap; a click on a sender shows
+    its effect through each receiver group as bars (per_receiver=True: one bar per receiver)."""
+
+    def __init__(self, result):
+        self.result = result
+        self.heatmap = PatchingHeatmap(part=True)
+        self.bars = ValueBars(part=True)
+        super().__init__({"heatmap": self.heatmap, "bars": self.bars},
+                         panes=[{"row": ["heatmap", "bars"]}])
+        self._set(path_view(result))
+        self.heatmap.on_click(lambda row, col, shift: self._set(path_view(result, row, col)))
+
+    def _set(self, view) -> None:
+        for widget, traits in ((self.heatmap, view["heatmap"]), (self.bars, view["bars"])):
+            with widget.hold_sync():
+                for k, v in traits.items():
+                    setattr(widget, k, v)
 
 
 class SteeringController:
@@ -389,3 +483,6 @@ def edges_for(scores, lab: Engine | None = None, clean=None, corrupt=None, metri
 
 display.register("sweep", heatmap_for)  # res.show() reaches the heatmap through the registry
 display.register("edges", edges_for)
+display.register("head_sweeps", lambda sweeps, lab=None: HeadSweepsView(sweeps, lab))
+display.register("dla", lambda result, pos=-1: DLAView(result, pos))
+display.register("path", lambda result: PathView(result))

@@ -2,16 +2,19 @@
 // every frontend hosts the whole thing as one anywidget (marimo hosts nothing else). Each part is drawn by its own
 // view module on an adapter of the one model: its traits are the model's "<part>.<trait>", its requests go out with a
 // `part` field, and of the kernel's custom messages (replies, "cells") it hears those carrying its name.
-// Layout (traits `parts` [{name, kind}] and `panes` [{part} | {tabs: [{title, part}]}]): panes top to bottom; a tab's
+// Layout (traits `parts` [{name, kind}] and `panes` [{part} | {row: [part, ...]} | {tabs: [{title, part}]}]): panes top
+// to bottom, a row's parts side by side; a tab's
 // view is drawn when the tab is first opened, and kept (hidden) when another one is.
 import * as attention from "./attention.js";
+import * as circuit from "./circuit.js";
 import * as heatmap from "./heatmap.js";
 import * as lens from "./lens.js";
 import * as logits from "./logits.js";
 import { h, shell } from "./plot.js";
 import * as steering from "./steering.js";
+import * as values from "./values.js";
 
-export const PART_VIEWS = { heatmap, logits, steering, lens, attention };
+export const PART_VIEWS = { heatmap, logits, steering, lens, attention, circuit, values };
 
 /** The model a part's view sees: get/on/off on "<name>.<trait>", send tagged with `part`, custom messages filtered
  * to those tagged with its name (the tag removed: the view reads its own view's messages). */
@@ -72,6 +75,14 @@ export function render({ model, el }) {
       const div = h("div", { class: "il-pane", "data-part": pane.part });
       box.append(div);
       mount(pane.part, div);
+    } else if (pane && Array.isArray(pane.row)) { // parts side by side (wrapping on a narrow page)
+      const row = h("div", { class: "il-pane-row" });
+      box.append(row);
+      for (const name of pane.row) {
+        const div = h("div", { class: "il-pane", "data-part": String(name) });
+        row.append(div);
+        mount(String(name), div);
+      }
     } else if (pane && Array.isArray(pane.tabs) && pane.tabs.length) {
       box.append(tabs(pane.tabs));
     }

@@ -7,9 +7,10 @@ import * as heatmap from "./heatmap.js";
 import * as lens from "./lens.js";
 import * as logits from "./logits.js";
 import * as steering from "./steering.js";
+import * as values from "./values.js";
 import { h } from "./plot.js";
 
-export const VIEWS = { heatmap, logits, steering, lens, attention, circuit, composite };
+export const VIEWS = { heatmap, logits, steering, lens, attention, circuit, values, composite };
 export { PROTOCOL } from "./protocol.js"; // exported so a test can compare the bundled copy with protocol.json
 
 function render({ model, el }) {

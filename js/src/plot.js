@@ -126,6 +126,11 @@ const CSS = `
 .interplab .il-edge.on .il-edge-line { filter: drop-shadow(0 0 2px #000); }
 .interplab .il-nodes { pointer-events: none; }
 .interplab .il-layer-label { fill: #555; }
+.interplab .il-vtrack { position: relative; }
+.interplab .il-zero { position: absolute; left: 50%; top: 0; bottom: 0; border-left: 1px solid #888; }
+.interplab .il-vbar .il-val { flex: 0 0 72px; }
+.interplab .il-pane-row { display: flex; flex-wrap: wrap; gap: 4px; }
+.interplab .il-pane-row > .il-pane { flex: 1 1 280px; min-width: 0; }
 `;
 
 // ---------------------------------------------------------------- styles, in the document or in a shadow root

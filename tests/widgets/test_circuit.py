@@ -7,6 +7,7 @@ go to the widget's own comm handler)."""
 from __future__ import annotations
 
 import pytest
+from bridge import Bridge  # tests/widgets/bridge.py
 
 import interplab as ilab
 from interplab.session import edge_graph
@@ -86,32 +87,6 @@ def test_exact_scores_need_no_patching(gpt2_lab):
 
 
 # ------------------------------------------------------------------------------------------- in Chromium
-class Bridge:
-    """The real Python widget behind a bare-page view: what the widget sends (trait updates, replies) reaches the
-    page's model; what the page sends goes to the widget's comm handler, as the comm would deliver it."""
-
-    def __init__(self, widget, mount, monkeypatch):
-        self.widget, self.out, self.seen = widget, [], 0
-        monkeypatch.setattr(widget, "_send", lambda msg, buffers=None: self.out.append(msg))
-        state = {k: v for k, v in widget.get_state().items() if k not in ("_esm", "_bundle", "layout")}
-        self.w = mount(widget._view_kind, **state)
-
-    def pump(self, lab=None):
-        """Page -> kernel (every new request), the worker's jobs, then kernel -> page (every message)."""
-        sent = self.w.sent
-        for msg in sent[self.seen:]:
-            self.widget._handle_msg({"content": {"data": {"method": "custom", "content": msg}}, "buffers": []})
-        self.seen = len(sent)
-        if lab is not None:
-            lab.worker.join()
-        out, self.out[:] = list(self.out), []
-        for msg in out:
-            if msg["method"] == "update":
-                self.w.set(**msg["state"])
-            elif msg["method"] == "custom":
-                self.w.receive(msg["content"])
-
-
 def edge_point(page, w, edge):
     """The page pixel of the middle of an edge's drawn line (and which edge the page has there)."""
     return w.js("""(w, name) => {

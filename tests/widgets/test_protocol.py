@@ -14,13 +14,14 @@ import pytest
 from interplab.widgets import AttentionView, LabWidget, LensView, LogitPanel, PatchingHeatmap, SteeringPanel
 from interplab.widgets.base import BAD_MESSAGE, PROTOCOL
 from interplab.widgets.circuit import CircuitGraph
+from interplab.widgets.values import ValueBars
 from interplab.widgets.composite import Composite
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "js" / "src"
 VIEWS = PROTOCOL["views"]
 CLASSES = {cls._view_kind.default_value: cls for cls in (PatchingHeatmap, LogitPanel, SteeringPanel, LensView,
-                                                         AttentionView, CircuitGraph, Composite)}
+                                                         AttentionView, CircuitGraph, ValueBars, Composite)}
 SCALARS = {"int", "number", "bool", "string"}
 
 

@@ -1,0 +1,158 @@
+"""The views of issue #16's analyses: the five head sweeps side by side (one logit panel), direct logit attribution
+(heads at a chosen position, the other parts as bars) and path patching (senders; a click shows each receiver). The
+numbers shown are the results' own; in Chromium the real mouse clicks the page bridged to the real widget."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from bridge import Bridge  # tests/widgets/bridge.py
+
+import interplab as ilab
+from interplab.widgets.controller import DLAView, HeadSweepsView, PathView
+
+CLEAN = "When Mary and John went to the store, John gave a drink to"
+CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
+METRIC = ilab.logit_diff(5, 9)
+SITES = ("z", "q", "k", "v", "pattern")
+
+
+def test_dla_view_shows_the_heads_at_the_chosen_position_and_the_parts_adding_up(gpt2_lab):
+    res = gpt2_lab.direct_logit_attribution(CLEAN, METRIC)
+    view = res.show()
+    assert isinstance(view, DLAView)
+    n_pos = res.total.shape[0]
+    assert view.positions.values == [pytest.approx(res.total.tolist())] and view.positions.selected == [[0, n_pos - 1]]
+    for pos in (n_pos - 1, 3):
+        if pos != n_pos - 1:
+            reply = view.positions.send_test_message({"type": "click", "row": 0, "col": pos, "shift": False})
+            assert reply["ok"], reply
+        assert torch.allclose(torch.tensor(view.heads.values), res.heads[:, :, pos].float(), atol=1e-7)
+        bars = dict(zip(view.bars.labels, view.bars.values))
+        assert bars["total"] == pytest.approx(float(res.total[pos]), abs=1e-7)
+        parts = sum(v for k, v in bars.items() if k not in ("heads (sum)", "total"))
+        assert parts + bars["heads (sum)"] == pytest.approx(bars["total"], abs=1e-5)
+        assert bars["MLP1"] == pytest.approx(float(res.mlp[1, pos]), abs=1e-7)
+    bad = view.positions.send_test_message({"type": "click", "row": 1, "col": 0, "shift": False})
+    assert bad["ok"] is False and "'row'=1 is out of range 0..0" in bad["error"]
+
+
+def test_path_view_shows_each_receiver_of_a_clicked_sender(gpt2_lab):
+    res = gpt2_lab.path_patch(CLEAN, CORRUPT, METRIC, senders="heads+mlps",
+                              receivers=[(2, 0, "q"), (2, 1, "k"), (2, 3, "v")], per_receiver=True)
+    view = res.show()
+    assert isinstance(view, PathView) and view.heatmap.x_labels == ["H0", "H1", "H2", "H3", "MLP"]
+    assert torch.allclose(torch.tensor(view.heatmap.values, dtype=torch.float64), res.values.double().mean(0),
+                          atol=1e-6, equal_nan=True)
+    assert view.bars.labels == ["L2H0.q", "L2H1.k", "L2H3.v"] and view.bars.values == [None] * 3
+    assert view.heatmap.send_test_message({"type": "click", "row": 1, "col": 4, "shift": False})["ok"]
+    assert view.bars.values == pytest.approx(res.values[:, 1, 4].tolist()) and view.bars.title.startswith("MLP1")
+
+
+def test_head_sweeps_five_heatmaps_one_logit_panel(gpt2_lab):
+    hs = gpt2_lab.patch_sweep_heads(CLEAN, CORRUPT, METRIC)
+    view = hs.show()
+    assert isinstance(view, HeadSweepsView) and list(view.explorers) == list(SITES)
+    assert view.get_state()["panes"] == [{"row": list(SITES)}, {"part": "logits"}]
+    for site in SITES:
+        want = hs[site].cells.grid(hs[site].values)
+        assert torch.allclose(torch.tensor(view.explorers[site].heatmap.values), want.float(), atol=1e-6)
+    gpt2_lab.worker.join()
+    view.send_test_message({"type": "click", "part": "q", "row": 1, "col": 2, "shift": False})
+    gpt2_lab.worker.join()
+    view.send_test_message({"type": "click", "part": "k", "row": 2, "col": 0, "shift": False})
+    gpt2_lab.worker.join()
+    assert view.explorers["q"].heatmap.selected == [] and view.explorers["k"].heatmap.selected == [[2, 0]]
+    patched = view.logits.metric["values"]["normalised"]
+    assert patched == pytest.approx(float(hs["k"].cells.grid(hs["k"].values)[2, 0]), abs=1e-5)
+    assert view.logits.error == "" and not ilab.attached_hooks()
+
+
+# ------------------------------------------------------------------------------------------- in Chromium
+def shot(page, w, name):
+    """INTERPLAB_SCREENSHOTS=dir: a picture of the view, to look at."""
+    if os.environ.get("INTERPLAB_SCREENSHOTS"):
+        page.locator(w.sel(".interplab-composite")).screenshot(path=f"{os.environ['INTERPLAB_SCREENSHOTS']}/{name}.png")
+
+
+def heatmap_paints(page, n):
+    page.wait_for_function("(n) => window.paintsOf('heatmap') >= n", arg=n)
+
+
+def cell_point(w, part, row, col):
+    return w.js("""(w, [part, row, col]) => {
+        const gd = w.el.querySelector(`.il-pane[data-part="${part}"] .js-plotly-plot`);
+        const fl = gd._fullLayout, box = gd.getBoundingClientRect();
+        return {x: box.left + fl.xaxis._offset + fl.xaxis.d2p(col), y: box.top + fl.yaxis._offset + fl.yaxis.d2p(row)};
+    }""", [part, row, col])
+
+
+@pytest.mark.browser
+def test_a_click_on_a_position_shows_that_positions_heads_and_parts(page, mount, gpt2_lab, monkeypatch):
+    res = gpt2_lab.direct_logit_attribution(CLEAN, METRIC)
+    b = Bridge(res.show(), mount, monkeypatch)
+    w = b.w
+    heatmap_paints(page, 2)
+    p = cell_point(w, "positions", 0, 4)
+    page.mouse.click(p["x"], p["y"])
+    w.wait_sent(1)
+    assert w.requests == [{"type": "click", "part": "positions", "row": 0, "col": 4, "shift": False}]
+    b.pump()
+    page.wait_for_function("() => document.querySelector('.il-pane[data-part=heads] .js-plotly-plot')"
+                           "?.layout?.title?.text?.includes('position 4')")
+    z = w.js("(w) => w.el.querySelector('.il-pane[data-part=heads] .js-plotly-plot')._fullData[0].z")
+    assert torch.allclose(torch.tensor(z), res.heads[:, :, 4].float(), atol=1e-7)
+    shown = w.js("(w) => Object.fromEntries([...w.el.querySelectorAll('.il-vbar')].map("
+                 "(r) => [r.dataset.label, Number(r.dataset.value)]))")
+    assert shown["MLP2"] == pytest.approx(float(res.mlp[2, 4]), abs=1e-7)
+    assert shown["total"] == pytest.approx(float(res.total[4]), abs=1e-7)
+    shot(page, w, "dla")
+
+
+@pytest.mark.browser
+def test_a_click_on_a_sender_draws_its_receivers_bars(page, mount, gpt2_lab, monkeypatch):
+    res = gpt2_lab.path_patch(CLEAN, CORRUPT, METRIC, senders="heads",
+                              receivers=[(2, 0, "q"), (2, 1, "k")], per_receiver=True)
+    b = Bridge(res.show(), mount, monkeypatch)
+    w = b.w
+    heatmap_paints(page, 1)
+    p = cell_point(w, "heatmap", 0, 3)
+    page.mouse.click(p["x"], p["y"])
+    w.wait_sent(1)
+    b.pump()
+    page.wait_for_function("() => document.querySelector('.il-vbar')?.dataset.value !== ''")
+    shown = w.js("(w) => [...w.el.querySelectorAll('.il-vbar')].map((r) => [r.dataset.label, Number(r.dataset.value)])")
+    assert [s[0] for s in shown] == ["L2H0.q", "L2H1.k"]
+    assert [s[1] for s in shown] == pytest.approx(res.values[:, 0, 3].tolist(), abs=1e-7)
+    shot(page, w, "path")
+
+
+@pytest.mark.browser
+def test_head_sweeps_side_by_side_one_selection_at_a_time(page, mount, gpt2_lab, monkeypatch):
+    hs = gpt2_lab.patch_sweep_heads(CLEAN, CORRUPT, METRIC)
+    view = hs.show()
+    gpt2_lab.worker.join()
+    b = Bridge(view, mount, monkeypatch)
+    b.pump()
+    w = b.w
+    heatmap_paints(page, 5)
+    tops = w.js("(w) => [...w.el.querySelectorAll('.il-pane-row > .il-pane')].map((e) => [e.dataset.part, "
+                "Math.round(e.getBoundingClientRect().top)])")
+    assert [t[0] for t in tops] == list(SITES) and tops[0][1] == tops[1][1]  # side by side (wrapping when narrow)
+    for part, row, col in (("q", 1, 2), ("v", 2, 3)):
+        p = cell_point(w, part, row, col)
+        page.mouse.click(p["x"], p["y"])
+        page.wait_for_timeout(50)
+        b.pump(gpt2_lab)
+        b.pump()
+    assert [m["part"] for m in w.requests] == ["q", "v"]
+    assert view.explorers["q"].heatmap.selected == [] and view.explorers["v"].heatmap.selected == [[2, 3]]
+    outlined = w.js("(w) => [...w.el.querySelectorAll('.il-cell-selected')].map((e) => "
+                    "e.closest('.il-pane').dataset.part)")
+    assert outlined == ["v"]
+    metric = w.js("(w) => w.el.querySelector('.il-pane[data-part=logits] .il-metric').textContent")
+    want = float(hs["v"].cells.grid(hs["v"].values)[2, 3])
+    assert f"normalised = {want:.4f}" in metric
+    shot(page, w, "head_sweeps")
