@@ -203,18 +203,21 @@ def edits_key(edits: list[Edit]) -> str:
         if not isinstance(e, Edit):  # lab.run builds its memo key here, before it plans (and checks) the edits
             raise InterplabError(
                 f"edits must be ilab edits (ilab.patch, ilab.zero, ilab.steer ...), got {type(e).__name__} {e!r}.")
-    out = []
-    for e in edits:
-        d = {f.name: getattr(e, f.name) for f in fields(e)}
-        for name, v in d.items():
-            if isinstance(v, torch.Tensor):
-                data = v.detach().cpu().contiguous().reshape(-1)
-                digest = hashlib.blake2b(data.view(torch.uint8).numpy().tobytes(), digest_size=16).hexdigest()
-                d[name] = {"__digest__": digest, "shape": list(v.shape), "dtype": str(v.dtype)}
-            else:
-                d[name] = _encode(v)
-        out.append(d)
-    return json.dumps(out, default=str)
+    return json.dumps([_key_of_edit(e) for e in edits], default=str)
+
+
+def _key_of_edit(e: Edit) -> dict:
+    def key(v):
+        if isinstance(v, torch.Tensor):
+            data = v.detach().cpu().contiguous().reshape(-1)
+            digest = hashlib.blake2b(data.view(torch.uint8).numpy().tobytes(), digest_size=16).hexdigest()
+            return {"__digest__": digest, "shape": list(v.shape), "dtype": str(v.dtype)}
+        if hasattr(v, "source_ref"):  # a Run: what produced it, its own tensor edits digested too
+            return {"__run__": list(v.prompts), "edits": [_key_of_edit(x) for x in v.edits]}
+        if isinstance(v, (list, tuple)) and v and hasattr(v[0], "source_ref"):
+            return [key(x) for x in v]
+        return _encode(v)
+    return {f.name: key(getattr(e, f.name)) for f in fields(e)}
 
 
 def edits_from_json(s: str) -> list[Edit]:
