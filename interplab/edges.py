@@ -128,7 +128,7 @@ def _setup(lab: Engine, clean, corrupt, metric, direction: str):
     return base, source, metric
 
 
-def _writer_deltas(lab: Engine, writers, base_run, source_run) -> dict[str, torch.Tensor]:
+def _writer_deltas(lab: Engine, base_run, source_run) -> dict[str, torch.Tensor]:
     """u(source) - u(base) for every writer, [pairs, pos, d_model]."""
     base, source = (_writer_outputs(lab, run, range(lab.n_layers)) for run in (base_run, source_run))
     out = {"embed": source_run.cache["resid_pre", 0] - base_run.cache["resid_pre", 0]}
@@ -152,10 +152,10 @@ def edge_attribution(lab: Engine, clean, corrupt, metric, method: str = "eap", s
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InterplabError(f"steps={steps!r}: the number of interpolation steps of eap-ig, an int >= 1.")
     base, source, metric = _setup(lab, clean, corrupt, metric, direction)
-    writers, readers, edges = graph(lab)
+    _, readers, edges = graph(lab)
     base_run = lab.run(base, cache=_cache_sites(lab), log=False)
     source_run = lab.run(source, cache=_cache_sites(lab), log=False)
-    deltas = _writer_deltas(lab, writers, base_run, source_run)
+    deltas = _writer_deltas(lab, base_run, source_run)
     if method == "eap":
         alphas = [0.0]
     else:
@@ -219,7 +219,7 @@ def edge_patch(lab: Engine, clean, corrupt, metric, edges=None, direction: str =
     base, source, metric = _setup(lab, clean, corrupt, metric, direction)
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise InterplabError(f"max_batch={max_batch!r}: the most rows per forward, an int >= 1.")
-    writers, readers, all_edges = graph(lab)
+    _, _, all_edges = graph(lab)
     by_name = {f"{w.name} -> {r.name}": (w, r) for w, r in all_edges}
     if edges is None:
         chosen = list(by_name)
@@ -233,7 +233,7 @@ def edge_patch(lab: Engine, clean, corrupt, metric, edges=None, direction: str =
         chosen = list(edges)
     base_run = lab.run(base, cache=_cache_sites(lab), log=False)
     source_run = lab.run(source, cache=_cache_sites(lab), log=False)
-    deltas = _writer_deltas(lab, writers, base_run, source_run)
+    deltas = _writer_deltas(lab, base_run, source_run)
     n_pairs = len(base)
     per_chunk = max(1, max_batch // n_pairs)
     scores = []
@@ -330,7 +330,7 @@ def circuit(lab: Engine, clean, corrupt, metric, edges) -> CircuitResult:
     its q/k/v from its own input, one the heads' outputs from those, one the MLP's. Every edge in gives the clean
     run, none the corrupt run."""
     corrupt_p, clean_p, metric = _setup(lab, clean, corrupt, metric, "denoise")  # (base, source) = (corrupt, clean)
-    writers, readers, all_edges = graph(lab)
+    _, _, all_edges = graph(lab)
     by_name = {f"{w.name} -> {r.name}": (w, r) for w, r in all_edges}
     if isinstance(edges, str) or not isinstance(edges, (list, tuple, set)):
         raise InterplabError(f"edges={edges!r}: the circuit, as a list of edge names such as 'L0H1 -> L2H3.q'.")
