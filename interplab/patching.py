@@ -236,12 +236,14 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                 direction: str = "denoise", method: str = "exact", *, max_batch: int = 64,
                 progress: bool | Callable[[int, int], None] = True, cancel: threading.Event | None = None,
                 on_partial: Callable[[SweepResult], None] | None = None, layers=None, qk_fix: bool = False,
-                grad_drop: bool = False) -> SweepResult:
+                grad_drop: bool = False, order: torch.Tensor | None = None) -> SweepResult:
     """Patch every cell of (site, by) from source into base and measure the metric; see the module docstring.
 
     clean / corrupt: a prompt each, or lists of N pairs (the metric is averaged over pairs, as the IOI papers do).
     metric: ilab.logit_diff(" Mary", " John") (per pair: lists of answers), prob, logprob, or a callable on
             [rows, vocab] last-position logits. direction: "denoise" (clean into corrupt) or "noise".
+    order: exact sweeps only, a priority per cell (the result's shape, e.g. |attribution estimate|): chunks run
+           highest first, across layers (each chunk still one layer's), so on_partial fills the promising cells first.
     """
     if not isinstance(by, (str, list, tuple)):
         raise InterplabError(f"by={by!r} is not a sweep layout: choose one of {', '.join(map(str, AXES))}.")
@@ -322,6 +324,8 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
         result.raw = estimate.reshape(shape)
         return finish()
 
+    if order is not None and tuple(torch.as_tensor(order).shape) != tuple(shape):
+        raise InterplabError(f"order: one priority per cell, shape {tuple(shape)}; got {tuple(torch.as_tensor(order).shape)}.")
     layer_cells = result.cells.in_layer()
     jobs = [(li, layer, layer_cells) for li, layer in enumerate(layer_list)]
     total = sum(len(cells) for _, _, cells in jobs)
@@ -329,6 +333,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     done = 0
     base_cell = _cell_run(base_run.last_logits[:1], metric)[0]
     base_top = _hover_top(base_cell)
+    pending = []  # (priority, layer index, layer, source act, chunks): run after every layer's skipped cells
     try:
         for li, layer, all_cells in jobs:
             key = (site, layer)
@@ -346,7 +351,18 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                 done += len(all_cells) - len(cells)
                 _advance(bar, progress, done, total, len(all_cells) - len(cells))
             result.cells_run += len(cells)
-            for chunk in _chunks(cells, max(1, max_batch // len(pairs.base))):
+            per_chunk = max(1, max_batch // len(pairs.base))
+            if order is None:
+                pending.append((0.0, li, layer, source_act, _chunks(cells, per_chunk)))
+                continue
+            prio = torch.as_tensor(order, dtype=torch.float64)[li].nan_to_num(0.0)
+            cells.sort(key=lambda c: -float(prio[c[0]]))  # highest first; each chunk then by first change
+            pending += [(float(prio[c[0][0]]), li, layer, source_act, _chunks(c, per_chunk))
+                        for c in (cells[i:i + per_chunk] for i in range(0, len(cells), per_chunk))]
+        if order is not None:
+            pending.sort(key=lambda job: -job[0])
+        for _, li, layer, source_act, chunks in pending:
+            for chunk in chunks:
                 if cancel is not None and cancel.is_set():
                     raise SweepCancelled(f"sweep cancelled after {done} of {total} cells; no result returned.")
                 hidden = base_run.cache[_resume_key(lab, site, layer)]

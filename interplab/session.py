@@ -17,7 +17,7 @@ from .engine import Engine
 from .lens import logit_lens
 from .metrics import as_metric, logit_diff
 from .metrics import top_k as top_tokens
-from .patching import Cells, SweepResult, patch_sweep
+from .patching import Cells, SweepCancelled, SweepResult, patch_sweep  # noqa: F401 (SweepCancelled: for the widgets)
 from .steering import generate
 from .vectors import diff_of_means
 
@@ -68,6 +68,32 @@ class PatchSession:
         self.result = patch_sweep(self.lab, self.clean, self.corrupt, self.site, self.by, self.metric,
                                   self.direction, **kw)
         return self.result
+
+    def estimate(self, **kw) -> SweepResult:
+        """The attribution estimate of this session's sweep (two runs): what a progressive sweep shows first."""
+        return patch_sweep(self.lab, self.clean, self.corrupt, self.site, self.by, self.metric, self.direction,
+                           method="attribution", progress=False, **kw)
+
+    @staticmethod
+    def priority(estimate: SweepResult) -> torch.Tensor:
+        """Which exact cells to run first: the largest |estimated effect|."""
+        return estimate.values.abs().nan_to_num(0.0)
+
+    def merged(self, exact: SweepResult, estimate: SweepResult) -> dict:
+        """Heatmap traits of a partial exact sweep: its cells where computed, the estimate's elsewhere (their hover
+        says so); `n_exact` of `n_cells` computed."""
+        grid = self.grid(exact)
+        done = ~torch.isnan(exact.cells.grid(exact.raw))
+        values = torch.where(done, exact.cells.grid(exact.values), estimate.cells.grid(estimate.values))
+        grid["values"] = values.tolist()
+        exact_hover, est_hover = self.hover(exact), self.estimate_hover(estimate)
+        grid["hover"] = [[exact_hover[r][c] if done[r, c] else est_hover[r][c] for c in range(len(row))]
+                         for r, row in enumerate(grid["values"])]
+        grid["n_exact"], grid["n_cells"] = int(done.sum()), int(done.numel())
+        return grid
+
+    def estimate_hover(self, estimate: SweepResult) -> list[list[str]]:
+        return [["attribution estimate (not computed exactly)\n" + h for h in row] for row in self.hover(estimate)]
 
     @property
     def cells(self):

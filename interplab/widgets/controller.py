@@ -16,6 +16,7 @@ from .. import display
 from ..engine import Engine
 from ..session import (
     PatchSession,
+    SweepCancelled,
     attention_view,
     circuit_view,
     dla_view,
@@ -165,8 +166,13 @@ class PatchExplorer(Composite):
             if final:
                 self.heatmap.cell_tops = self.session.cell_tops(result)
 
-    def sweep(self, wait: bool = False, **kw) -> None:
-        """Run the sweep on the lab's worker; the heatmap fills in as cells finish, Cancel (or exit) stops it."""
+    def sweep(self, wait: bool = False, progressive: bool = False, **kw) -> None:
+        """Run the sweep on the lab's worker; the heatmap fills in as cells finish, Cancel (or exit) stops it.
+        progressive=True: the attribution estimate first (two runs, the whole grid at once), then the exact cells,
+        largest |estimate| first, each replacing its estimate as its chunk finishes; Cancel keeps the exact cells
+        done (the rest stay estimates, the view says partial)."""
+        if progressive:
+            return self._sweep_progressive(wait, **kw)
         self._cancel.clear()
         self.heatmap.progress = 0.0
         self.heatmap.status = "sweeping..."
@@ -201,6 +207,75 @@ class PatchExplorer(Composite):
             self.heatmap.error = f"{type(e).__name__}: {e}"
 
         self.worker.submit(f"sweep:{id(self)}", run, done, error, widget=self.heatmap, cancel=self._cancel)
+        if wait:
+            self.worker.join(timeout=600)
+
+    def _sweep_progressive(self, wait: bool = False, **kw) -> None:
+        """PatchExplorer.sweep(progressive=True): see there."""
+        self._cancel.clear()
+        self.partial = False
+        heat = self.heatmap
+        heat.error = ""
+        heat.status = "estimating every cell (attribution)..."
+        heat.progress = 0.01  # the Cancel button shows from the start
+        sent: set = set()
+        total = [0]
+        last: dict = {}
+
+        def progress(done, n):
+            total[0] = n
+            heat.progress = min(max(done / n, 0.01), 0.99) if done < n else 0.0
+
+        def partial(res):  # the worker thread: only the new exact cells travel
+            last["res"] = res
+            heat.add_cells(self.session.new_cells(res, sent))
+            heat.status = f"exact: {len(sent)} of {total[0] or '?'} cells, largest |estimate| first (the others: " \
+                          f"attribution estimates)"
+
+        def run():
+            est = self.session.estimate()
+            t0 = time.perf_counter()
+            with heat.hold_sync():  # the estimate, at once
+                for k, v in self.session.grid(est).items():
+                    setattr(heat, k, v)
+                heat.title = f"{heat.title}: exact cells replace the estimate as they finish"
+                heat.hover = self.session.estimate_hover(est)
+                heat.cell_tops = {}
+                heat.status = "estimate shown; exact cells follow, largest |estimate| first"
+            self.first_paint_s = time.perf_counter() - t0
+            try:
+                res = self.session.sweep(progress=progress, cancel=self._cancel, on_partial=partial,
+                                         order=self.session.priority(est), **kw)
+                return res, est, False
+            except SweepCancelled:
+                if "res" not in last:
+                    raise
+                self.session.result = last["res"]
+                return last["res"], est, True
+
+        def done(out):
+            res, est, cancelled = out
+            heat.progress = 0.0
+            if not cancelled:
+                self._show_result(res)
+                heat.status = res.describe()
+                return
+            view = self.session.merged(res, est)
+            self.partial = True
+            with heat.hold_sync():
+                for k in ("values", "hover", "x_labels", "y_labels", "x_title", "y_title", "metric_name", "direction"):
+                    setattr(heat, k, view[k])
+                heat.title = f"{view['title']}: partial, {view['n_exact']} of {view['n_cells']} cells exact"
+                heat.cell_tops = self.session.cell_tops(res)
+                heat.status = (f"cancelled: partial, {view['n_exact']} of {view['n_cells']} cells exact (the others "
+                               f"are attribution estimates)")
+
+        def error(e):
+            heat.progress = 0.0
+            heat.status = ""
+            heat.error = f"{type(e).__name__}: {e}"
+
+        self.worker.submit(f"sweep:{id(self)}", run, done, error, widget=heat, cancel=self._cancel)
         if wait:
             self.worker.join(timeout=600)
 

@@ -156,3 +156,58 @@ def test_head_sweeps_side_by_side_one_selection_at_a_time(page, mount, gpt2_lab,
     want = float(hs["v"].cells.grid(hs["v"].values)[2, 3])
     assert f"normalised = {want:.4f}" in metric
     shot(page, w, "head_sweeps")
+
+
+@pytest.mark.browser
+def test_a_progressive_sweep_shows_the_estimate_and_cancel_keeps_a_partial_heatmap(page, mount, gpt2_lab,
+                                                                                     monkeypatch):
+    """The estimate is on the page before any exact cell; exact cells arrive as 'cells' messages; Cancel, clicked
+    with the mouse while the sweep runs, leaves the exact cells done and the estimate elsewhere, marked partial."""
+    import threading
+
+    from interplab.session import PatchSession
+    from interplab.widgets.controller import PatchExplorer
+
+    session = PatchSession(gpt2_lab, CLEAN, CORRUPT, 5, 9)
+    ex = PatchExplorer(session)
+    gpt2_lab.worker.join()
+    b = Bridge(ex, mount, monkeypatch)
+    w = b.w
+    heatmap_paints(page, 1)
+    reached, go = threading.Event(), threading.Event()
+    add = ex.heatmap.add_cells
+
+    def gated(cells):  # the worker waits after its first exact chunk until the page has pressed Cancel
+        add(cells)
+        reached.set()
+        assert go.wait(30)
+
+    monkeypatch.setattr(ex.heatmap, "add_cells", gated)
+    ex.sweep(progressive=True, max_batch=2)
+    assert reached.wait(60)
+    b.pump()
+    est = session.estimate()
+    title = "() => document.querySelector('.il-pane[data-part=heatmap] .js-plotly-plot')?.layout?.title?.text ?? ''"
+    page.wait_for_function(f"({title})().includes('exact cells replace the estimate')")
+    cancel = page.locator(w.sel(".il-pane[data-part=heatmap] .il-cancel"))
+    assert cancel.is_visible()
+    cancel.click()
+    w.wait_sent(1)
+    b.pump()
+    assert ex._cancel.is_set()
+    go.set()
+    gpt2_lab.worker.join()
+    b.pump()
+    page.wait_for_function(f"({title})().includes('partial')")
+    res = session.result
+    view = session.merged(res, est)
+    assert 2 <= view["n_exact"] < view["n_cells"]
+    z = w.js("(w) => w.el.querySelector('.il-pane[data-part=heatmap] .js-plotly-plot')._fullData[0].z")
+    assert torch.allclose(torch.tensor(z), torch.tensor(view["values"]), atol=1e-6)
+    exact = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=METRIC, progress=False)
+    done = ~torch.isnan(res.cells.grid(res.raw))
+    assert torch.allclose(torch.tensor(z)[done], exact.cells.grid(exact.values)[done].float(), atol=1e-5)
+    status = w.js("(w) => w.el.querySelector('.il-pane[data-part=heatmap] .il-status').textContent")
+    assert "cancelled: partial" in status and not cancel.is_visible()
+    assert not ilab.attached_hooks()
+    shot(page, w, "progressive_partial")
