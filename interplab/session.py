@@ -304,9 +304,10 @@ _WRITER = re.compile(r"embed|L(\d+)H(\d+)|MLP(\d+)")
 _READER = re.compile(r"L(\d+)H(\d+)\.([qkv])|MLP(\d+)|logits")
 
 
-def edge_graph(scores: edges_.EdgeScores) -> dict:
+def edge_graph(scores: edges_.EdgeScores, limit: int = 2000) -> dict:
     """An EdgeScores as the circuit graph's traits: its nodes (embed, heads, MLPs, logits, each with its layer) and
-    its edges [name, writer, reader node, site, score], largest |score| first."""
+    its `limit` largest edges [name, writer, reader node, site, score], largest |score| first (GPT-2 small has
+    ~35k edges: the page gets the ones a slider can reach, not megabytes)."""
     heads, layers, rows = set(), set(), []
     for name, score in zip(scores.edges, scores.scores.tolist()):
         writer, _, reader = name.partition(" -> ")
@@ -323,6 +324,7 @@ def edge_graph(scores: edges_.EdgeScores) -> dict:
         score = float(score)
         rows.append([name, writer, node, site, score if math.isfinite(score) else 0.0])
     rows.sort(key=lambda e: -abs(e[4]))
+    total, rows = len(rows), rows[:limit]
     n_layers, n_heads = max(layers, default=-1) + 1, max(heads, default=-1) + 1
     nodes = [{"name": "embed", "kind": "embed", "layer": -1, "index": 0}]
     for layer in range(n_layers):
@@ -332,7 +334,8 @@ def edge_graph(scores: edges_.EdgeScores) -> dict:
     return {"nodes": nodes, "edges": rows, "method": scores.method, "metric_name": scores.metric_name,
             "base_value": scores.base_value, "source_value": scores.source_value,
             "title": f"edges by {scores.method}: {scores.metric_name}, base {scores.base_value:.4g} -> "
-                     f"source {scores.source_value:.4g}"}
+                     f"source {scores.source_value:.4g}" + (f" (the largest {limit} of {total} edges)"
+                                                            if total > limit else "")}
 
 
 def edge_exact(lab: Engine, clean, corrupt, metric, edge: str, direction: str = "denoise") -> float:

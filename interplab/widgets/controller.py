@@ -502,11 +502,11 @@ def steering_panel(lab: Engine, prompt: str, positive: list[str], negative: list
 
 
 def edges_for(scores, lab: Engine | None = None, clean=None, corrupt=None, metric=None, direction: str = "denoise",
-              count: int | None = None) -> CircuitGraph:
+              count: int | None = None, limit: int = 2000) -> CircuitGraph:
     """The circuit graph of an EdgeScores (scores.show(lab, clean, corrupt, metric)): the top `count` edges (20 by
     default) drawn and chosen; with the lab and the pair, a clicked edge is patched exactly on the lab's worker and
     the button evaluates the chosen circuit's faithfulness. Without them, the estimates only."""
-    view = CircuitGraph(**edge_graph(scores))
+    view = CircuitGraph(**edge_graph(scores, limit))
     view.count = min(20, len(view.edges)) if count is None else count
     live = lab is not None and clean is not None and corrupt is not None and metric is not None
     if not live:
