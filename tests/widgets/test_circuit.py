@@ -6,6 +6,8 @@ go to the widget's own comm handler)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from bridge import Bridge  # tests/widgets/bridge.py
 
@@ -127,24 +129,33 @@ def test_a_real_click_on_an_edge_shows_lab_edge_patch_and_the_button_lab_circuit
     assert edge in text and f"exact {want:.4f}" in text and "computing" not in text
     assert w.js("(w) => w.el.querySelector('.il-edge.on').dataset.edge") == edge
 
-    # the slider, with the keyboard: fewer edges drawn at once, the kernel told when it is let go
+    # the slider, dragged with the mouse: the page redraws while it moves, the kernel hears where it is let go
     slider = page.locator(w.sel(".il-threshold"))
-    slider.focus()
-    for _ in range(4):
-        page.keyboard.press("ArrowLeft")
-    assert w.js("(w) => w.el.querySelectorAll('.il-edge').length") == 8
-    slider.dispatch_event("change")  # keyboard steps fire `input`; Chromium fires `change` on blur
+    box = slider.bounding_box()
+    lo, hi = 1, len(view.edges)
+    x0 = box["x"] + 8 + (box["width"] - 16) * (12 - lo) / (hi - lo)  # the thumb (16 px wide) at 12
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(x0, y)
+    page.mouse.down()
+    page.mouse.move(x0 + 30, y, steps=6)
+    moving = int(slider.input_value())
+    assert moving > 12 and w.js("(w) => w.el.querySelectorAll('.il-edge').length") == moving
+    assert [r["type"] for r in w.requests] == ["edge"]  # nothing sent while it moves
+    page.mouse.up()
+    w.wait_sent(2)
+    chosen = int(slider.input_value())
+    assert w.requests[1] == {"type": "threshold", "count": chosen}
     b.pump()
-    assert view.count == 8
+    assert view.count == chosen and w.js("(w) => w.el.querySelectorAll('.il-edge').length") == chosen
     page.locator(w.sel(".il-evaluate")).click()
     b.pump(gpt2_lab)
     b.pump()
-    c = gpt2_lab.circuit(CLEAN, CORRUPT, METRIC, [e[0] for e in view.edges[:8]])
+    c = gpt2_lab.circuit(CLEAN, CORRUPT, METRIC, [e[0] for e in view.edges[:chosen]])
     got = w.js("(w) => w.el.querySelector('.il-circuit').dataset.faithfulness")
     assert float(got) == pytest.approx(c.faithfulness, abs=1e-6)
-    assert f"circuit of 8 of {len(view.edges)} edges" in w.js("(w) => w.el.querySelector('.il-circuit').textContent")
+    text = w.js("(w) => w.el.querySelector('.il-circuit').textContent")
+    assert f"circuit of {chosen} of {len(view.edges)} edges" in text
     assert not ilab.attached_hooks()
-    import os
     if os.environ.get("INTERPLAB_SCREENSHOTS"):
         page.locator(w.sel(".interplab")).screenshot(path=os.environ["INTERPLAB_SCREENSHOTS"] + "/circuit.png")
 
