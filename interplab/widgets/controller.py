@@ -345,8 +345,9 @@ class DLAView(Composite):
 
     def __init__(self, result, pos: int = -1):
         self.result = result
-        self.positions = PatchingHeatmap(part=True)
-        self.heads = PatchingHeatmap(part=True)
+        self.positions = PatchingHeatmap(hint="Click a position to show its heads and other parts.", part=True)
+        self.heads = PatchingHeatmap(hint="Each head's direct effect at this position (read from one run: "
+                                          "nothing is patched).", part=True)
         self.bars = ValueBars(part=True)
         super().__init__({"positions": self.positions, "heads": self.heads, "parts": self.bars},
                          panes=[{"part": "positions"}, {"row": ["heads", "parts"]}])
@@ -369,7 +370,7 @@ class PathView(Composite):
 
     def __init__(self, result):
         self.result = result
-        self.heatmap = PatchingHeatmap(part=True)
+        self.heatmap = PatchingHeatmap(hint="Click a sender to show its effect through each receiver.", part=True)
         self.bars = ValueBars(part=True)
         super().__init__({"heatmap": self.heatmap, "bars": self.bars},
                          panes=[{"row": ["heatmap", "bars"]}])

@@ -15,6 +15,7 @@ Traits (all synced; settable from Python, each set repaints):
                   a cell of an exact sweep shows in the logit panel, painted by the page at once (the click request
                   still goes to the kernel, which answers with the same numbers)
     link          str  the `link` of the LogitPanel the page paints those clicks on ("" = none)
+    hint          str  what the view says a click does while nothing is selected ("" = patch the cell)
     status, error str
 
 Requests from the frontend (protocol.json; each also carries its `id`) -> callbacks, called with keywords:
@@ -68,6 +69,7 @@ class PatchingHeatmap(LabWidget):
     zmax = t.Float(None, allow_none=True).tag(sync=True)
     cell_tops = t.Dict().tag(sync=True)
     link = t.Unicode("").tag(sync=True)
+    hint = t.Unicode("").tag(sync=True)
 
     def __init__(self, values: Any = None, **kwargs: Any):
         if values is not None:

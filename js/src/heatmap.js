@@ -18,7 +18,7 @@ const TRAITS = [
   "values", "x_labels", "y_labels", "x_title", "y_title", "title", "direction", "metric_name",
   "hover", "zmin", "zmax",
 ];
-const SELECTION = ["selected", "active_edits"];
+const SELECTION = ["selected", "active_edits", "hint"];
 const MIN_CELL = 5; // px: a cell narrower than this is hard to see and to click
 const MARGIN_X = 90 + 30 + 100; // left and right margins and the colour bar
 
@@ -75,7 +75,7 @@ export function render({ model, el }) {
       ? `Active edits (${list.filter((e) => e?.enabled !== false).length} of ${list.length} on):`
       : sel.length
         ? `${sel.length} cell${sel.length > 1 ? "s" : ""} selected (shift-click to add more)`
-        : "Click a cell to patch it; shift-click to add cells.";
+        : String(state.get("hint", "")) || "Click a cell to patch it; shift-click to add cells.";
     clear.style.display = list.length || sel.length ? "" : "none";
   }
 

@@ -108,6 +108,8 @@ def test_a_click_on_a_position_shows_that_positions_heads_and_parts(page, mount,
                  "(r) => [r.dataset.label, Number(r.dataset.value)]))")
     assert shown["MLP2"] == pytest.approx(float(res.mlp[2, 4]), abs=1e-7)
     assert shown["total"] == pytest.approx(float(res.total[4]), abs=1e-7)
+    hint = w.js("(w) => w.el.querySelector('.il-pane[data-part=heads] .il-edits-title').textContent")
+    assert "nothing is patched" in hint
     shot(page, w, "dla")
 
 
