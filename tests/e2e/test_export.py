@@ -14,7 +14,8 @@ import time
 
 import nbformat
 import pytest
-from conftest import ROOT
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # (not `from conftest import`: tests/widgets has one too)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
