@@ -213,3 +213,25 @@ def test_a_progressive_sweep_shows_the_estimate_and_cancel_keeps_a_partial_heatm
     assert "cancelled: partial" in status and not cancel.is_visible()
     assert not ilab.attached_hooks()
     shot(page, w, "progressive_partial")
+
+
+def test_bad_clicks_in_the_composites_are_answered_and_change_nothing(gpt2_lab, monkeypatch):
+    hs = gpt2_lab.patch_sweep_heads(CLEAN, CORRUPT, METRIC)
+    view = hs.show()
+    gpt2_lab.worker.join()
+    replies = []
+    monkeypatch.setattr(view, "_send", lambda msg, buffers=None: replies.append(msg.get("content")))
+    view.explorers["q"].heatmap.selected = [[1, 1]]
+    for msg, text in [({"type": "click", "part": "k", "row": 99, "col": 0, "shift": False}, "out of range"),
+                      ({"type": "click", "part": "zz", "row": 0, "col": 0, "shift": False}, "'part' must be one of"),
+                      ({"type": "click", "part": "v", "row": 0, "col": 0}, "missing the field 'shift'")]:
+        replies.clear()
+        view._handle_msg({"content": {"data": {"method": "custom", "content": {**msg, "id": 7}}}, "buffers": []})
+        reply = [r for r in replies if r and r.get("type") == "reply"]
+        assert len(reply) == 1 and reply[0]["ok"] is False and text in reply[0]["error"], replies
+    assert view.explorers["q"].heatmap.selected == [[1, 1]]  # a refused click clears no other heatmap
+    dla = gpt2_lab.direct_logit_attribution(CLEAN, METRIC).show()
+    before = list(dla.heads.values)
+    bad = dla.positions.send_test_message({"type": "click", "row": 0, "col": 10_000, "shift": False})
+    assert bad["ok"] is False and "out of range" in bad["error"] and dla.heads.values == before
+    gpt2_lab.worker.join()
