@@ -198,9 +198,11 @@ class Lab(Engine):
         return circuit(self, clean, corrupt, metric, edges)
 
     def show(self, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre", by=("layer", "pos"),
-             direction: str = "denoise", sweep: bool = True):
-        """The dashboard: clickable patching heatmap + logits, steering slider, logit lens, attention."""
-        return Dashboard(self, clean, corrupt, answer, wrong, site, by, direction, sweep)
+             direction: str = "denoise", sweep: bool = True, progressive: bool = False):
+        """The dashboard: clickable patching heatmap + logits, steering slider, logit lens, attention.
+        progressive=True: the heatmap shows the attribution estimate at once, then fills in exact cells, largest
+        |estimate| first (Cancel keeps them, marked partial)."""
+        return Dashboard(self, clean, corrupt, answer, wrong, site, by, direction, sweep, progressive)
 
     # ---- generation and persistent edits: implemented in interplab.steering -------------------------------
     def generate(self, prompt, edits=None, **kw):

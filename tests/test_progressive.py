@@ -90,3 +90,11 @@ def test_cancel_keeps_the_exact_cells_done_marked_partial(gpt2_lab, monkeypatch)
     prio = session.priority(est).reshape(-1)
     assert bool(done.reshape(-1)[int(prio.argmax())])
     assert ex.heatmap.progress == 0.0 and ex.heatmap.error == "" and not ilab.attached_hooks()
+
+
+def test_the_dashboard_sweeps_progressively_when_asked(gpt2_lab):
+    dash = gpt2_lab.show(CLEAN, CORRUPT, 5, 9, progressive=True)
+    gpt2_lab.worker.join()
+    exact = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=METRIC, progress=False)
+    assert torch.allclose(torch.tensor(dash.heatmap.values), exact.cells.grid(exact.values).float(), atol=1e-5)
+    assert dash.explorer.partial is False and dash.explorer.first_paint_s >= 0

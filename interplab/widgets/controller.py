@@ -50,6 +50,8 @@ class PatchExplorer(Composite):
         self._edits: dict = {}  # cell id -> its patch, built on the worker (a forward caches the source's site)
         self._building = threading.Lock()  # one build per cell, whichever thread asks first
         self._cancel = threading.Event()
+        self.partial = False  # a progressive sweep cancelled: exact cells done, the estimate elsewhere
+        self.first_paint_s = None  # a progressive sweep: seconds from its start to the estimate shown
         # the page paints exact-sweep clicks on this panel at once (`logits`: a panel shared with other explorers)
         link = logits.link if logits is not None and logits.link else f"explorer-{uuid.uuid4().hex}"
         self.heatmap = PatchingHeatmap(link=link, part=True)
@@ -233,8 +235,8 @@ class PatchExplorer(Composite):
                           f"attribution estimates)"
 
         def run():
-            est = self.session.estimate()
             t0 = time.perf_counter()
+            est = self.session.estimate()
             with heat.hold_sync():  # the estimate, at once
                 for k, v in self.session.grid(est).items():
                     setattr(heat, k, v)
@@ -242,7 +244,7 @@ class PatchExplorer(Composite):
                 heat.hover = self.session.estimate_hover(est)
                 heat.cell_tops = {}
                 heat.status = "estimate shown; exact cells follow, largest |estimate| first"
-            self.first_paint_s = time.perf_counter() - t0
+            self.first_paint_s = time.perf_counter() - t0  # the estimate on the page: time to a first heatmap
             try:
                 res = self.session.sweep(progress=progress, cancel=self._cancel, on_partial=partial,
                                          order=self.session.priority(est), **kw)
@@ -477,7 +479,7 @@ class Dashboard(Composite):
     are the widgets as ever; they open no comm of their own (their state travels in the dashboard's)."""
 
     def __init__(self, lab: Engine, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre",
-                 by=("layer", "pos"), direction: str = "denoise", sweep: bool = True):
+                 by=("layer", "pos"), direction: str = "denoise", sweep: bool = True, progressive: bool = False):
         session = PatchSession(lab, clean, corrupt, answer, wrong, site, tuple(by), direction)
         self.explorer = PatchExplorer(session, part=True)
         self.heatmap, self.logits = self.explorer.heatmap, self.explorer.logits
@@ -490,8 +492,8 @@ class Dashboard(Composite):
             panes=[{"part": "heatmap"}, {"part": "logits"},
                    {"tabs": [{"title": "steering", "part": "steering"}, {"title": "logit lens", "part": "lens"},
                              {"title": "attention", "part": "attention"}]}])
-        if sweep:
-            self.explorer.sweep()
+        if sweep:  # progressive: the attribution estimate first, exact cells largest |estimate| first
+            self.explorer.sweep(progressive=progressive)
 
 
 def steering_panel(lab: Engine, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
