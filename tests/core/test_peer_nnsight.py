@@ -15,9 +15,9 @@ PEER_TABLE=path writes a markdown table of the worst absolute error per model an
 from __future__ import annotations
 
 import copy
+import importlib
 import os
 
-import nnsight  # the dev extra: a missing peer must fail, not skip
 import pytest
 import torch
 from _tiny_models import CORPUS
@@ -84,6 +84,10 @@ class Peer:
     """nnsight on a deep copy of `model`; `arch` picks the hand-written module addressing above."""
 
     def __init__(self, model, tokenizer, arch: str):
+        # imported here, not at collection: importing nnsight first breaks a later `import marimo` (marimo's config
+        # dataclasses fail to build), and tests/e2e/test_marimo.py imports marimo when it is collected. The dev extra
+        # has nnsight: a missing peer fails here, it does not skip.
+        nnsight = importlib.import_module("nnsight")
         self.nm = nnsight.NNsight(copy.deepcopy(model))
         self.arch, self.tok = arch, tokenizer
         self.n_heads = model.config.num_attention_heads
