@@ -27,9 +27,8 @@ from dataclasses import dataclass
 import torch
 
 from . import edits as ed
-from .engine import Engine, as_prompts
-from .errors import InterplabError, LengthMismatchError, UnsupportedSiteError
-from .metrics import as_metric
+from .engine import Engine
+from .errors import InterplabError, UnsupportedSiteError
 
 
 @dataclass
@@ -112,20 +111,7 @@ def _check_model(lab: Engine) -> None:
 
 
 def _setup(lab: Engine, clean, corrupt, metric, direction: str):
-    clean, corrupt = as_prompts(clean), as_prompts(corrupt)
-    if len(clean) != len(corrupt):
-        raise LengthMismatchError(f"{len(clean)} clean prompts but {len(corrupt)} corrupt: give them in pairs.")
-    if direction not in ("denoise", "noise"):
-        raise InterplabError(f"direction={direction!r}: use 'denoise' (clean into corrupt) or 'noise'.")
-    lab.check_pair(clean, corrupt)
-    _, _, lengths = lab.encode(clean + corrupt)
-    if len(set(lengths)) > 1:
-        raise LengthMismatchError(f"edges compare runs position by position: every prompt must have the same token "
-                                  f"length (got {sorted(set(lengths))}).")
-    as_metric(metric).check_pairs(len(clean))
-    metric = as_metric(metric).bind(lab.token_id)
-    base, source = (corrupt, clean) if direction == "denoise" else (clean, corrupt)
-    return base, source, metric
+    return lab.paired(clean, corrupt, metric, direction, "an edge analysis")
 
 
 def _writer_deltas(lab: Engine, base_run, source_run) -> dict[str, torch.Tensor]:

@@ -325,7 +325,8 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
         return finish()
 
     if order is not None and tuple(torch.as_tensor(order).shape) != tuple(shape):
-        raise InterplabError(f"order: one priority per cell, shape {tuple(shape)}; got {tuple(torch.as_tensor(order).shape)}.")
+        raise InterplabError(f"order: one priority per cell, shape {tuple(shape)}; got "
+                             f"{tuple(torch.as_tensor(order).shape)}.")
     layer_cells = result.cells.in_layer()
     jobs = [(li, layer, layer_cells) for li, layer in enumerate(layer_list)]
     total = sum(len(cells) for _, _, cells in jobs)

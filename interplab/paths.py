@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 import torch
 
 from . import edits as ed
-from .engine import Engine, as_prompts
-from .errors import InterplabError, LengthMismatchError
-from .metrics import as_metric
+from .engine import Engine
+from .errors import InterplabError
 
 RECEIVER_SITES = ("q", "k", "v")
 
@@ -57,26 +56,13 @@ def path_patch(lab: Engine, clean, corrupt, metric, senders="heads", receivers="
     receivers: "logits", or a list of (layer, head, "q" | "k" | "v"), patched together; per_receiver=True
     measures each receiver on its own instead (one group each). direction: "noise" (the paper's: the corrupt run's
     sender into the clean run) or "denoise"."""
-    clean, corrupt = as_prompts(clean), as_prompts(corrupt)
-    if len(clean) != len(corrupt):
-        raise LengthMismatchError(f"{len(clean)} clean prompts but {len(corrupt)} corrupt: give them in pairs.")
-    if direction not in ("denoise", "noise"):
-        raise InterplabError(f"direction={direction!r}: use 'noise' (corrupt into clean, as Wang et al.) or "
-                             f"'denoise'.")
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise InterplabError(f"max_batch={max_batch!r}: the most rows per forward, an int >= 1.")
     if lab.sites.arch is None:
         raise InterplabError("path_patch needs a known architecture (see ilab.sites.ARCHS).")
-    lab.check_pair(clean, corrupt)
-    _, _, lengths = lab.encode(clean + corrupt)
-    if len(set(lengths)) > 1:
-        raise LengthMismatchError(f"path patching freezes every head position by position: clean and corrupt prompts "
-                                  f"must all have the same token length (got {sorted(set(lengths))}).")
-    as_metric(metric).check_pairs(len(clean))
-    metric = as_metric(metric).bind(lab.token_id)
+    base, source, metric = lab.paired(clean, corrupt, metric, direction, "path patching")
     sender_list = _senders(lab, senders)
     groups = _receiver_groups(lab, receivers, per_receiver)
-    base, source = (clean, corrupt) if direction == "noise" else (corrupt, clean)
     n_pairs = len(base)
     pair_idx = torch.arange(n_pairs)
     frozen_sites = [("z", layer) for layer in range(lab.n_layers)]

@@ -29,6 +29,7 @@ from ..errors import (
     format_tokens,
     short,
 )
+from ..metrics import as_metric
 from ..sites import HEADED, IN_ATTENTION, LAYERED, SITE_NAMES, Site, SiteMap
 from ..worker import Worker
 from . import attention, hooks, resume
@@ -259,6 +260,25 @@ class Engine:
                     f"  clean:   {format_tokens(a)}\n  corrupt: {format_tokens(b)}\n"
                     f"Position-wise patching needs equal lengths: use names/words that are one token each."
                 )
+
+    def paired(self, clean, corrupt, metric, direction: str, what: str):
+        """(base prompts, source prompts, bound metric) for an analysis that compares the runs of prompt pairs
+        position by position, every prompt of the same token length; `what` names the analysis in the errors.
+        direction "denoise": the clean run's values go into the corrupt run; "noise": the other way."""
+        clean, corrupt = as_prompts(clean), as_prompts(corrupt)
+        if len(clean) != len(corrupt):
+            raise LengthMismatchError(f"{len(clean)} clean prompts but {len(corrupt)} corrupt: give them in pairs.")
+        if direction not in ("denoise", "noise"):
+            raise InterplabError(f"direction={direction!r}: use 'denoise' (clean into corrupt) or 'noise' (corrupt "
+                                 f"into clean).")
+        self.check_pair(clean, corrupt)
+        lengths = self.encode(clean + corrupt)[2]
+        if len(set(lengths)) > 1:
+            raise LengthMismatchError(f"{what} compares runs position by position: every prompt must have the same "
+                                      f"token length (got {sorted(set(lengths))}).")
+        as_metric(metric).check_pairs(len(clean))
+        metric = as_metric(metric).bind(self.token_id)
+        return (corrupt, clean, metric) if direction == "denoise" else (clean, corrupt, metric)
 
     # ---- runs -------------------------------------------------------------------------------------------
     def run(self, prompts, edits=None, cache=None, *, grad: bool = False, log: bool = True) -> Run:

@@ -14,8 +14,8 @@ import pytest
 from interplab.widgets import AttentionView, LabWidget, LensView, LogitPanel, PatchingHeatmap, SteeringPanel
 from interplab.widgets.base import BAD_MESSAGE, PROTOCOL
 from interplab.widgets.circuit import CircuitGraph
-from interplab.widgets.values import ValueBars
 from interplab.widgets.composite import Composite
+from interplab.widgets.values import ValueBars
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "js" / "src"
