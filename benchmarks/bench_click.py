@@ -63,8 +63,9 @@ res = lab.patch_sweep(clean, corrupt, site="resid_pre", by=("layer", "pos"),
 
 INSTRUMENT = """
 _T = {"recv": [], "series": [], "start": [], "end": []}
-# first in line on the heatmap's comm: the time a click message reaches the kernel
-explorer.heatmap._msg_callbacks.callbacks.insert(0, lambda *a: _T["recv"].append(time.time()))
+# first in line on the explorer's comm (one comm for heatmap and logit panel): when a click reaches the kernel
+explorer._msg_callbacks.callbacks.insert(0, lambda w, msg, buffers: _T["recv"].append(time.time())
+                                         if msg.get("part") == "heatmap" else None)
 explorer.logits.observe(lambda c: _T["series"].append(time.time()), "series")
 _logits_view = explorer.session.logits_view
 def _timed_view(*args, **kw):  # the queued job itself: when the worker starts it, when the numbers are ready
