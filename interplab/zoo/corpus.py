@@ -168,13 +168,15 @@ def ioi_example(rng: random.Random, *, test_pair: bool = False, test_template: b
     return {"prompt": f"{head} {s}{tail}", "corrupt": f"{head} {io}{tail}", "io": io, "s": s}
 
 
-def ioi_dataset(n: int, split: str = "test", seed: int = 0) -> list[dict]:
+def ioi_dataset(n: int, split: str = "test", seed: int = 0, example=None) -> list[dict]:
     """``n`` IOI prompt pairs for patching: dicts {"clean", "corrupt", "answer", "wrong"}.
 
     ``split``: "test" (held-out name pairs on held-out templates, the default), "test_pairs", "test_templates" or
     "train". ``clean`` and ``corrupt`` differ only in the S2 name (a single token), so they tokenize to equal
     length; ``answer`` is the IO name with a leading space (the clean answer), ``wrong`` the subject.
+    ``example``: the generator of one prompt (default: this corpus's ``ioi_example``).
     """
+    example = example or ioi_example
     flags = {"train": (False, False), "test_pairs": (True, False), "test_templates": (False, True),
              "test": (True, True)}
     if split not in flags:
@@ -183,7 +185,7 @@ def ioi_dataset(n: int, split: str = "test", seed: int = 0) -> list[dict]:
     rng = random.Random(f"ioi-{split}-{seed}")
     out = []
     for _ in range(n):
-        ex = ioi_example(rng, test_pair=test_pair, test_template=test_template, max_mentions=2)
+        ex = example(rng, test_pair=test_pair, test_template=test_template, max_mentions=2)
         out.append({"clean": ex["prompt"], "corrupt": ex["corrupt"], "answer": " " + ex["io"],
                     "wrong": " " + ex["s"]})
     return out

@@ -56,6 +56,7 @@ from __future__ import annotations
 import random
 import zlib
 
+from interplab.zoo import corpus
 from interplab.zoo.corpus import EOS, FACTS, FILLER, NAMES  # noqa: F401  (EOS, FACTS: interface)
 
 # names, facts and filler words are corpus.py's; places and objects vary more
@@ -216,24 +217,8 @@ def ioi_example(rng: random.Random, *, test_pair: bool = False, test_template: b
 
 
 def ioi_dataset(n: int, split: str = "test", seed: int = 0) -> list[dict]:
-    """``n`` IOI prompt pairs for patching: dicts {"clean", "corrupt", "answer", "wrong"}.
-
-    ``split``: "test" (held-out name pairs on held-out templates, the default), "test_pairs", "test_templates" or
-    "train". ``clean`` and ``corrupt`` differ only in the S2 name (a single token), so they tokenize to equal
-    length; ``answer`` is the IO name with a leading space (the clean answer), ``wrong`` the subject.
-    """
-    flags = {"train": (False, False), "test_pairs": (True, False), "test_templates": (False, True),
-             "test": (True, True)}
-    if split not in flags:
-        raise ValueError(f"unknown split {split!r}: use one of {sorted(flags)}")
-    test_pair, test_template = flags[split]
-    rng = random.Random(f"ioi-{split}-{seed}")
-    out = []
-    for _ in range(n):
-        ex = ioi_example(rng, test_pair=test_pair, test_template=test_template, max_mentions=2)
-        out.append({"clean": ex["prompt"], "corrupt": ex["corrupt"], "answer": " " + ex["io"],
-                    "wrong": " " + ex["s"]})
-    return out
+    """``n`` IOI prompt pairs of this corpus for patching (splits and fields as corpus.ioi_dataset)."""
+    return corpus.ioi_dataset(n, split, seed, example=ioi_example)
 
 
 # ---------------------------------------------------------------- non-IOI text
