@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .engine import Engine, as_prompts
+from .engine import Engine, as_prompts, execution_device, own_weights
 from .errors import InterplabError, LengthMismatchError, UnsupportedSiteError
 from .metrics import as_metric
 
@@ -81,15 +81,18 @@ def direct_logit_attribution(lab: Engine, prompts, metric) -> DLAResult:
                                                                      for s in ("z", "mlp_out")]
     run = lab.run(prompts, cache=cache, log=False)
     unembed = lab.model.get_output_embeddings()
-    param = unembed.weight
-    direction = _metric_direction(metric, rows, param.shape[0])  # [rows, vocab]
-    final = run.cache["resid_post", n - 1].to(param.device, param.dtype)
+    with own_weights(unembed):  # (offloaded by a device_map: loaded for this block)
+        param = unembed.weight
+        direction = _metric_direction(metric, rows, param.shape[0])  # [rows, vocab]
+        # [rows, d_model]: the metric's residual direction
+        d_resid = direction.to(param.device, param.dtype) @ param
+        bias = getattr(unembed, "bias", None)
+        bias_value = None if bias is None else float((direction.to(bias.device, bias.dtype) @ bias).mean())
+    final = run.cache["resid_post", n - 1].to(d_resid.device, d_resid.dtype)
     frozen, shift = _frozen_final_norm(lab.model.get_submodule(arch.final_norm), final)
-    d_resid = direction.to(param.device, param.dtype) @ param  # [rows, d_model]: the metric's residual direction
-    bias = getattr(unembed, "bias", None)
 
     def score(part: torch.Tensor) -> torch.Tensor:  # [rows, pos, d] -> [pos], the rows' mean
-        return (frozen(part.to(param.device, param.dtype)) * d_resid[:, None]).sum(-1).mean(0).float().cpu()
+        return (frozen(part.to(d_resid.device, d_resid.dtype)) * d_resid[:, None]).sum(-1).mean(0).float().cpu()
 
     with torch.no_grad():
         heads = torch.zeros(n, H, ids.shape[1])
@@ -97,7 +100,7 @@ def direct_logit_attribution(lab: Engine, prompts, metric) -> DLAResult:
         mlp = torch.zeros(n, ids.shape[1])
         for layer in range(n):
             o_proj = lab.model.get_submodule(f"{arch.layers}.{layer}.{arch.o_proj}")
-            z = run.cache["z", layer].to(param.device, param.dtype)
+            z = run.cache["z", layer].to(execution_device(lab.model, o_proj), d_resid.dtype)
             zero = o_proj(torch.zeros_like(z))
             per_head = z.view(*z.shape[:2], H, -1)
             for h in range(H):
@@ -111,9 +114,9 @@ def direct_logit_attribution(lab: Engine, prompts, metric) -> DLAResult:
         has_pos = arch.name == "gpt2"  # the one mapped family with learned absolute position embeddings
         embed = score(embed_tok if has_pos else before)
         pos_embed = score(before - embed_tok) if has_pos else torch.zeros(ids.shape[1])
-        final_bias = (shift.to(param.dtype) @ d_resid.T).mean(-1).float().cpu().expand(ids.shape[1]).clone()
-        if bias is not None:
-            final_bias += float((direction.to(bias.dtype) @ bias).mean())
+        final_bias = (shift.to(d_resid) @ d_resid.T).mean(-1).float().cpu().expand(ids.shape[1]).clone()
+        if bias_value is not None:
+            final_bias += bias_value
         total = metric(run.logits.reshape(-1, run.logits.shape[-1]).float(),
                        rows.repeat_interleave(ids.shape[1])).view(len(prompts), -1).mean(0)
     result = DLAResult(heads, attn_bias, mlp, embed, pos_embed, final_bias, total, lab.to_str_tokens(prompts[0]),
@@ -146,9 +149,10 @@ def _metric_direction(metric, rows: torch.Tensor, vocab: int) -> torch.Tensor:
 def _frozen_final_norm(norm: torch.nn.Module, final: torch.Tensor):
     """(x -> the norm's linear part at the actual run's scale, the norm's constant shift [d_model])."""
     with torch.no_grad():
-        want = norm(final)
-        weight = getattr(norm, "weight", None)
-        b = getattr(norm, "bias", None)
+        want = norm(final).to(final.device)  # (a device_map may run the norm on another device)
+        with own_weights(norm):  # (offloaded by a device_map: loaded for this block, copied out)
+            weight, b = (None if getattr(norm, k, None) is None else
+                         getattr(norm, k).detach().to(final.device, copy=True) for k in ("weight", "bias"))
         shift = b if b is not None else torch.zeros(final.shape[-1], dtype=final.dtype, device=final.device)
         centred = isinstance(norm, torch.nn.LayerNorm)
         eps = getattr(norm, "eps", None) or getattr(norm, "variance_epsilon", None) or 1e-6

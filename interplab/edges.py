@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from . import edits as ed
-from .engine import Engine
+from .engine import Engine, execution_device
 from .errors import InterplabError, UnsupportedSiteError
 
 
@@ -382,7 +382,7 @@ def _writer_outputs(lab: Engine, run, layers, heads_only: bool = False) -> dict[
         for layer in layers:
             o_proj = lab.model.get_submodule(f"{arch.layers}.{layer}.{arch.o_proj}")
             param = next(o_proj.parameters())
-            z = run.cache["z", layer].to(param.device, param.dtype)
+            z = run.cache["z", layer].to(execution_device(lab.model, o_proj), param.dtype)
             per_head = z.view(*z.shape[:2], lab.n_heads, -1)
             zero = o_proj(torch.zeros_like(z))
             for h in range(lab.n_heads):

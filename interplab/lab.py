@@ -36,13 +36,19 @@ class Lab(Engine):
     # ---- loading --------------------------------------------------------------------------------------
     @classmethod
     def load(cls, name: str = "ioi-tiny", *, device=None, dtype=None, trust_remote_code: bool = False,
-             allow_pickle: bool = False, attn_implementation: str = "eager", progress: bool = False, **kw) -> Lab:
+             allow_pickle: bool = False, attn_implementation: str = "eager", progress: bool = False,
+             device_map=None, offload_folder=None, max_memory=None, **kw) -> Lab:
         """Load an embedded model ('ioi-tiny'), a Hugging Face hub id ('gpt2') or a local directory.
 
         Only safetensors weights are loaded unless allow_pickle=True; remote code only with trust_remote_code=True.
         Eager attention is the default so that attention patterns can be read. progress=True shows transformers'
         weight-loading bar (hidden by default; a real download keeps its own bar either way). A hub id is read from
         the local cache first; if it is not there and the hub cannot be reached, this fails within about a second.
+
+        A model bigger than one device: device_map="auto" (or a dict {module path: device, "cpu" or "disk"}),
+        with max_memory ({device: "20GiB", "cpu": "60GiB"}) and offload_folder (where "disk" weights go), is passed
+        to transformers' from_pretrained, which spreads the layers through accelerate (pip install
+        'interplab[big]'). Edits, sweeps and clicks work on such a model as on one device (docs/SCALE.md).
         """
         import socket
         import threading
@@ -60,6 +66,7 @@ class Lab(Engine):
                             f"local directory), got {type(name).__name__} {name!r}.")
         name = os.fspath(name)
         dtype_of(dtype)  # an unknown dtype says so here, not as a failed load
+        placement = _placement(device, device_map, offload_folder, max_memory)
         path = _embedded_path(name) or name
         if os.path.isdir(path):
             has_safe = any(Path(path).glob("*.safetensors"))
@@ -73,7 +80,8 @@ class Lab(Engine):
         def from_pretrained(**online):
             model = AutoModelForCausalLM.from_pretrained(
                 path, dtype=dtype_of(dtype) or torch.float32, use_safetensors=None if allow_pickle else True,
-                trust_remote_code=trust_remote_code, attn_implementation=attn_implementation, **online)
+                trust_remote_code=trust_remote_code, attn_implementation=attn_implementation, **placement,
+                **online)
             return model, AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **online)
 
         def hub_unreachable() -> str | None:
@@ -153,7 +161,9 @@ class Lab(Engine):
                         hub_utils.disable_progress_bars()
         if device is not None:
             model = model.to(device)
-        return cls(model, tokenizer, model_id=name, **kw)
+        lab = cls(model, tokenizer, model_id=name, **kw)
+        lab.load_options = placement  # (the log's to_code() loads the same way)
+        return lab
 
     def patch_sweep(self, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
                     direction: str = "denoise", method: str = "exact", **kw):
@@ -266,6 +276,38 @@ class Lab(Engine):
         return (f"Lab({self.model_id!r}, arch={arch}, layers={self.n_layers}, heads={self.n_heads}, "
                 f"d_model={self.d_model}, {self.dtype_name} on {self.device_name})")
 
+
+
+BIG = "accelerate>=1.1"  # pyproject.toml's [big] extra (transformers' own minimum)
+
+
+def _placement(device, device_map, offload_folder, max_memory) -> dict:
+    """from_pretrained's placement keywords for a device_map, checked before anything is loaded."""
+    if device_map is None:
+        if offload_folder is not None or max_memory is not None:
+            raise LoadError("offload_folder and max_memory place the layers of a model spread by a device_map: "
+                            "pass device_map='auto' (or a dict) too.")
+        return {}
+    if device is not None:
+        raise LoadError(f"device={device!r} and device_map={device_map!r}: give one. device_map places the layers "
+                        f"(over devices, the CPU or disk); device moves the whole model to one device.")
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("accelerate")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    major_minor = tuple(int(x) for x in (version or "0.0").split(".")[:2] if x.isdigit())
+    if version is None or major_minor < (1, 1):
+        have = f"accelerate {version} is too old" if version else "accelerate is not installed"
+        raise LoadError(f"device_map={device_map!r} spreads the model through accelerate ({BIG}), and {have}.\n"
+                        f"How to fix: pip install 'interplab[big]'")
+    out = {"device_map": device_map}
+    if offload_folder is not None:
+        out["offload_folder"] = os.fspath(offload_folder)
+    if max_memory is not None:
+        out["max_memory"] = max_memory
+    return out
 
 
 def _embedded_path(name: str) -> str | None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .engine import Engine
+from .engine import Engine, execution_device
 from .errors import InterplabError, UnsupportedSiteError
 
 LENS_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")  # [batch, pos, d_model], per layer
@@ -55,8 +55,8 @@ def logit_lens(lab: Engine, prompt: str, site: str = "resid_post", k: int = 5) -
     cap = getattr(lab.model.config, "final_logit_softcapping", None)
     stack = torch.stack([run.cache[site, l][0] for l in range(lab.n_layers)])  # [layers, pos, d]
     with torch.no_grad():
-        param = next(lab.model.parameters())
-        logits = unembed(norm(stack.to(device=param.device, dtype=param.dtype))).float()
+        param = next(lab.model.parameters())  # (its dtype; the device is where the norm runs: see device_map)
+        logits = unembed(norm(stack.to(device=execution_device(lab.model, norm), dtype=param.dtype))).float()
         if cap:
             logits = torch.tanh(logits / cap) * cap
     probs = logits.softmax(-1).cpu()

@@ -214,10 +214,11 @@ def patch_sweep_heads(lab: Engine, clean, corrupt, metric, by=("layer", "head"),
 def _row_patch(src: torch.Tensor, row_mask: torch.Tensor, n_heads: int | None) -> Callable:
     """t -> t with src written where row_mask holds: row_mask [rows, pos] or [rows, pos, heads]."""
     def edit(t):
-        if n_heads is not None and row_mask.dim() == 3:
+        mask, value = row_mask.to(t.device), src.to(t.device)  # (a device_map may run the layer elsewhere)
+        if n_heads is not None and mask.dim() == 3:
             x = t.view(*t.shape[:2], n_heads, -1)
-            return torch.where(row_mask[..., None], src.view_as(x), x).reshape(t.shape)
-        return torch.where(row_mask[..., None], src, t)
+            return torch.where(mask[..., None], value.view_as(x), x).reshape(t.shape)
+        return torch.where(mask[..., None], value, t)
     return edit
 
 

@@ -18,13 +18,14 @@ rm -rf "$VENV"
 "$VENV/bin/python" -m pip install -q "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu --retries 1
 # The project at the lowest versions it allows; torch held at the one just installed.
 echo "torch==$("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')" > build/lowest-constraints.txt
-"$UV" pip install -q --python "$VENV/bin/python" --resolution lowest-direct -c build/lowest-constraints.txt -e .
+# The [big] extra (accelerate) too: tests/core/test_offload.py checks its lower bound.
+"$UV" pip install -q --python "$VENV/bin/python" --resolution lowest-direct -c build/lowest-constraints.txt -e ".[big]"
 # Test tools at their newest: they are not what is being checked. (ipykernel: widgets live in a kernel, and
 # ipywidgets 8.0 cannot make one without it.)
 "$UV" pip install -q --python "$VENV/bin/python" "pytest>=8" "pytest-randomly>=3.15" "ipykernel>=6"
 echo "lowest allowed versions:"
 "$UV" pip list --python "$VENV/bin/python" 2>/dev/null \
-  | grep -iE '^(torch|transformers|tokenizers|safetensors|huggingface-hub|anywidget|ipywidgets|plotly|numpy|tqdm) ' \
+  | grep -iE '^(torch|transformers|tokenizers|safetensors|huggingface-hub|anywidget|ipywidgets|plotly|numpy|tqdm|accelerate) ' \
   | sed 's/^/  /'
 # The library's tests, without a browser or JupyterLab (the lab extra is not installed here); test_peer_nnsight needs
 # the dev extra's nnsight.

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import operator
 import threading
@@ -102,13 +103,21 @@ class InterventionLog:
             "import interplab as ilab",
             "",
             f"torch.manual_seed({lab.seed})",
-            f"lab = ilab.Lab.load({lab.model_id!r}, dtype={lab.dtype_name!r}, device={lab.device_name!r})",
+            f"lab = ilab.Lab.load({lab.model_id!r}, dtype={lab.dtype_name!r}, {_placed(lab)})",
         ]
         with self._lock:  # one consistent snapshot, not a list growing under the loop
             entries = list(self.entries)
         for i, e in enumerate(entries, 1):
             lines.append(f"run_{i} = lab.run({e['prompts']!r}, edits=ilab.edits_from_json({e['edits']!r}))")
         return "\n".join(lines) + "\n"
+
+
+def _placed(lab: Engine) -> str:
+    """Lab.load's keywords that put the model where it is: the device, or the device_map it was loaded with."""
+    options = getattr(lab, "load_options", None) or {}
+    if options.get("device_map") is None:
+        return f"device={lab.device_name!r}"
+    return ", ".join(f"{k}={v!r}" for k, v in options.items())
 
 
 class Engine:
@@ -126,6 +135,7 @@ class Engine:
             tokenizer.pad_token = tokenizer.eos_token
         self.model_id = model_id or getattr(getattr(model, "config", None), "_name_or_path", None) or "<in-memory>"
         self.seed = seed
+        self.load_options: dict = {}  # Lab.load's placement keywords (device_map, ...), for the log's to_code()
         self.sites = SiteMap(model)
         self.log = InterventionLog(self)
         self.memo = Memo(model, memo_size)  # runs, and the click path's cached keys/values (interplab.patching)
@@ -160,7 +170,10 @@ class Engine:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where the model computes its first step, and so where inputs go: the input embedding's device. A model
+        loaded with a device_map (layers over devices, or offloaded to the CPU or disk) reports its parameters on
+        "meta" or on the CPU wherever they are offloaded: there it is the device accelerate runs the embedding on."""
+        return execution_device(self.model, _input_embeddings(self.model))
 
     @property
     def device_name(self) -> str:
@@ -485,6 +498,57 @@ class Engine:
         self.memo.clear()
 
 
+def execution_device(model: nn.Module, module: nn.Module | None = None) -> torch.device:
+    """The device `module` (default: the model) computes on. A model dispatched by accelerate (a device_map) holds
+    its offloaded weights as "meta" tensors, moved in for each call by a hook on the module or on an enclosing one,
+    whose execution_device is the answer; otherwise it is where the module's first real parameter lives."""
+    module = model if module is None else module
+    for m in _enclosing(model, module):
+        dev = getattr(getattr(m, "_hf_hook", None), "execution_device", None)
+        if dev is not None:
+            return torch.device(dev)
+    for m in (module, model):
+        for p in m.parameters():
+            if p.device.type != "meta":
+                return p.device
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def own_weights(module: nn.Module):
+    """`with own_weights(module):` the module's own parameters are real tensors on its execution device inside the
+    block, also where a device_map offloaded them (accelerate's hook loads them, and puts them back after). For code
+    that reads a weight as a matrix instead of calling the module; a call of the module inside the block offloads
+    them again when it returns."""
+    hook = getattr(module, "_hf_hook", None)
+    if hook is None or not getattr(hook, "offload", False):
+        yield module
+        return
+    hook.pre_forward(module)
+    try:
+        yield module
+    finally:
+        hook.post_forward(module, None)
+
+
+def _input_embeddings(model: nn.Module) -> nn.Module | None:
+    try:
+        return model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):  # not a transformers model
+        return None
+
+
+def _enclosing(model: nn.Module, module: nn.Module) -> list[nn.Module]:
+    """module and the modules holding it, innermost first (the model last); [model] if it is not inside."""
+    if module is model:
+        return [model]
+    for name, m in model.named_modules():
+        if m is module:
+            parts = name.split(".")
+            return [model.get_submodule(".".join(parts[:i])) for i in range(len(parts), 0, -1)] + [model]
+    return [model]
+
+
 def as_prompts(prompts) -> list[str]:
     if isinstance(prompts, str):
         prompts = [prompts]
@@ -568,4 +632,4 @@ def dtype_of(dtype):
 
 
 
-__all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "dtype_of"]
+__all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "dtype_of", "execution_device", "own_weights"]

@@ -6,7 +6,10 @@ attention implementation. A fine-tuning step, `load_state_dict`, `with torch.no_
 `model.train()` all change the key, so the next lookup computes afresh.
 
 One hole, PyTorch's own: an in-place write through `.data` (`w.data.zero_()`) bumps no version counter, so it
-cannot be seen without reading every weight. Call `lab.clear_memo()` after such a write.
+cannot be seen without reading every weight. Call `lab.clear_memo()` after such a write. Weights offloaded by a
+device_map (accelerate) sit in the module as "meta" placeholders that accelerate replaces at every forward: the key
+holds only their dtype and shape, so a write to the offloaded copy (its weights map, the offload folder) needs
+`lab.clear_memo()` too.
 """
 
 from __future__ import annotations
@@ -30,7 +33,11 @@ def model_state(model: nn.Module) -> tuple:
     while stack:
         m = stack.pop()
         for t in chain(m._parameters.values(), m._buffers.values()):
-            if t is not None:
+            if t is None:
+                continue
+            if t.is_meta:  # offloaded (a device_map): a new placeholder after every forward, the weight elsewhere
+                tensors.append(("meta", t.dtype, tuple(t.shape)))
+            else:
                 tensors.append((id(t), t.data_ptr(), t._version, t.dtype, t.device))
         if m.training or m._forward_pre_hooks or m._forward_hooks:
             modules.append((id(m), m.training, tuple(m._forward_pre_hooks), tuple(m._forward_hooks)))

@@ -36,12 +36,32 @@ def start_at(hm: HookManager, model: nn.Module, arch: Arch, layer: int, hidden: 
     target = f"{arch.layers}.{layer}" if layer < len(layers) else arch.final_norm
     # prepended: the fed residual is what every edit of this layer's input sees
     hm.add(HookPoint(target, "input"), lambda module, args, kwargs: with_input(args, kwargs, hidden), prepend=True)
+    return _dispatched(view, base)
+
+
+def _dispatched(view: nn.Module, base: nn.Module) -> nn.Module:
+    """The view, run through the accelerate hook of a base that a device_map placed as one block (the hook is an
+    instance `forward` bound to the base, which the shallow copy would call: every layer). Where that hook offloads,
+    it loads weights by their names under the module, which in the view name other layers: there the base itself
+    runs, every layer (the result is the same: the fed residual replaces layer `layer`'s input; nothing is saved)."""
+    hook = base.__dict__.get("_hf_hook")
+    if hook is None or "forward" not in base.__dict__:
+        return view
+    if getattr(hook, "offload", False):
+        return base
+    own = type(base).forward.__get__(view)
+
+    def forward(*args, **kwargs):
+        args, kwargs = hook.pre_forward(view, *args, **kwargs)
+        return hook.post_forward(view, own(*args, **kwargs))
+
+    view.__dict__["forward"] = forward
     return view
 
 
 def final_logits(model: nn.Module, hidden: torch.Tensor, last_idx: torch.Tensor) -> torch.Tensor:
     """[rows, vocab] logits of the final-normed hidden states at one position per row (Gemma 2's soft-cap too)."""
-    h = hidden[torch.arange(hidden.shape[0], device=hidden.device), last_idx]
+    h = hidden[torch.arange(hidden.shape[0], device=hidden.device), last_idx.to(hidden.device)]
     logits = model.get_output_embeddings()(h)
     cap = getattr(model.config, "final_logit_softcapping", None)
     if cap:
