@@ -140,10 +140,13 @@ def _wait_until_serving(proc, ip: str, port: int, token: str, timeout: float = 1
     host = f"[{host}]" if ":" in host else host
     req = urllib.request.Request(f"http://{host}:{port}/api/status",
                                  headers={"Authorization": f"token {token}"} if token else {})
+    # our own server on this machine: never through an HTTP(S)_PROXY from the environment (a proxy cannot reach it,
+    # and the lab would wait its whole timeout)
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     deadline = time.monotonic() + timeout
     while proc.poll() is None and time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(req, timeout=2) as r:
+            with direct.open(req, timeout=2) as r:
                 if r.status == 200:
                     return True
         except (urllib.error.URLError, OSError):

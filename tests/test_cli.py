@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import json
 import os
-import queue
 import re
 import signal
 import socket
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _processes import read_url
 
 import interplab as ilab
 
@@ -63,22 +63,6 @@ def test_bad_input_is_one_clear_line():
 
 # ---- the lab server: a token by default, the URL of the server actually started ---------------------------------
 
-def _read_url(proc, deadline: float) -> str:
-    """The first http:// URL the command prints on stdout (read in a thread: readline has no timeout)."""
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
-    seen = []
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            line = lines.get(timeout=0.5)
-        except queue.Empty:
-            continue
-        seen.append(line)
-        m = re.search(r"http://\S+", line)
-        if m:
-            return m.group(0)
-    raise AssertionError(f"no URL printed (exit code {proc.poll()}): {''.join(seen)}")
-
 
 def _status(url: str) -> int:
     try:
@@ -99,7 +83,7 @@ def test_lab_asks_for_a_token_and_prints_the_server_it_started(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
                             cwd=tmp_path, env=env, start_new_session=True)
     try:
-        url = _read_url(proc, time.monotonic() + 120)
+        url, _ = read_url(proc, time.monotonic() + 120)
         parts = urllib.parse.urlsplit(url)
         token = urllib.parse.parse_qs(parts.query).get("token", [""])[0]
         assert len(token) >= 24, f"no token in the printed URL: {url}"
@@ -227,3 +211,40 @@ def test_check_fails_with_the_reason_and_the_fix(tmp_path):
     assert out.returncode == 1
     assert "FAIL  model" in out.stdout and "no-such-model" in out.stdout
     assert out.stdout.splitlines()[-1].startswith("not ready: model failed")
+
+
+def test_the_lab_polls_its_own_server_past_any_proxy(monkeypatch):
+    """`interplab lab` waits for its server over loopback: a proxy from the environment (which cannot reach this
+    machine's loopback) must not be used, or the lab sits out its whole timeout before printing the URL."""
+    import http.server
+
+    from interplab.__main__ import _wait_until_serving
+
+    class Status(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            ok = self.path == "/api/status" and self.headers.get("Authorization") == "token t0k"
+            self.send_response(200 if ok else 403)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Status)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    bogus = "http://127.0.0.1:9"  # a closed port: anything sent through this "proxy" fails
+    for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(key, bogus)
+    for key in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(key, raising=False)
+
+    class Running:
+        def poll(self):
+            return None
+
+    try:
+        t0 = time.monotonic()
+        assert _wait_until_serving(Running(), "127.0.0.1", server.server_address[1], "t0k", timeout=10)
+        assert time.monotonic() - t0 < 5
+        assert not _wait_until_serving(Running(), "127.0.0.1", server.server_address[1], "wrong", timeout=1)
+    finally:
+        server.shutdown()

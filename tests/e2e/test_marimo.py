@@ -289,6 +289,9 @@ def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
         assert page.evaluate("() => window.__m.selected(0)") == sorted([list(one), list(two)])
 
         # (3) styled inside the shadow root: bars are boxes with widths and colours, plotly's layers stacked
+        # (the panel may still be redrawing from the shift-click's answer: wait for its bar rows to be back)
+        page.wait_for_function("() => !!window.__m.views()[0].querySelector('.interplab-logits .il-bar-row')",
+                               timeout=30_000)
         st = page.evaluate("() => window.__m.styles(0)")
         assert st["shadow"], "marimo rendered the widget outside a shadow root: this test checks nothing there"
         assert st["fills"] and all(c not in ("", "rgba(0, 0, 0, 0)") and d == "block" for _, c, d in st["fills"]), st
