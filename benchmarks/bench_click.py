@@ -34,6 +34,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 from harness import JupyterServer, LabNotebook, chromium_missing, launch_browser, write_notebook  # noqa: E402
+from results_file import write_section  # noqa: E402
 
 CLEAN = "When Mary and John went to the store, then John gave a drink to"
 CORRUPT = "When Mary and John went to the store, then Mary gave a drink to"  # 15 GPT-2 tokens
@@ -252,17 +253,7 @@ def table(results: list[dict], skipped: list[str]) -> list[str]:
 
 
 def write_results(lines: list[str]) -> pathlib.Path:
-    path = HERE / "RESULTS.md"
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    section = "\n".join(["## Click-to-paint", "", *lines, ""])
-    start = text.find("\n## Click-to-paint")
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + 1)
-        text = text[:start + 1] + section + (text[end:] if end >= 0 else "")
-    path.write_text(text)
-    return path
+    return write_section("Click-to-paint", lines)
 
 
 def main() -> int:
