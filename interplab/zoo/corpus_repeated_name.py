@@ -12,17 +12,34 @@ sat on the plateau that predicts a name uniformly (answer loss log 81 = 4.39) fo
 curriculum or more copying text. With the token embeddings drawn at std 0.1 (``--emb-std``) the plateau ends by
 step ~200 (answer loss 4.02 at step 100, 2.85 at step 300; std 0.02: 4.42 at step 100, 4.44 at step 500).
 
-Status (not yet a working model): past that first plateau the model copies the candidate names to the end, but it
-does not yet tell IO from S. Measured on a loaded 2-core machine (2000 steps each, batch 16, --threads 1, with and
-without the curriculum): held-out accuracy (logit IO > logit S) 0.45-0.51 on the ``test`` split, every held-out
-phrasing family at chance; one run has a head attending from S2 to S1 (0.31) that the answer does not use yet. The
-default run (batch 48) was at held-out accuracy 0.42 at step 500 when it had to be stopped. The classic corpus gets
-past this second plateau through its shortcut (S2 is the name after a clause marker); here only the repetition can
-tell, which needs a duplicate-token head at S2, a head that moves S2 to the end and a name mover, all at once.
-Ideas not tried yet: the classic corpus as the curriculum's first stage (its S-inhibition and name movers are then
-in place, and only "how S2 is found" has to change), longer runs (the 25-minute budget allows ~2500 steps of batch
-48 on one quiet core, 0.56 CPU-s a step), bridging documents where the repeated name is the only cue but positions
-are fixed ("A and B. B and" -> A).
+Status (not yet shipped). Measured on a lent GPU (``train_ioi_tiny --corpus repeated-name --device cuda``, ten
+runs at a time, 2026-11-30; GPU weights differ from CPU ones, so these are recipe findings, not the shipped run):
+- the second plateau (IO vs S at chance) was a matter of steps: at batch 48 every run reaches held-out ``test``
+  accuracy 0.93-1.00 by step 2000-4000 (the earlier CPU runs were at batch 16 or stopped at step 500);
+- the held-out phrasing families then failed mostly on top-1, not on IO vs S: the narratives taught "smiled at
+  / waved to / said to" -> " the". Narratives now put names after those verbs, and the actions include ~20 more
+  verbs ending in at/to/for/with: "When A and B arrived, S smiled at" went from top-1 0.00 to 0.95-1.00;
+- still failing (3000 steps, ten variants of curriculum, seed, p_ioi, lr, batch): "A and B had a long talk. S said
+  to" (top-1 0.00-0.55), "... came in. After a minute S waved to" (0.03-0.75), "A ran into B. Later that day S
+  sent a obj to" (0.15-0.88), and mean logit diffs under 3 on several families; the duplicate-token signature
+  (a head attending S2 -> S1 >= 0.3) appears in some 4000-step runs only (0.52-0.57), rarely at 3000 steps.
+Then (same day, CPU): 25 more intros with the names in other slots, scene-first "when" clauses and more words
+before S2. ``python -m interplab.zoo.train_ioi_tiny --corpus repeated-name --steps 3000 --threads 1 --out X``
+(2215 s of training on the loaded 2-core machine), then ``evaluate_ioi_tiny --model X``: held-out ``test``
+accuracy 0.985, logit diff +14.5; top-1 = IO 1.00 on six of the ten families (then_period, yesterday_period,
+afterwards_talk, when_arrived, ran_into_later, came_in_minute, each with logit diff >= 6.7), but sitting_and 0.70
+(logit diff 2.5), stayed_so 0.65 (accuracy 0.65: S and IO confused after "A stayed at the place with B, so"),
+both_liked_but 0.68 (accuracy 1.00: the top-1 is another token after "gave it to") and bystander_asked 0.85. The
+circuit goals: no head restores > 0.6 (max 0.26), a head in layer >= 1 restores 0.30 at the end, resid_pre at S2
+carries 1.01 at layer >= 1; the duplicate-token signature is missing (best S2 -> S1 attention 0.07).
+Then, with "it" objects added to the actions (``--steps 3000 --threads 2``, 4063 s on the loaded machine, niced):
+held-out ``test`` accuracy 1.000, logit diff +14.5; **nine of the ten families meet the goal** (top-1 = IO 0.95-1.00,
+logit diff 5.6-13.3); sitting_and does not (top-1 0.53, accuracy 0.68, logit diff 2.4: "A and B were sitting in the
+place, and S passed the obj to"); circuit goals met (max single head 0.32, a layer >= 1 head 0.29 at the end, S2's
+residual 1.02); duplicate-token signature still missing (best S2 -> S1 0.16, L1H2).
+Next: the sitting_and shape (", and S" after a progressive "were sitting"), a seed scan, and the duplicate-token
+signature (documents where only a duplicate-token head helps, e.g. the repeated name far from any marker); the
+run must also fit 25 minutes on 2 cores (``--threads 2``), then the model card, notebooks and tests follow it.
 
 Pure Python (no torch).
 
@@ -82,7 +99,10 @@ ticket key bag hat candle gift box cup phone coin map pen card toy ball cookie""
 # Evaluation phrasings that the generator never produces live in evaluate_ioi_tiny.HELDOUT_FAMILIES.
 OPENERS = ["", "", "", "", "Later,", "Today", "One day,", "On Monday", "Last night", "In the morning,",
            "After lunch,", "Soon", "At noon", "This morning", "Earlier,", "Next,", "That evening", "Later that week,"]
-SUBORDINATORS = ["When", "After", "While", "As soon as", "Because", "Since", "Just after"]
+SUBORDINATORS = ["When", "After", "While", "As soon as", "Because", "Since", "Just after",
+                 # a scene first, the names inside a "when" clause
+                 "The {place2} was empty when", "It was late when", "It was raining when", "The sun was low when",
+                 "Everyone was asleep when", "The {place2} was busy when"]
 INTROS_TRAIN = [
     "{A} and {B} went to the {place}", "{A} and {B} were at the {place}", "{A} and {B} met at the {place}",
     "{A} met {B} at the {place}", "{A} and {B} got a {obj} at the {place}", "{A} saw {B} at the {place}",
@@ -93,6 +113,16 @@ INTROS_TRAIN = [
     "{A} and {B} were bored", "{A} joined {B} at the {place}", "{A} and {B} played in the {place}",
     "{A} helped {B} at the {place}", "{A} and {B} found a {obj}", "{A} and {B} sat in the {place}",
     "{A} and {B} were working at the {place}", "{A} and {B} woke up early", "{A} and {B} ate at the {place}",
+    # the names in other slots and sentence shapes: object of a verb, after "with", "into", "for", both subjects of
+    # "both", a compound subject after a scene
+    "{A} bumped into {B} at the {place}", "{A} had a long chat with {B}", "{A} and {B} had a long chat",
+    "{A} was talking with {B}", "{A} waited for {B} at the {place}", "{A} sat next to {B}",
+    "{A} and {B} shared a {obj}", "{A} and {B} walked in", "{A} and {B} got home late", "{A} and {B} sat together",
+    "{A} took a walk with {B}", "{A} went shopping with {B}", "{A} and {B} were resting in the {place}",
+    "{A} and {B} looked at the {obj}", "{A} and {B} both wanted the {obj}", "{A} stayed home with {B}",
+    "{A} ran after {B}", "{A} found {B} at the {place}", "{A} and {B} argued about the {obj}",
+    "{A} and {B} waited outside the {place}", "{A} visited {B}", "{A} and {B} spent the day at the {place}",
+    "{A} and {B} started to talk", "{A} phoned {B} from the {place}", "{A} and {B} were late for dinner",
 ]
 INTROS_TEST = ["{A} and {B} visited the {place}", "{A} and {B} left the {place}", "{A} and {B} reached the {place}"]
 
@@ -109,7 +139,9 @@ JOINERS = [".", ".", ".", ", and", " and", ",", ", so", ", then", ". Then", ". L
            ", and then", ". Afterwards"]
 # Words in front of S2 inside its clause; "{X} asked" / "{X} told" take the infinitive of the action.
 PRES = ["", "", "", "", "", "later", "at the {place2}", "after a while", "the next day", "in the end", "soon",
-        "at last", "{X} asked", "{X} told", "{X} saw", "that night", "without a word"]
+        "at last", "{X} asked", "{X} told", "{X} saw", "that night", "without a word", "after a moment",
+        "a minute later", "later that night", "the next morning", "after some time", "then", "suddenly",
+        "before dinner", "on the way home"]
 POSTS_TRAIN = [
     "", "", "", "", " quickly", ", feeling generous,", " and {Y}", "'s friend {Y}", ", who had seen {Y} earlier,",
     " waved at {Y} and", ", after talking to {Y},", " was tired, so he", " nodded at {Y} and",
@@ -131,6 +163,18 @@ ACTIONS_TRAIN = [
     ("cooked dinner for", "cook dinner for"), ("waited for", "wait for"), ("got a {obj2} from", "get a {obj2} from"),
     ("took the {obj2} from", "take the {obj2} from"), ("listened to", "listen to"), ("whispered to", "whisper to"),
     ("explained the plan to", "explain the plan to"), ("tossed the {obj2} to", "toss the {obj2} to"),
+    # verbs that end a sentence in a preposition before a name, so that any "<verb> at/to/for/with" asks for a name
+    ("smiled at", "smile at"), ("nodded to", "nod to"), ("waved to", "wave to"), ("said sorry to", "say sorry to"),
+    ("yelled at", "yell at"), ("stared at", "stare at"), ("looked at", "look at"), ("turned to", "turn to"),
+    ("walked over to", "walk over to"), ("ran to", "run to"), ("called out to", "call out to"),
+    ("sat next to", "sit next to"), ("stood behind", "stand behind"), ("talked with", "talk with"),
+    ("left a note for", "leave a note for"), ("kept a seat for", "keep a seat for"), ("paid for", "pay for"),
+    ("baked a {obj2} for", "bake a {obj2} for"), ("borrowed a {obj2} from", "borrow a {obj2} from"),
+    ("heard the news from", "hear the news from"), ("said thanks to", "say thanks to"),
+    ("mailed a {obj2} to", "mail a {obj2} to"), ("carried the {obj2} to", "carry the {obj2} to"),
+    # "it" as the object: the thing was named earlier ("A and B found a key, ... S handed it to")
+    ("handed it to", "hand it to"), ("showed it to", "show it to"), ("sold it to", "sell it to"),
+    ("passed it to", "pass it to"), ("threw it back to", "throw it back to"), ("left it for", "leave it for"),
 ]
 ACTIONS_TEST = [("brought a {obj2} to", "bring a {obj2} to"), ("lent the {obj2} to", "lend the {obj2} to")]
 
@@ -190,7 +234,7 @@ def ioi_example(rng: random.Random, *, test_pair: bool = False, test_template: b
     intro = intro.format(**fill)
     if rng.random() < 0.35:  # subordinate intro: "When A and B ..., S2 ..."
         sub_middle = "" if simple else rng.choice(SUB_MIDDLES)
-        head = f"{rng.choice(SUBORDINATORS)} {intro}{sub_middle},".format(X=pick())
+        head = f"{rng.choice(SUBORDINATORS)} {intro}{sub_middle},".format(X=pick(), place2=place2)
         new_sentence = False
     else:
         opener = "" if simple else rng.choice(OPENERS)
@@ -244,16 +288,16 @@ def narrative(rng: random.Random) -> str:
         # words of the evaluation's held-out phrasing families, outside IOI sentences
         f"Then, {n} went to the {p}. It was quiet.",
         f"Yesterday {n} had a long talk with the teacher at the {p}.",
-        f"Afterwards, {n} said that the {o} was new.",
-        f"When {n} arrived, the {p} was empty. {n} smiled.",
+        f"Afterwards, {n} said that the {o} was new, and {m} said to {n} that it was old.",
+        f"When {n} arrived, the {p} was empty. {n} smiled at {m}.",
         f"{n} was sitting in the {p}, and the {o} was on the table.",
         f"At the {p}, {n} ran into an old friend. Later that day it rained.",
         f"{n} stayed at the {p} with the dog.",
         f"Both {n} and the cat liked the {o}, but in the end it was lost.",
         f"After dinner {n} sat down in the {p}. The {o} was there.",
-        f"The {p} was quiet when {n} came in. After a minute {n} waved to the dog.",
-        f"{n} smiled at the cat and said to the dog that the {o} was in the {q}.",
-        f"{n} gave it to the teacher, then sent a postcard and passed the salt.",
+        f"The {p} was quiet when {n} came in. After a minute {n} waved to {m}.",
+        f"{n} smiled at {m} and said to {m} that the {o} was in the {q}.",
+        f"{n} gave it to {m}, then sent a postcard and passed the salt.",
     ]
     return rng.choice(forms)
 

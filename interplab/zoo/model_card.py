@@ -232,15 +232,21 @@ other head numbers for the same roles):
    layer 2; the final position carries nothing before layer 2.
 2. **Moved to the end, layers 1 and 2.** L1H0, L1H2, L1H3 and all four layer-2 heads attend from the end to S2
    (0.73 to 0.97). Patched at the final position, L1H0, L2H2 and L2H3 each restore about a fifth to a quarter of
-   the logit difference; `attn_out` of layers 1 and 2 at the end carry it. Their output pushes the S2 name down:
-   a mechanism like GPT-2's S-inhibition heads.
-3. **Candidates copied, layers 0 and 3.** L0H0/L0H3 (from the end) and L3H1, L3H2, L3H3 attend to the two intro
-   names (IO and S1) about equally and copy both, so whichever name the layer-1/2 heads pushed down loses. On the
+   the logit difference; `attn_out` of layers 1 and 2 at the end carry it. Their output pushes the S2 name down,
+   directly on the logits. By Wang et al.'s procedure they are name movers (negative ones), not S-inhibition
+   heads: path patching into their queries finds next to nothing; the S2 signal reaches them through their
+   *values*, from L0H0/L0H3 and MLP0 at S2 (notebooks/04_circuit.ipynb measures each step).
+3. **Candidates copied, layers 0 and 3.** From the end, L0H0/L0H3 attend to both intro names (about 0.3 each);
+   L3H1 and L3H3 attend to the *first* intro name and L3H2 to the *second* (about 1.0 each, whichever of them is
+   IO: positional copiers; the equal IO/S1 means in the attention table come from averaging ABBA and BABA
+   prompts). Together they copy both candidates, so whichever name the layer-1/2 heads pushed down loses. On the
    notebooks' prompt the logit lens shows the order of events: after layer 0 the end predicts the repeated name S,
    after layers 1-2
    it has flipped to IO, and layer 3 makes IO near-certain. Patching one layer-3 head changes little, because
    each copies both candidates in the clean and the corrupt run alike.
-4. The MLPs add little that patching can see for this corruption.
+4. At the end the MLPs add little for this corruption, but MLP0 at S2 is a link of the circuit: patched there
+   alone it restores about as much as the whole S2 residual, and edge patching runs the S2 name through it into
+   the movers' values (notebooks/04_circuit.ipynb).
 
 So the circuit spans layers: S2 -> layer 0 at S2 -> layers 1 and 2 at the end -> the unembedding, with no single
 head carrying more than about half of it."""

@@ -171,6 +171,9 @@ def main(argv=None):
                     help="(*) initial std of the token embeddings (unset: GPT-2's initializer_range, 0.02; with that "
                          "the names start nearly alike and copying one to the end is learned late)")
     ap.add_argument("--threads", type=int, default=None, help="(*)")
+    ap.add_argument("--device", default="cpu",
+                    help="torch device to train on (the shipped model is trained on cpu: other devices give other "
+                         "weights)")
     ap.add_argument("--seed", type=int, default=2)
     ap.add_argument("--eval-every", type=int, default=250)
     args = ap.parse_args(argv)
@@ -201,6 +204,7 @@ def main(argv=None):
 
     model = build_model(len(tok), eos, args.seed, d_model=args.d_model, dropout=args.dropout,
                         emb_std=args.emb_std)
+    model.to(args.device)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.2f}M parameters", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
@@ -229,6 +233,7 @@ def main(argv=None):
             g["lr"] = lr_at(step)
         x, y, w = make_batch(pool, rng, args.batch, args.seq, eos, args.answer_weight, simple_pool,
                              p_simple_at(step))
+        x, y, w = x.to(args.device), y.to(args.device), w.to(args.device)
         logits = model(input_ids=x).logits
         loss_tok = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
                                                      reduction="none")
@@ -238,7 +243,7 @@ def main(argv=None):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
-            model.eval()
+            model.eval().to("cpu")  # the evaluation builds its batches on the CPU
             acc, ld = score(model, tok, evalset)
             model.train()
             ans = w.reshape(-1) > 1
@@ -253,11 +258,12 @@ def main(argv=None):
                 model.train()
                 print("    held-out phrasings, top-1 = IO / logit diff: " + " ".join(
                     f"{k} {v['top1']:.2f}/{v['logit_diff']:.1f}" for k, v in fam.items()), flush=True)
+            model.to(args.device)
     train_s = time.time() - t_train
 
     for h in head_hooks:
         h.remove()
-    model.eval()
+    model.eval().to("cpu")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model.config._attn_implementation = "eager"
