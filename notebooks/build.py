@@ -24,129 +24,489 @@ def code(text):
 
 IOI = [
     md("""
-# Activation patching on IOI
+# Activation patching on IOI: from heads to a circuit
 
 **Indirect object identification**: in *"When Mary and John went to the store, John gave a drink to"* the next word
 should be **Mary**, the name that is *not* repeated. We ask *where* in the model that answer is computed, by
 **activation patching**: run the model on a *corrupt* prompt (the repeated name swapped, so the answer flips), copy in
-one activation from the *clean* run, and see how much of the clean behaviour comes back.
+one activation from the *clean* run, and see how much of the clean behaviour comes back. Then we look at the heads
+that matter (where they sit, where they look, what they write), name their roles, and test the circuit they form.
 
-The model is `ioi-tiny`, a 4-layer GPT-2 trained for this task and shipped with interplab: everything here runs offline.
+The model is `ioi-tiny`, a 4-layer GPT-2 with 4 heads per layer, trained for this task and shipped with interplab:
+everything here runs offline, in seconds.
+
+**How to work through it: predict, then check.** Every exercise starts with a question. Write down your prediction
+*and why you expect it* before you run anything. Then run the check and compare. The answer is in the collapsed cell
+after the check (click the bar on its left to open it, then run it): open it only once you have compared. Every
+number the text relies on is printed by a cell, so the text stays true when the model is retrained.
 """),
     code("""
+import random
+
 import torch
+
 import interplab as ilab
+from interplab.widgets.controller import attention_widget
+from interplab.zoo import corpus
 
 lab = ilab.Lab.load("ioi-tiny")
-lab
-"""),
-    md("## The task: clean and corrupt prompts\n\nPosition-wise patching needs both prompts to have the same tokens "
-       "except the one we change. Answers must be single tokens (with their leading space)."),
-    code("""
 clean = "When Mary and John went to the store, John gave a drink to"
 corrupt = "When Mary and John went to the store, Mary gave a drink to"
 answer, wrong = " Mary", " John"
 
 lab.check_pair(clean, corrupt)          # raises, showing both tokenizations, if the lengths differ
-for i, (a, b) in enumerate(zip(lab.to_str_tokens(clean), lab.to_str_tokens(corrupt))):
-    print(f"{i:2d} {a!r:12} {b!r:12}" + ("   <- differs" if a != b else ""))
-"""),
-    md("## The metric: logit difference\n\n`logit(answer) - logit(wrong)` at the last position. Positive means the "
-       "model prefers the right name."),
-    code("""
-metric = ilab.logit_diff(answer, wrong)
-runs = lab.run([clean, corrupt])
-bound = metric.bind(lab.token_id)
-clean_ld, corrupt_ld = bound(runs.last_logits).tolist()
-print(f"clean logit diff {clean_ld:.2f}, corrupt logit diff {corrupt_ld:.2f}")
+tokens = lab.to_str_tokens(clean)
+S2 = next(i for i, (a, b) in enumerate(zip(tokens, lab.to_str_tokens(corrupt))) if a != b)  # the repeated name
+END = len(tokens) - 1                                                                         # where it predicts
+HEADS = [(layer, head) for layer in range(lab.n_layers) for head in range(lab.n_heads)]
+for i, (a, b) in enumerate(zip(tokens, lab.to_str_tokens(corrupt))):
+    print(f"{i:2d} {a!r:12} {b!r:12}" + ("   <- S2: differs" if i == S2 else "   <- END" if i == END else ""))
+
+
+def name(head):
+    return f"L{head[0]}H{head[1]}"
 """),
     md("""
-**What you should see:** a clearly positive logit difference on the clean prompt and a negative one on the corrupt
-prompt: the model really does the task, and the corruption flips it.
+## The metric: logit difference
 
-### Predict, then click
-Before running the next cell: at which **positions** do you expect patching the residual stream to matter? In which
-layers? Write your guess down.
+`logit(answer) - logit(wrong)` at the last position: positive means the model prefers the right name. Sweeps report
+it **normalised**: (patched - corrupt) / (clean - corrupt), so 0 = the corrupt run's value, 1 = the clean run's.
+"""),
+    code("""
+metric = ilab.logit_diff(answer, wrong)
+bound = metric.bind(lab.token_id)
+clean_run, corrupt_run = lab.run(clean), lab.run(corrupt)
+clean_ld, corrupt_ld = float(bound(clean_run.last_logits)), float(bound(corrupt_run.last_logits))
+print(f"clean logit diff {clean_ld:+.2f}, corrupt logit diff {corrupt_ld:+.2f}")
+assert clean_ld > 0 > corrupt_ld  # the model does the task, and the corruption flips it
+
+
+def restored(edits, base=corrupt):
+    \"\"\"The normalised logit difference of `base` run with `edits` (1 = clean, 0 = corrupt).\"\"\"
+    return (float(bound(lab.run(base, edits=edits).last_logits)) - corrupt_ld) / (clean_ld - corrupt_ld)
+"""),
+    md("""
+## Exercise 1: where does the information travel?
+
+`resid_pre` at layer L and position p is the residual stream entering block L at token p. The sweep patches each
+(layer, position) cell on its own.
+
+**Predict** (with your reasoning): in layer 0, which cells can restore anything at all? (What differs between the two
+runs *before* any block has run?) In the last layer, which position must carry the whole effect? (Which position's
+residual stream turns into the prediction, if no block is left to move information between positions?) And in the
+layers between?
+
+In the heatmap, click a cell: the patch is applied and the logit panel shows clean / corrupt / patched next-token
+probabilities. **Shift-click** adds cells to the active set, so several patches run *together*; untick an entry to
+switch it off.
 """),
     code("""
 res = lab.patch_sweep(clean, corrupt, site="resid_pre", by=("layer", "pos"), metric=metric, direction="denoise")
 explorer = res.show()
 explorer
 """),
+    code("""
+# ANSWER
+for layer in range(lab.n_layers):
+    row = res.values[layer]
+    carried = {f"{p}:{tokens[p]!r}": round(float(row[p]), 2) for p in range(len(tokens)) if abs(row[p]) > 0.05}
+    print(f"resid_pre {layer}: positions with |value| > 0.05: {carried}")
+# Layer 0: only S2 differs between the runs, so only S2 can restore anything, and it restores everything (1.00).
+# Last layer: no block can move information between positions any more, so END carries all of it. Between, the
+# effect sits at S2 in the early layers and moves to END: the model works out *at S2* that this name is the subject
+# of the last clause, and later layers move that to the end.
+assert torch.isclose(res.values[0, S2], torch.tensor(1.0), atol=1e-3) and res.values[0].abs().sum() < 1.001
+assert torch.isclose(res.values[-1, END], torch.tensor(1.0), atol=1e-3)
+assert set(torch.nonzero(res.values.abs() > 0.05)[:, 1].tolist()) == {S2, END}
+"""),
     md("""
-**What you should see:** the position of the changed name (S2, the second " John") carries the effect in layers
-0 and 1 and most of it in layer 2; the **final position** takes over in the last layers. The model works out *at
-S2* that this name is the subject of the last clause, and later layers move that to the end: the information
-travels through the layers, not in one hop. The values are normalised: **1 = clean behaviour restored,
-0 = corrupted**.
+## Exercise 2: values above 1, values below 0
 
-Click a cell: the patch is applied and the logit panel shows clean / corrupt / patched next-token probabilities.
-Shift-click adds cells to the active set; untick an entry to switch it off.
+Look at the middle layers of the heatmap again (the cell prints the extremes): one cell restores **more than the
+clean run**, another **less than the corrupt run**.
+
+**Predict:** how can patching one activation make the model *more* sure of the answer than the clean run itself?
+What would you get if you patched the S2 and END cells of one layer *together*? (Hint: in those layers, which
+positions still differ between the runs?)
 """),
     code("""
-# ANSWER: the S2 position carries the signal early; the final position late.
-s2 = [i for i, (a, b) in enumerate(zip(lab.to_str_tokens(clean), lab.to_str_tokens(corrupt))) if a != b][0]
-print("S2 position:", s2, "| final position:", len(lab.to_str_tokens(clean)) - 1)
-print("restored by resid_pre at S2, per layer:   ", [round(v, 2) for v in res.values[:, s2].tolist()])
-print("restored by resid_pre at the end, per layer:", [round(v, 2) for v in res.values[:, -1].tolist()])
+print(f"largest cell {float(res.values.max()):+.2f}, smallest {float(res.values.min()):+.2f}")
+for layer in range(1, lab.n_layers - 1):
+    alone = [float(res.values[layer, p]) for p in (S2, END)]
+    both = restored([ilab.patch("resid_pre", layer, pos=p, source=clean_run) for p in (S2, END)])
+    print(f"resid_pre {layer}: S2 alone {alone[0]:+.2f}, END alone {alone[1]:+.2f}, S2 and END together {both:+.2f}")
+
+# the same joint patch from the heatmap: shift-click selects several cells; code can set the selection too
+explorer.heatmap.selected = [[1, S2], [1, END]]
+explorer.queue.join()
+print("heatmap selection:", [e.describe() for e in explorer.edits], "->",
+      {k: round(v, 2) for k, v in explorer.logits.metric["values"].items()})
 """),
-    md("## Attention and MLP outputs, and individual heads\n\nWhich component writes the answer? Patch each "
-       "layer's attention output and MLP output, then every head's output (`z`, the input of the output projection)."),
+    code("""
+# ANSWER
+# In these layers the difference between the runs lives at two positions, S2 and END, and the two patches together
+# restore the clean run (printed: about 1). One alone can overshoot: patching only S2 leaves END as it was in the
+# corrupt run, and the corrupt END holds something that helps the *clean* answer (in the corrupt prompt it leans
+# towards the name at S2, here the clean answer). Patching only END brings in the clean END, which leans towards the
+# clean S2 name, the wrong answer: below 0. Exercise 4 shows what writes that lean. Normalised values are not shares
+# that must lie in [0, 1]: a cell can help more than the whole, and another take it back.
+for layer in range(1, lab.n_layers - 1):
+    both = restored([ilab.patch("resid_pre", layer, pos=p, source=clean_run) for p in (S2, END)])
+    assert abs(both - 1) < 0.02
+assert res.values.max() > 1 and res.values.min() < 0
+"""),
+    md("""
+## Exercise 3: attention or MLP?
+
+The residual stream is a sum: each block adds its attention output (`attn_out`) and its MLP output (`mlp_out`).
+
+**Predict:** at END, which layers' attention outputs will restore the answer, and will any MLP matter there? At S2,
+what must the layer-0 block do (attention, MLP, or both) for the information to be there at layer 1?
+"""),
     code("""
 attn = lab.patch_sweep(clean, corrupt, site="attn_out", by=("layer", "pos"), metric=metric, progress=False)
 mlp = lab.patch_sweep(clean, corrupt, site="mlp_out", by=("layer", "pos"), metric=metric, progress=False)
-heads = lab.patch_sweep(clean, corrupt, site="z", by=("layer", "head"), metric=metric, progress=False)
-print("attn_out, final position:", [round(v, 2) for v in attn.values[:, -1].tolist()])
-print("mlp_out,  final position:", [round(v, 2) for v in mlp.values[:, -1].tolist()])
-heads.show()
+for label, sweep in (("attn_out", attn), ("mlp_out ", mlp)):
+    for pos, where in ((S2, "S2 "), (END, "END")):
+        print(f"{label} at {where}, per layer:", [round(v, 2) for v in sweep.values[:, pos].tolist()])
+mlp.figure()
+"""),
+    code("""
+# ANSWER
+dla_clean = lab.direct_logit_attribution(clean, metric)
+dla_corrupt = lab.direct_logit_attribution(corrupt, metric)
+print(f"MLP0's direct effect on the logit diff at END: clean run {float(dla_clean.mlp[0, END]):+.2f}, "
+      f"corrupt run {float(dla_corrupt.mlp[0, END]):+.2f}")
+# At S2 the layer-0 attention *and* MLP0 each restore about everything: MLP0 reads what layer-0 attention wrote at S2
+# and turns it into what later layers read (patch either one and the other is recomputed from it).
+# At END, attention of the middle layers carries the answer: those heads move it from S2 to the end.
+# MLP0 at END is *negative*: its output pushes towards the name at S2, the repeated name (printed: it favours John in
+# the clean run, Mary in the corrupt run). That is the lean of exercise 2: after layer 0 the end guesses the name it
+# has just seen again (notebook 03's logit lens shows it), and the later heads must overcome it. So the MLPs do not
+# "add little": MLP0 is a link at S2 and a counterweight at END; the later MLPs add little for this corruption.
+assert mlp.values[0, S2] > 0.5 and attn.values[0, S2] > 0.5 and mlp.values[0, END] < -0.05
+assert float(dla_clean.mlp[0, END]) < 0 < float(dla_corrupt.mlp[0, END])
+assert all(abs(float(mlp.values[layer, END])) < 0.05 for layer in range(1, lab.n_layers))
 """),
     md("""
-**What you should see:** two groups of heads, none doing it alone. In layer 0, two heads that read the S2
-position: patched everywhere they carry the S2 name to where later heads read it. In layers 1 and 2, heads that
-attend from the end to S2 and move the information to the end, each restoring a part of the logit difference; the
-`attn_out` line shows the same (at the final position the attention outputs of layers 1 and 2 matter) and the MLPs
-add little. The model card
-(`interplab/zoo/ioi_tiny/MODEL_CARD.md`) describes the circuit. In GPT-2 small the IOI circuit spans many more
-layers and heads — run this notebook on `gpt2` at home and compare.
+## Exercise 4: which heads, at which position?
+
+Now split each attention output into its heads (`z`, a head's output before the output projection), and patch
+each head at each position on its own.
+
+**Predict:** which heads will matter at S2, and which at END? Could a layer-0 head help *at END*? (What can a
+layer-0 head at the end know about which name is the subject, when the only sign of it is the word in front of S2?)
 """),
-    md("## Noising vs denoising\n\nDenoising patches clean into corrupt (is this component *sufficient*?); noising "
-       "patches corrupt into clean (is it *necessary*?). Both use the same scale: 1 = clean behaviour."),
+    code("""
+by_pos = lab.patch_sweep(clean, corrupt, site="z", by=("layer", "head", "pos"), metric=metric, progress=False)
+head_explorer = by_pos.show()  # columns: head-major (H0 at every position, then H1, ...)
+head_explorer
+"""),
+    code("""
+# ANSWER
+readers = [h for h in HEADS if float(by_pos.values[h][S2]) > 0.05]
+movers = [h for h in HEADS if float(by_pos.values[h][END]) > 0.05]
+print("heads restoring > 0.05 at S2: ", {name(h): round(float(by_pos.values[h][S2]), 2) for h in readers})
+print("heads restoring > 0.05 at END:", {name(h): round(float(by_pos.values[h][END]), 2) for h in movers})
+print("layer-0 heads at END:         ", {name(h): round(float(by_pos.values[h][END]), 2) for h in HEADS if h[0] == 0})
+elsewhere = float(by_pos.values[..., [p for p in range(len(tokens)) if p not in (S2, END)]].abs().max())
+print(f"largest effect anywhere else: {elsewhere:.3f}")
+# Layer-0 heads at S2, later heads at END, nothing at other positions. A layer-0 head at END sees only the tokens
+# and their positions: nothing there says which name is the subject, so it cannot help; its cells at END are
+# negative, like MLP0's (it feeds MLP0 there).
+assert readers and all(h[0] == 0 for h in readers) and movers and all(h[0] > 0 for h in movers)
+assert elsewhere < 0.05
+"""),
+    md("""
+## Exercise 5: where do these heads look?
+
+**Predict:** from END, which token will the END heads of exercise 4 attend to: the first name (IO), the intro's
+second name (S1) or S2? And the S2 heads of layer 0, from S2?
+"""),
+    code("""
+cached = lab.run(clean, cache=["pattern"])
+IO, S1 = tokens.index(answer), tokens.index(wrong)
+
+
+def attn_prob(head, q, k):
+    return float(cached.cache["pattern", head[0]][0, head[1], q, k])
+
+
+print(f"head    from  ->IO   ->S1   ->{tokens[S2 - 1]!r} (before S2)   ->S2   ->itself")
+for h in readers + movers:
+    q = S2 if h in readers else END
+    print(f"{name(h)}   {'S2 ' if q == S2 else 'END'}   {attn_prob(h, q, IO):.2f}   {attn_prob(h, q, S1):.2f}   "
+          f"{attn_prob(h, q, S2 - 1):.2f}             {attn_prob(h, q, S2):.2f}   {attn_prob(h, q, q):.2f}")
+top_mover = max(movers, key=lambda h: float(by_pos.values[h][END]))
+attention_widget(lab, clean, layer=top_mover[0], head=top_mover[1])  # pick other heads in the widget
+"""),
+    code("""
+# ANSWER
+# The END heads look at S2: they read there which name is the subject. The layer-0 heads at S2 look at S2 itself
+# and, next, at the token in front of it, the clause marker (",", "then", ...: the only sign of the subject in
+# this training data, says the model card), more than at either intro name.
+assert all(attn_prob(h, END, S2) > max(attn_prob(h, END, IO), attn_prob(h, END, S1)) for h in movers)
+assert all(min(attn_prob(h, S2, S2), attn_prob(h, S2, S2 - 1)) > max(attn_prob(h, S2, IO), attn_prob(h, S2, S1))
+           for h in readers)
+"""),
+    md("""
+## Exercise 6: who writes the answer directly?
+
+**Direct logit attribution** (`lab.direct_logit_attribution`) splits the last residual stream into what each part
+wrote (embeddings, every head, every MLP) and reads each part through the unembedding; the parts add up to the
+model's logit difference.
+
+**Predict:** do the S2 heads write to the logits directly? Do the END heads, and with which sign on each name: do they
+push the answer up or the repeated name down? (They look at S2, exercise 5.)
+"""),
+    code("""
+print("largest parts at END:", [(part, round(v, 2)) for part, v in dla_clean.top(8)])
+print(f"sum of the parts {float(dla_clean.parts_sum()[END]):+.2f} = the logit diff {float(dla_clean.total[END]):+.2f}")
+dla_clean.show()
+"""),
+    code("""
+# ANSWER
+push = {who: lab.direct_logit_attribution(clean, ilab.logit_diff(token, " the")) for who, token in
+        (("IO", answer), ("S", wrong))}  # each name's logit against a neutral token
+for h in readers + movers:
+    print(f"{name(h)}: direct on the logit diff {float(dla_clean.heads[h][END]):+.2f} | on logit(IO) - logit(the) "
+          f"{float(push['IO'].heads[h][END]):+.2f}, on logit(S) - logit(the) {float(push['S'].heads[h][END]):+.2f}")
+# The S2 heads write almost nothing directly: their effect reaches the logits through later parts. The END heads
+# write the logit difference, by pushing the S name *down* more than the IO name: they look at S2 and suppress
+# what they find there, and the other name wins.
+assert all(abs(float(dla_clean.heads[h][END])) < 0.5 for h in readers)
+assert sum(float(dla_clean.heads[h][END]) for h in movers) > 0.5 * clean_ld
+assert sum(float(push["S"].heads[h][END]) for h in movers) < sum(float(push["IO"].heads[h][END]) for h in movers)
+"""),
+    md("""
+## Roles, and ioi-tiny vs GPT-2
+
+Now, and only now, we can name roles (the cell prints which heads take them in this checkpoint):
+
+- **S2 readers** (layer 0, at S2): read the name at S2 and the clause marker in front of it, and, with MLP0, write
+  "this name is the subject" at S2. They matter a lot, but not directly.
+- **Movers** (later layers, at END): attend from the end to S2 and write *against* that name, directly to the logits.
+"""),
+    code("""
+print("S2 readers:", [name(h) for h in readers], "| movers:", [name(h) for h in movers])
+earlier = [h for h in HEADS if h[0] < min(m[0] for m in movers)]
+into = {site: lab.path_patch(clean, corrupt, metric, senders=earlier, receivers=[(*m, site) for m in movers])
+        for site in ("q", "v")}
+reach = {site: float(r.values.nan_to_num().abs().max()) for site, r in into.items()}
+print("path patching, senders -> the movers' queries: largest |effect|", round(reach["q"], 3))
+print("path patching, senders -> the movers' values: ",
+      {name(h): round(into["v"].value(*h), 2) for h in earlier if abs(into["v"].value(*h)) > 0.05})
+copy = {h: (float(push["IO"].heads[h][END]), float(push["S"].heads[h][END])) for h in HEADS if h[0] == lab.n_layers - 1}
+print("last layer, direct on logit(IO) / logit(S) vs ' the':", {name(h): (round(a, 2), round(b, 2))
+                                                                  for h, (a, b) in copy.items()})
+assert reach["q"] < 0.05 < reach["v"] and all(into["v"].value(*h) > 0.05 for h in readers)
+"""),
+    md("""
+> **ioi-tiny vs GPT-2.** Wang et al. 2022, *Interpretability in the Wild* ([arXiv:2211.00593](https://arxiv.org/abs/2211.00593)),
+> found the IOI circuit of GPT-2 small: duplicate-token and induction heads detect at S2 that the name is repeated;
+> **S-inhibition heads** move that to the end and steer the **name movers'** *queries* away from S, so the name movers
+> attend to IO and copy it to the logits; negative name movers and backup name movers adjust the result.
+>
+> - **What matches.** The information is computed at S2 by early heads and moved to the end by later heads that
+>   attend to S2; heads at the end write the answer directly to the logits; last-layer heads attend to the intro
+>   names and copy them into the logits (the cell above prints the last layer's direct push on each name).
+> - **What differs.** ioi-tiny finds the subject by the clause marker in front of S2, not by the repetition (its
+>   card), so its S2 readers are not duplicate-token heads. It has **no S-inhibition heads** in the paper's sense:
+>   path patching into the movers' queries finds about nothing (printed above); the S2 signal enters through the
+>   movers' *values*, from the layer-0 heads (and MLP0 between them: notebook 04 measures that edge). Its movers
+>   do not copy IO up, they push S *down*; and its last-layer heads copy both intro names, not IO alone, because
+>   nothing steers where they look (notebook 03 shows that they pick an intro name by its position).
+> - **What transfers.** The methods: position sweeps, head x position patching, attention, direct effects, path
+>   patching, sufficiency and necessity tests. And the questions they answer: *where* the task's information is
+>   computed (at S2, early), *where* it is moved (to the end, by attention that reads S2), and *who* writes it to
+>   the logits. Run the same cells on GPT-2 small (last section) and the answers are many more heads, in the roles
+>   the paper describes.
+
+## Exercise 7: is that the circuit? Sufficiency
+
+If the story is right, the readers' outputs at S2 and the movers' outputs at END should carry the clean behaviour
+into the corrupt run by themselves. In the head x position heatmap above, **shift-click** those cells (each head at
+its position) and watch the logit panel; the cell below does the same from code, as several edits in one run.
+
+**Predict:** patched together, will they restore about 1, less, or more? What about the readers alone, or the
+movers alone? (Remember exercises 2 and 4: what did the layer-0 heads write at END?)
+"""),
+    code("""
+T = len(tokens)
+circuit = [(h, S2) for h in readers] + [(h, END) for h in movers]
+head_explorer.heatmap.selected = [[h[0], h[1] * T + pos] for h, pos in circuit]  # head-major columns
+head_explorer.queue.join()
+print("selected in the heatmap:", len(head_explorer.edits), "edits ->",
+      {k: round(v, 2) for k, v in head_explorer.logits.metric["values"].items()})
+
+
+def patches(cells, source=clean_run):
+    return [ilab.patch("z", h[0], pos=pos, head=h[1], source=source) for h, pos in cells]
+
+
+end0 = [(h, END) for h in HEADS if h[0] == 0 and h in readers]
+suff = {"readers at S2": restored(patches(circuit[:len(readers)])),
+        "movers at END": restored(patches(circuit[len(readers):])),
+        "both": restored(patches(circuit)),
+        "both + the readers at END": restored(patches(circuit + end0))}
+for label, value in suff.items():
+    print(f"denoising {label:26} restores {value:+.2f}")
+"""),
+    code("""
+# ANSWER
+# Either group alone already carries the clean behaviour into the corrupt run, and overshoots, like exercise 2:
+# the movers read what the readers wrote, so patching the readers alone changes what the movers see; patching the
+# movers alone gives them their clean output directly. The overshoot is the layer-0 heads' and MLP0's lean at END,
+# left at its corrupt value; patch those heads at END as well and the result comes back to about 1: the circuit,
+# with the counterweight at END, is sufficient.
+assert suff["both"] > 0.9 and abs(suff["both + the readers at END"] - 1) < 0.1
+"""),
+    md("""
+## Exercise 8: necessity, by noising and by mean ablation
+
+Sufficiency is half the test: is the circuit also *needed*? Two ways to take a part out of the **clean** run:
+
+- **noising**: patch in the *corrupt* run's activation (the part now says "the other name is the subject");
+- **mean ablation**: replace it by its mean over a **reference distribution**, prompts of the same template with
+  other, random names (Wang et al. use such an "ABC" distribution: three different names, no name repeated). The
+  part keeps its average behaviour for this template and loses the information specific to this prompt.
+
+**Predict:** noising the movers at END, or mean-ablating them: which hurts more, and will either *flip* the answer
+(logit difference below 0)? And mean-ablating every head **outside** the circuit (every head at every position
+except the readers at S2 and the movers at END): how much of the clean logit difference will survive?
+"""),
+    code("""
+rng = random.Random(0)
+reference = []
+for _ in range(40):  # the ABC distribution: the same template (so the same positions), three different names
+    a, b, c = rng.sample(corpus.NAMES, 3)
+    reference.append(f"When {a} and {b} went to the store, {c} gave a drink to")
+assert {len(lab.to_str_tokens(p)) for p in reference} == {len(tokens)}  # one length: a mean per position
+ref_run = lab.run(reference)
+
+
+def ablate(cells):
+    return [ilab.mean_ablate("z", h[0], pos=pos, head=h[1], reference=ref_run) for h, pos in cells]
+
+
+def logit_diff(edits):
+    return float(bound(lab.run(clean, edits=edits).last_logits))
+
+
+others = [(h, [p for p in range(T) if (h, p) not in circuit]) for h in HEADS]  # everything but the circuit's cells
+need = {"noising the movers at END": logit_diff(patches(circuit[len(readers):], source=corrupt_run)),
+        "mean-ablating the movers at END": logit_diff(ablate(circuit[len(readers):])),
+        "mean-ablating the readers at S2": logit_diff(ablate(circuit[:len(readers)])),
+        "mean-ablating all but the circuit": logit_diff(ablate(others))}
+print(f"clean logit diff {clean_ld:+.2f}, corrupt {corrupt_ld:+.2f}")
+for label, value in need.items():
+    print(f"{label:36} logit diff {value:+.2f}")
+"""),
+    code("""
+# ANSWER
+# Noising puts the *other* subject into the movers: the answer flips, about as far as the corrupt run (printed).
+# Mean ablation removes what the movers know instead: the logit difference falls near or below 0 (MLP0's lean
+# towards the repeated name is left, exercise 3), without the full flip. The readers at S2 are needed as well.
+# Mean-ablating everything outside the circuit keeps most of the behaviour (printed): the circuit is sufficient,
+# in the clean run too. Note what mean ablation leaves alone: the MLPs (recomputed from their ablated inputs) and
+# the embeddings.
+assert need["noising the movers at END"] < 0 and need["mean-ablating the movers at END"] < 0.3 * clean_ld
+assert need["mean-ablating the movers at END"] > need["noising the movers at END"]
+assert need["mean-ablating the readers at S2"] < 0.3 * clean_ld
+assert need["mean-ablating all but the circuit"] > 0.8 * clean_ld
+"""),
+    md("""
+## Exercise 9: noising vs denoising on the residual stream
+
+Denoising patches clean into corrupt (is this cell *sufficient*?); noising patches corrupt into clean (is it
+*necessary*?). Both report on the same scale: 1 = clean behaviour. For noising the plot's scale still says
+"restored", but read it as **"how much of the clean behaviour is left"**: the important cells are the *low* ones.
+
+**Predict:** for the `resid_pre` sweep, how will the noising heatmap relate to the denoising one of exercise 1?
+Think about what one cell of the residual stream holds, in a layer where only that position differs.
+"""),
     code("""
 noise = lab.patch_sweep(clean, corrupt, site="resid_pre", by=("layer", "pos"), metric=metric, direction="noise",
                         progress=False)
-print(noise.describe())
+gap = (noise.values + res.values - 1).abs()
+print(f"largest |noise + denoise - 1| over all cells: {float(gap.max()):.3f}, at layer {int(gap.max(1).values.argmax())}")
 noise.figure()
 """),
-    md("## Attribution patching: all cells from one forward and one backward pass"),
+    code("""
+# ANSWER
+# noise ~ 1 - denoise, cell by cell. Where one position holds the whole difference between the runs (layer 0: S2;
+# the last layer: END), swapping it is swapping everything: denoising restores 1, noising leaves 0. Elsewhere a cell
+# that holds nothing different does nothing either way. The small gap is in the middle layers, where S2 and END
+# share the difference. On the residual stream noising adds little; it differs from denoising on heads (exercise 8:
+# a part can be sufficient without being necessary, when others back it up).
+assert float(gap.max()) < 0.1
+"""),
+    md("""
+## Exercise 10: attribution patching, one forward and one backward pass
+
+Attribution patching estimates every cell at once, from the gradient: the change of the metric if the activation
+moved by (clean - corrupt), to first order.
+
+**Predict:** the corruption flips the answer, a large change through softmax attention, layer norms and MLP0. Will
+the estimate find the right cells? Will it get their *sizes* right?
+"""),
     code("""
 attr = lab.patch_sweep(clean, corrupt, site="resid_pre", by=("layer", "pos"), metric=metric, method="attribution")
-corr = torch.corrcoef(torch.stack([attr.values.flatten(), res.values.flatten()]))[0, 1]
+corr = float(torch.corrcoef(torch.stack([attr.values.flatten(), res.values.flatten()]))[0, 1])
 print(f"correlation of the attribution estimate with exact patching: {corr:.3f}")
+for layer, pos in ((0, S2), (1, S2), (2, S2), (lab.n_layers - 1, END)):
+    print(f"resid_pre {layer} at {tokens[pos]!r}: exact {float(res.values[layer, pos]):+.2f}, "
+          f"estimate {float(attr.values[layer, pos]):+.2f}")
+heads_attr = lab.patch_sweep(clean, corrupt, site="z", by=("layer", "head"), metric=metric, method="attribution",
+                             progress=False)
+heads_exact = lab.patch_sweep(clean, corrupt, site="z", by=("layer", "head"), metric=metric, progress=False)
+print("readers' outputs, exact:", {name(h): round(float(heads_exact.values[h]), 2) for h in readers},
+      "| estimate:", {name(h): round(float(heads_attr.values[h]), 2) for h in readers})
 """),
-    md("**What you should see:** a high correlation: the linear estimate finds the same cells, at a fraction of the "
-       "cost. Where they disagree, trust the exact value."),
-    md("## A dataset of pairs\n\nOne prompt can mislead. The IOI papers average over many pairs with different names "
-       "and templates; each pair has its own answer."),
+    code("""
+# ANSWER
+# A high correlation: the estimate lights up the same cells (S2 early, END late), so it is a good *map*. But the
+# large cells come out too small: the first-order step through saturating nonlinearities (a logit difference that
+# flips sign) underestimates big effects. One correlation over a grid of mostly-zero cells hides that. Use the
+# estimate to find where to look, exact patching to measure.
+assert corr > 0.8
+assert float(attr.values[0, S2]) < 0.8 * float(res.values[0, S2])
+assert all(float(heads_attr.values[h]) < 0.8 * float(heads_exact.values[h]) for h in readers)
+"""),
+    md("""
+## Exercise 11: one prompt can mislead, a dataset of pairs
+
+The IOI papers average over many pairs with different names and templates; each pair has its own answer. A
+**head** sweep patches a head at every position at once, so pairs of different lengths can share it; a **position**
+sweep needs every prompt to have its tokens at the same positions, so it takes pairs of one length (04 uses one
+template for that).
+
+**Predict:** on held-out pairs in held-out templates, will the same heads stand out as on our one prompt?
+"""),
     code("""
 data = ilab.zoo.ioi_dataset(16, split="test")
-same_len = [d for d in data if len(lab.to_str_tokens(d["clean"])) == len(lab.to_str_tokens(data[0]["clean"]))]
-pairs_metric = ilab.logit_diff([d["answer"] for d in same_len], [d["wrong"] for d in same_len])
-avg = lab.patch_sweep([d["clean"] for d in same_len], [d["corrupt"] for d in same_len], site="z",
-                      by=("layer", "head"), metric=pairs_metric, progress=False)
-print(f"{len(same_len)} pairs;", avg.describe())
-print(avg.values)
-"""),
-    md("## Testing a hypothesis by clicking — or by code\n\nThe selection is shared between the widget and Python: "
-       "set it from code and the heatmap and logits follow; read back the edits you clicked."),
-    code("""
-final = len(lab.to_str_tokens(clean)) - 1
-explorer.heatmap.selected = [[lab.n_layers - 1, final]]
-explorer.queue.join()
-print(explorer.edits)
-print(explorer.logits.metric)
+pairs_metric = ilab.logit_diff([d["answer"] for d in data], [d["wrong"] for d in data])
+avg = lab.patch_sweep([d["clean"] for d in data], [d["corrupt"] for d in data], site="z", by=("layer", "head"),
+                      metric=pairs_metric, progress=False)
+print(f"{len(data)} pairs, lengths {sorted({len(lab.to_str_tokens(d['clean'])) for d in data})}, e.g.",
+      *[d["clean"] for d in data[:2]], sep="\\n  ")
+print("heads restoring > 0.05, dataset:", {name(h): round(float(avg.values[h]), 2) for h in HEADS
+                                            if avg.values[h] > 0.05})
+print("heads restoring > 0.05, one prompt:", {name(h): round(float(heads_exact.values[h]), 2) for h in HEADS
+                                               if heads_exact.values[h] > 0.05})
+avg.figure()
 """),
     code("""
-print(lab.log.to_code())   # every edit you applied, as runnable Python
+# ANSWER
+# The same heads, with similar shares: the circuit is not a quirk of one prompt. (Had they differed, the dataset's
+# answer is the one to report; one prompt is for exploring.)
+top = lambda values: {h for h in HEADS if values[h] > 0.15}
+assert top(avg.values) == top(heads_exact.values)
+"""),
+    md("## Everything you clicked, as code"),
+    code("""
+script = lab.log.to_code()  # every run with edits of this session, clicks included, as runnable Python
+print(len(script.splitlines()), "lines; it starts:", *script.splitlines()[:8], sep="\\n")
 """),
     md("## The dashboard\n\nEverything together: heatmap + logits, a steering slider, the logit lens and attention."),
     code("""
@@ -169,9 +529,16 @@ STEERING = [
 
 A **steering vector** is a direction in the residual stream. The classic recipe: the mean activation on prompts
 with a property minus the mean on prompts without it. Adding `alpha * v` at one layer pushes the model towards
-the property; **projecting it out** tests whether the model *uses* that direction.
+the property; **projecting it out** tests whether the model *uses* that direction. Each exercise below has a
+surprise in it, if you predict first.
+
+**How to work through it: predict, then check.** Write down your prediction *and why you expect it* before you run
+the check. The answer is in the collapsed cell after the check (click the bar on its left to open it): open it only
+once you have compared. Every number the text relies on is printed by a cell.
 """),
     code("""
+import torch
+
 import interplab as ilab
 from interplab.widgets.controller import steering_panel
 
@@ -179,39 +546,136 @@ lab = ilab.Lab.load("ioi-tiny")
 positive = ["The capital of France is", "The capital city of France is"]
 negative = ["The capital of Spain is", "The capital city of Spain is"]
 layer = lab.n_layers // 2
-v = ilab.vectors.diff_of_means(lab, positive, negative, site="resid_post", layer=layer)
-print("vector norm", float(v.norm()), "| residual norm at that layer", lab.residual_norm("resid_post", layer))
+v = ilab.vectors.diff_of_means(lab, positive, negative, site="resid_post", layer=layer)  # at the last position
+print(f"steering at resid_post {layer}; vector norm {float(v.norm()):.1f}, "
+      f"typical residual norm there {lab.residual_norm('resid_post', layer):.1f}")
+
+spain, france, italy = "The capital of Spain is", "The capital of France is", "The capital of Italy is"
+paris = lab.token_id(" Paris")
+
+
+def top(prompt, edits=(), k=3):
+    \"\"\"The k most likely next tokens, with their probabilities.\"\"\"
+    probs = lab.run(prompt, edits=list(edits)).last_logits[0].softmax(-1)
+    best = probs.topk(k)
+    return [(lab.tokenizer.decode([i]), round(p, 3)) for p, i in zip(best.values.tolist(), best.indices.tolist())]
+
+
+def p_paris(prompt, edits=()):
+    return float(lab.run(prompt, edits=list(edits)).last_logits[0].softmax(-1)[paris])
+
+
+for prompt in (spain, france, italy):
+    print(f"{prompt!r:28} -> {top(prompt)}")
 """),
-    md("### Predict, then drag\nThe vector points from *Spain* to *France*. Steer *\"The capital of Spain is\"* with "
-       "it: what should the top next token become as alpha grows?"),
+    md("""
+## Exercise 1: steer Spain towards France
+
+`ilab.steer("resid_post", layer, v, alpha=alpha, pos=-1)` adds `alpha * v` to the last position's residual stream.
+
+**Predict** (with your reasoning): on *"The capital of Spain is"*, at which alpha does ' Paris' take the top? What
+is the Spain prompt's activation plus exactly `1 * v`, given how `v` was made? Would you get something different by
+copying the France prompt's activation in its place (`ilab.patch`)? Drag the slider to check.
+"""),
     code("""
-panel = steering_panel(lab, "The capital of Spain is", positive, negative, site="resid_post", layer=layer)
+panel = steering_panel(lab, spain, positive, negative, site="resid_post", layer=layer)
 panel
 """),
-    md("**What you should see:** while you drag, the next-token bars update; at alpha 0 the model says ' Madrid', and "
-       "from about alpha 1 ' Paris' is on top."),
     code("""
-# ANSWER: the steered distribution, computed directly
-prompt = "The capital of Spain is"
-for alpha in (0.0, 1.0, 2.0):
-    r = lab.run(prompt, edits=[ilab.steer("resid_post", layer, v, alpha=alpha, pos=-1)])
-    top = r.last_logits[0].softmax(-1).topk(3)
-    print(alpha, [(lab.tokenizer.decode([i]), round(p, 3)) for p, i in zip(top.values.tolist(), top.indices.tolist())])
+for alpha in (0.0, 0.5, 1.0, 1.5):
+    print(f"alpha {alpha}: {top(spain, [ilab.steer('resid_post', layer, v, alpha=alpha, pos=-1)])}")
+france_run = lab.run(france, cache=[("resid_post", layer)])
+print("France's activation patched in:", top(spain, [ilab.patch("resid_post", layer, pos=-1, source=france_run)]))
+spain_act = lab.run(spain, cache=[("resid_post", layer)]).cache["resid_post", layer][0, -1]
+france_act = france_run.cache["resid_post", layer][0, -1]
+gap = float((spain_act + v - france_act).norm())
+print(f"|Spain's activation + v - France's activation| = {gap:.1f}, against |v| = {float(v.norm()):.1f}")
 """),
-    md("## Does the model use this direction? Project it out\n\n`ilab.project(site, layer, v, coeff=0)` removes the "
-       "component along `v` (coeff=1 keeps it, 3 triples it). Compare p(' Paris') for *France*: if it survives the "
-       "ablation, the model does not need that direction."),
     code("""
-france = "The capital of France is"
-paris = lab.token_id(" Paris")
-for coeff in (1.0, 0.0, 3.0):
-    r = lab.run(france, edits=[ilab.project("resid_post", layer, v, coeff=coeff)])
-    print(f"coeff {coeff}: p(' Paris') = {r.last_logits[0].softmax(-1)[paris]:.3f}")
+# ANSWER
+# v is the mean of (France - Spain) over two templates, and the template's share of each activation is the same
+# for both countries: so Spain's activation + 1 * v is almost exactly France's activation (the gap printed is small
+# next to |v|). At alpha 1 the steer *is* an activation patch from the France prompt, and gives the same
+# distribution (printed). Below 1 the model is in between; from about 1, ' Paris' is on top.
+assert gap < 0.2 * float(v.norm())
+steer_1 = p_paris(spain, [ilab.steer("resid_post", layer, v, alpha=1.0, pos=-1)])
+patched = p_paris(spain, [ilab.patch("resid_post", layer, pos=-1, source=france_run)])
+assert abs(steer_1 - patched) < 0.05 and top(spain, [ilab.steer("resid_post", layer, v, alpha=1.0, pos=-1)])[0][0] == " Paris"
+"""),
+    md("""
+## Exercise 2: more is better?
+
+**Predict:** if alpha 1 turns Spain into France, will alpha 3 make ' Paris' *more* likely than alpha 1.5? And on the
+France prompt itself, `ilab.project(site, layer, v, coeff=3)` triples the component along `v` (coeff 1 leaves the
+activation as it is): more ' Paris', or less?
+"""),
+    code("""
+for alpha in (1.0, 1.5, 2.0, 3.0):
+    print(f"Spain steered, alpha {alpha}: p(' Paris') = "
+          f"{p_paris(spain, [ilab.steer('resid_post', layer, v, alpha=alpha, pos=-1)]):.3f}")
+for coeff in (1.0, 3.0):
+    print(f"France, coeff {coeff}: {top(france, [ilab.project('resid_post', layer, v, coeff=coeff)])}")
+"""),
+    code("""
+# ANSWER
+# Less, both times. Past the point where the activation looks like France's, pushing further moves it off the
+# activations the model was trained on: the later layers were never shown such a residual stream, and probability
+# leaks to other tokens (printed). A steering vector has a useful range; size alpha against the residual norm
+# (printed at the top) and check the output, not the direction.
+alphas = {a: p_paris(spain, [ilab.steer("resid_post", layer, v, alpha=a, pos=-1)]) for a in (1.5, 3.0)}
+coeffs = {c: p_paris(france, [ilab.project("resid_post", layer, v, coeff=c)]) for c in (1.0, 3.0)}
+assert alphas[3.0] < alphas[1.5] and coeffs[3.0] < coeffs[1.0]
+"""),
+    md("""
+## Exercise 3: the same vector on Italy
+
+**Predict:** steer *"The capital of Italy is"* with the same `v` at alpha 1. Does it say ' Paris'? What is Italy's
+activation + v, written as a sum of the activations you know?
+"""),
+    code("""
+print("Italy:           ", top(italy))
+print("Italy + 1 * v:   ", top(italy, [ilab.steer("resid_post", layer, v, alpha=1.0, pos=-1)]))
+"""),
+    code("""
+# ANSWER
+# Not Paris (printed). Italy + v = Italy + France - Spain: it adds France but subtracts a Spain that was never
+# there. For Spain the subtraction cancelled; for Italy it lands somewhere no prompt of the training data goes,
+# and the model answers something else. A contrast vector is a *difference between two things*: it moves one
+# into the other, not any country into France.
+assert top(italy, [ilab.steer("resid_post", layer, v, alpha=1.0, pos=-1)])[0][0] != " Paris"
+"""),
+    md("""
+## Exercise 4: does the model use this direction? Project it out
+
+`ilab.project(site, layer, v, coeff=0)` removes the component along `v` from every position. If `v` were "the
+country" direction, removing it should leave the model unsure which capital to name.
+
+**Predict:** what will the model say on the France prompt with `v` projected out? On the Spain prompt? On Italy?
+(Hint: the cell also prints how far along `v` each prompt's activation sits, in units of |v|.)
+"""),
+    code("""
+unit = v / v.norm()
+for prompt in (france, spain, italy):
+    act = lab.run(prompt, cache=[("resid_post", layer)]).cache["resid_post", layer][0, -1]
+    print(f"{prompt!r:28} along v: {float(act @ unit) / float(v.norm()):+.2f} |v|   "
+          f"projected out: {top(prompt, [ilab.project('resid_post', layer, v, coeff=0.0)])}")
+"""),
+    code("""
+# ANSWER
+# France turns into Spain (printed: its top is Spain's capital), Spain and Italy barely change. France sits about
+# one |v| further along v than Spain; removing the direction sets every prompt's coordinate to 0, close to where
+# Spain (and Italy) already were. So projecting out does not remove "country": it removes the France-vs-Spain
+# difference, and the default it falls back to is the other side of the contrast. What an ablation tells you
+# depends on the direction *and* on where the ablation moves the activation.
+spain_top = top(spain)[0][0]
+assert top(france, [ilab.project("resid_post", layer, v, coeff=0.0)])[0][0] == spain_top
+assert top(spain, [ilab.project("resid_post", layer, v, coeff=0.0)])[0][0] == spain_top
+assert top(italy, [ilab.project("resid_post", layer, v, coeff=0.0)])[0][0] == top(italy)[0][0]
 """),
     md("## Generation with the steer on at every step"),
     code("""
-plain = lab.generate("The capital of Spain is", max_new_tokens=8)
-steered = lab.generate("The capital of Spain is", [ilab.steer("resid_post", layer, v, alpha=1.5)], max_new_tokens=8)
+plain = lab.generate(spain, max_new_tokens=8)
+steered = lab.generate(spain, [ilab.steer("resid_post", layer, v, alpha=1.5)], max_new_tokens=8)
 print("plain:  ", plain.text)
 print("steered:", steered.text)
 """),
@@ -219,8 +683,7 @@ print("steered:", steered.text)
        "other code — runs with it, at the cost of a plain forward hook."),
     code("""
 with lab.edit([ilab.steer("resid_post", layer, v, alpha=1.5)]):
-    ids = lab.model.generate(**lab.tokenizer("The capital of Spain is", return_tensors="pt"), max_new_tokens=4,
-                             do_sample=False)
+    ids = lab.model.generate(**lab.tokenizer(spain, return_tensors="pt"), max_new_tokens=4, do_sample=False)
 print(lab.tokenizer.decode(ids[0]))
 print("hooks left:", lab.hooks())
 """),
@@ -232,6 +695,10 @@ LENS = [
 
 The **logit lens** reads each layer's residual stream through the model's final norm and unembedding: what would
 the model predict if it stopped here? Attention patterns show where each head looks.
+
+**How to work through it: predict, then check.** Write down your prediction *and why you expect it* before you run
+the check. The answer is in the collapsed cell after the check (click the bar on its left to open it): open it only
+once you have compared. Every number the text relies on is printed by a cell.
 """),
     code("""
 import interplab as ilab
@@ -239,38 +706,599 @@ from interplab.lens import logit_lens
 from interplab.widgets.controller import attention_widget, lens_widget
 
 lab = ilab.Lab.load("ioi-tiny")
-prompt = "When Mary and John went to the store, John gave a drink to"
-lens_widget(lab, prompt)
-"""),
-    md("**What you should see:** after layer 0 the final position predicts ' John', the repeated name; layers 1 and "
-       "2, whose heads read the second ' John' and push it down, flip the prediction to ' Mary', which is "
-       "near-certain after the last layer. Earlier positions predict ordinary continuations. Hover a cell for its "
-       "top-5."),
-    md("### Predict, then check\nAt which layer does p(' Mary') at the final position jump close to 1? Where is "
-       "' John' before that?"),
-    code("""
-# ANSWER
-res = logit_lens(lab, prompt)
+prompt = "When Mary and John went to the store, John gave a drink to"   # IO = Mary, S = John (ABBA)
+swapped = "When John and Mary went to the store, John gave a drink to"  # the intro's order swapped (BABA)
+tokens = lab.to_str_tokens(prompt)
+END = len(tokens) - 1
+FIRST, SECOND = tokens.index(" Mary"), tokens.index(" John")  # the intro's two name slots
+S2 = END - tokens[::-1].index(" John")                         # the repeated name
 mary, john = lab.token_id(" Mary"), lab.token_id(" John")
+print(f"intro names at positions {FIRST} and {SECOND}, S2 at {S2}, END at {END}")
+"""),
+    md("""
+## Exercise 1: what does the end predict, layer by layer?
+
+**Predict** (with your reasoning): after layer 0 (before any head could have moved what S2 means to the end), which
+name will the final position predict, if any? After which layer is ' Mary' on top, and when near-certain? If you
+did notebook 01, its exercise 3 (MLP0 at END) is a clue.
+"""),
+    code("""
+lens_widget(lab, prompt)  # hover a cell for its top-5
+"""),
+    code("""
+res = logit_lens(lab, prompt)
 for layer in range(res.n_layers):
-    print(f"layer {layer}: top {res.top_tokens[layer][-1][0]!r}, p(' Mary') = {res.prob_of(mary)[layer, -1]:.3f}, "
+    print(f"after layer {layer}: top {res.top_tokens[layer][-1][0]!r}, p(' Mary') = {res.prob_of(mary)[layer, -1]:.3f}, "
           f"p(' John') = {res.prob_of(john)[layer, -1]:.3f}")
 """),
-    md("## Attention patterns\n\nPick a layer and head: queries on the vertical axis, keys on the horizontal. Look "
-       "for heads whose final position attends to the second ' John' (in layers 1 and 2: they move the subject to "
-       "the end) and for heads that attend to both names of the intro (layer 3: they copy the candidates)."),
     code("""
-attention_widget(lab, prompt, layer=lab.n_layers - 1, head=0)
+# ANSWER
+first_mary = next(layer for layer in range(res.n_layers) if res.top_tokens[layer][-1][0] == " Mary")
+print(f"' Mary' is first on top after layer {first_mary}; p(' Mary') at the end: {res.prob_of(mary)[-1, -1]:.3f}")
+# After layer 0 the end predicts ' John', the name at S2: layer 0 at the end cannot know which name is the subject,
+# and its best guess is the name it has just seen again (notebook 01: MLP0 pushes it). The heads that read S2 from
+# the end (layers 1 and 2) push that name down and the prediction flips to ' Mary'; the last layer makes it
+# near-certain. Earlier positions predict ordinary continuations (see the widget).
+assert res.top_tokens[0][-1][0] == " John" and 0 < first_mary < res.n_layers - 1
+assert res.prob_of(mary)[-1, -1] > 0.5
+"""),
+    md("""
+## Exercise 2: where do the heads look from the end?
+
+Pick a layer and head in the widget: queries on the vertical axis, keys on the horizontal. It opens on the last
+layer's head that attends most from the end to a name (the cell chooses it).
+
+**Predict:** from the final position, which heads look at a name, and at which one: the first intro name, the second,
+or the repeated name S2? Think about what each layer has to do (notebook 01 named the roles).
 """),
     code("""
-# ANSWER: for each head, how much the final position attends to each name
 run = lab.run(prompt, cache=["pattern"])
-tokens = lab.to_str_tokens(prompt)
-names = {i: t for i, t in enumerate(tokens) if t in (" Mary", " John")}
+
+
+def att(run, layer, head, key):
+    return float(run.cache["pattern", layer][0, head, END, key])
+
+
+names = {"first intro name": FIRST, "second intro name": SECOND, "S2": S2}
+last = lab.n_layers - 1
+opening = max(range(lab.n_heads), key=lambda h: max(att(run, last, h, k) for k in names.values()))
+print(f"the widget opens on L{last}H{opening}")
+attention_widget(lab, prompt, layer=last, head=opening)
+"""),
+    code("""
+print("head   " + "  ".join(f"END->{label}" for label in names))
 for layer in range(lab.n_layers):
     for head in range(lab.n_heads):
-        att = run.cache["pattern", layer][0, head, -1]
-        print(f"L{layer}H{head}", {f"{t}@{i}": round(float(att[i]), 2) for i, t in names.items()})
+        print(f"L{layer}H{head}   " + "  ".join(f"{att(run, layer, head, k):>{len(label) + 5}.2f}"
+                                          for label, k in names.items()))
+"""),
+    code("""
+# ANSWER
+for layer in range(lab.n_layers):
+    on = {f"L{layer}H{h}": max(names, key=lambda label: att(run, layer, h, names[label])) for h in range(lab.n_heads)
+          if max(att(run, layer, h, k) for k in names.values()) > 0.5}
+    print(f"layer {layer}, heads with > 0.5 on one name, and which:", on)
+# Layers 1 and 2: S2, where they read which name is the subject (notebook 01). Layer 0 spreads its attention over the
+# names. The last layer: some heads put almost all their attention on *one* intro name each. Which one, and why?
+assert all(att(run, layer, h, S2) > 0.5 for layer in (1, 2) for h in range(lab.n_heads)
+           if max(att(run, layer, h, k) for k in names.values()) > 0.5)
+"""),
+    md("""
+## Exercise 3: the last layer, answer or position?
+
+The last layer's name heads could read the *answer* (the name that is not repeated), or read a *slot* of the intro
+(the first name, or the second) whatever it holds. Swap the order of the intro, *"When John and Mary went to the
+store, John gave a drink to"*: the answer is still Mary, but it now sits in the second slot.
+
+**Predict:** for each of these heads, will its attention follow Mary into the second slot, or stay on its slot?
+"""),
+    code("""
+run_swapped = lab.run(swapped, cache=["pattern"])
+copiers = [h for h in range(lab.n_heads) if max(att(run, last, h, k) for k in (FIRST, SECOND)) > 0.5]
+print(f"head     {'ABBA (Mary first)':>20}     {'BABA (Mary second)':>20}")
+for h in copiers:
+    cells = [f"first {att(r, last, h, FIRST):.2f} second {att(r, last, h, SECOND):.2f}" for r in (run, run_swapped)]
+    print(f"L{last}H{h}   " + "     ".join(cells))
+"""),
+    code("""
+# ANSWER
+slot = {h: ("first" if att(run, last, h, FIRST) > att(run, last, h, SECOND) else "second") for h in copiers}
+print("each head's slot, in both orders:", {f"L{last}H{h}": s for h, s in slot.items()})
+# They stay: each head attends to one *position* of the intro, the first or the second name, in both orders, and
+# copies whatever name is there. Together they copy both candidates; none of them knows which one is the answer.
+# The choice is made elsewhere: the heads of layers 1 and 2 push the S name down (notebook 01), so of the two names
+# the copiers put forward, the IO wins. (GPT-2's name movers instead attend to the IO itself: notebook 01's box.)
+for h in copiers:
+    k = FIRST if slot[h] == "first" else SECOND
+    assert att(run, last, h, k) > 0.8 and att(run_swapped, last, h, k) > 0.8
+assert {"first", "second"} <= set(slot.values())
+"""),
+]
+
+
+CIRCUIT = [
+    md("""
+# The IOI circuit, tool by tool
+
+Notebook 01 found *where* patching restores the answer. Here we ask *how the pieces connect*, following the workflow
+of Wang et al. 2022 (*Interpretability in the Wild*), which found the IOI circuit of GPT-2 small, with interplab's
+circuit tools on `ioi-tiny`: which heads matter and through which input, where they look, who writes the answer
+directly, path patching to the logits and into the heads that write it, every edge at once (EAP-IG), and whether
+the circuit you end up with keeps the behaviour.
+
+**How to work through it: predict, then check.** Every exercise starts with a question. Write down your prediction
+*and why you expect it* before you run anything. Then run the check and compare. The answer is in the collapsed cell
+after the check (click the bar on its left to open it): open it only once you have compared.
+
+At the end you compare what you found with the model's card, which was written from plain-PyTorch figures when the
+model was trained, and see where the two disagree.
+"""),
+    code("""
+import re
+
+import torch
+
+import interplab as ilab
+from interplab.widgets.controller import attention_widget
+from interplab.zoo import EMBEDDED
+from interplab.zoo.evaluate_ioi_tiny import fixed_template_dataset
+
+lab = ilab.Lab.load("ioi-tiny")
+pairs = fixed_template_dataset(8)  # held-out name pairs in one held-out template: every token at the same position
+clean = [p["clean"] for p in pairs]
+corrupt = [p["corrupt"] for p in pairs]  # S2 replaced by the IO name: the answer flips
+metric = ilab.logit_diff([p["answer"] for p in pairs], [p["wrong"] for p in pairs])
+
+tokens = lab.to_str_tokens(clean[0])
+S2 = next(i for i, (a, b) in enumerate(zip(tokens, lab.to_str_tokens(corrupt[0]))) if a != b)
+END = len(tokens) - 1
+IO = torch.tensor([lab.to_str_tokens(c).index(p["answer"]) for c, p in zip(clean, pairs)])  # per pair (ABBA / BABA)
+S1 = torch.tensor([lab.to_str_tokens(c).index(p["wrong"]) for c, p in zip(clean, pairs)])
+HEADS = [(layer, head) for layer in range(lab.n_layers) for head in range(lab.n_heads)]
+
+
+def name(head):
+    return f"L{head[0]}H{head[1]}"
+
+
+def major(scores, share=0.15):
+    \"\"\"The heads carrying at least `share` of the effect on their own, largest first ({head: score}).\"\"\"
+    return sorted((h for h in scores if scores[h] >= share), key=scores.get, reverse=True)
+
+
+bound = metric.bind(lab.token_id)
+clean_ld, corrupt_ld = (float(bound(lab.run(p).last_logits).mean()) for p in (clean, corrupt))
+print(clean[0])
+print(corrupt[0])
+print(f"{len(pairs)} pairs of {len(tokens)} tokens; S2 at position {S2} ({tokens[S2]!r}), END at {END}")
+print(f"mean logit diff IO - S: clean {clean_ld:+.2f}, corrupt {corrupt_ld:+.2f}")
+assert clean_ld > 0 > corrupt_ld
+"""),
+    md("""
+## Exercise 1: which part of which head?
+
+Patching a head's **output** (`z`) from the clean run into the corrupt run tells you the head matters. Patching its
+**query**, **key**, **value** or attention **pattern** instead tells you *which of its inputs* carries the difference.
+The two prompts differ in one token: the name at S2.
+
+**Predict** (with your reasoning): (a) in which layers will patching a head's output restore the answer? (b) for those
+heads, which panel will look like the output panel: query, key, value or pattern? Think about what differs between
+the runs: *which name* sits at S2, or *where* S2 is?
+"""),
+    code("""
+sweeps = lab.patch_sweep_heads(clean, corrupt, metric, progress=False)  # output, q, k, v, pattern: 1 = clean restored
+sweeps.show()
+"""),
+    code("""
+# ANSWER
+for site in ("z", "q", "k", "v", "pattern"):  # each panel's strongest heads
+    values = sweeps[site].values
+    top = sorted(HEADS, key=lambda h: -abs(float(values[h])))[:4]
+    print(f"{site:8}", "  ".join(f"{name(h)} {float(values[h]):+.2f}" for h in top))
+print("layers with a head whose output restores > 0.05:",
+      sorted({h[0] for h in HEADS if float(sweeps["z"].values[h]) > 0.05}))
+# The value panel looks like the output panel; query, key and pattern stay near 0. The heads read *what* is at S2
+# (the name) through their values; *where* they look is the same in both runs: S2 is the name right after a clause
+# marker (", then", ". Later", ...: the card's Data section), and the corruption leaves the marker alone.
+reach = {site: float(sweeps[site].values.abs().max()) for site in ("q", "k", "pattern", "v")}
+assert max(reach["q"], reach["k"], reach["pattern"]) < 0.25 * reach["v"], reach
+"""),
+    md("""
+## Exercise 2: at which position?
+
+**Predict:** for each head you found in exercise 1, at which position does patching its output matter: at S2, at the
+final position (END), or elsewhere? Could a head of the first layer do its job at END? (What can a first-layer head
+at END know about which of the names is the subject?)
+"""),
+    code("""
+by_pos = lab.patch_sweep(clean, corrupt, "z", ("layer", "head", "pos"), metric=metric, progress=False)
+by_pos.show()
+"""),
+    code("""
+# ANSWER
+for h in HEADS:
+    row = by_pos.values[h]
+    if row.abs().max() > 0.05:
+        p = int(row.abs().argmax())
+        print(f"{name(h)}: largest effect {float(row[p]):+.2f} at position {p} ({tokens[p]!r})")
+at_s2 = major({h: float(by_pos.values[h][S2]) for h in HEADS})
+at_end = major({h: float(by_pos.values[h][END]) for h in HEADS})
+print("S2 readers (>= 0.15 at S2):", [name(h) for h in at_s2])
+print("at END (>= 0.15):          ", [name(h) for h in at_end])
+# The heads that matter at S2 are first-layer heads working at S2 itself; the heads that matter at END sit in later
+# layers. A first-layer head at END sees only the tokens, and nothing there says which name is the subject: that
+# takes the clause marker in front of S2, which a head working *at* S2 can use, and later heads read what it wrote.
+assert all(h[0] == 0 for h in at_s2) and all(h[0] > 0 for h in at_end)
+"""),
+    md("""
+## Exercise 3: where do they look?
+
+**Predict:** from END, which name do the heads that matter at END attend to: IO, S1 or S2? And the last layer's heads,
+which no sweep has shown so far: where do they look from END?
+"""),
+    code("""
+run = lab.run(clean, cache=["pattern"])
+rows = torch.arange(len(clean))
+
+
+def attn(head, q, k):  # mean attention probability of `head` from position q to position k, over the pairs
+    return float(run.cache["pattern", head[0]][rows, head[1], q, k].mean())
+
+
+print("head   END->IO  END->S1  END->S2   S2->S2")
+for h in HEADS:
+    print(f"{name(h)}    {attn(h, END, IO):.2f}     {attn(h, END, S1):.2f}     {attn(h, END, S2):.2f}      "
+          f"{attn(h, S2, S2):.2f}")
+attention_widget(lab, clean[0], layer=at_end[0][0], head=at_end[0][1])  # pick other heads in the widget
+"""),
+    code("""
+# ANSWER
+print("END heads, attention END->S2:", {name(h): round(attn(h, END, S2), 2) for h in at_end})
+copiers = [h for h in HEADS if attn(h, END, IO) >= 0.2 and attn(h, END, S1) >= 0.2]
+late_copiers = [h for h in copiers if h[0] == lab.n_layers - 1]
+print("heads attending from END to IO and S1 alike, on average over the pairs (>= 0.2 each):",
+      [name(h) for h in copiers])
+FIRST, SECOND = torch.minimum(IO, S1), torch.maximum(IO, S1)  # the intro names by position, whichever is IO
+print("the same heads, by intro position (first name / second name):",
+      {name(h): (round(attn(h, END, FIRST), 2), round(attn(h, END, SECOND), 2)) for h in copiers})
+# The END heads look at S2: that is where they read which name is the subject (through their values, exercise 1).
+# Some of the last layer's heads (printed) look at IO and S1 alike on average, but split by position each of them
+# looks at ONE intro slot, the first name or the second, whatever name stands there (the pairs mix both orders, so
+# the averages come out equal): positional copiers. Together they copy both candidates, in the clean and in the
+# corrupt run, so patching one changes nothing: that is why no sweep showed them.
+assert all(attn(h, END, S2) > max(attn(h, END, IO), attn(h, END, S1)) for h in at_end)
+assert late_copiers and all(abs(float(sweeps["z"].values[h])) < 0.05 for h in late_copiers)
+assert all(max(attn(h, END, FIRST), attn(h, END, SECOND)) > 0.8 for h in late_copiers)
+"""),
+    md("""
+## Exercise 4: who writes the answer directly?
+
+**Direct logit attribution** splits the last residual stream into what each part wrote (embeddings, every head, every
+MLP) and reads each part through the unembedding, the final norm's scale frozen at its value on the run: the parts
+add up exactly to the logit difference.
+
+**Predict:** on the clean prompts, which heads write the most logit difference *directly*, and with which sign? What
+is the direct share of the last layer's heads, which look at both names? Does any part push towards the *wrong*
+name?
+"""),
+    code("""
+dla = lab.direct_logit_attribution(clean, metric)
+print("largest parts at END:", [(part, round(v, 2)) for part, v in dla.top(8)])
+print(f"sum of the parts {float(dla.parts_sum()[END]):+.3f} = the model's logit diff {float(dla.total[END]):+.3f}")
+dla.show()
+"""),
+    code("""
+# ANSWER
+direct = {h: float(dla.heads[h][END]) for h in HEADS}
+writers = sorted(direct, key=direct.get, reverse=True)[:len(at_end)]
+print("largest direct writers:", [name(h) for h in writers], "| at END (exercise 2):", [name(h) for h in at_end])
+print("parts pushing the wrong name by more than 1:", [(p, round(v, 2)) for p, v in dla.top(40) if v < -1])
+print("last layer's copiers, direct share of the difference:", {name(h): round(direct[h], 2) for h in late_copiers})
+# The heads that look at S2 from END write the answer directly, by pushing the S2 name *down*: the other name wins.
+# Other parts push the wrong way (printed), and these heads more than make up for it. The copiers push both names
+# about equally, so their share of a *difference* is near 0; change the metric and they appear:
+push = {}
+for who, answer in (("IO", [p["answer"] for p in pairs]), ("S", [p["wrong"] for p in pairs])):
+    d = lab.direct_logit_attribution(clean, ilab.logit_diff(answer, " the"))
+    push[who] = {h: float(d.heads[h][END]) for h in HEADS}
+    print(f"  logit({who}) - logit(' the'), copiers:", {name(h): round(push[who][h], 2) for h in late_copiers},
+          "| END heads:", {name(h): round(push[who][h], 2) for h in at_end})
+assert torch.allclose(dla.parts_sum(), dla.total, atol=1e-3)
+assert set(writers) == set(at_end)
+assert all(push["S"][h] < 0 for h in at_end) and any(v < -1 for _, v in dla.top(40))
+assert all(abs(direct[h]) < 0.1 * max(direct.values()) and push["IO"][h] > 0 and push["S"][h] > 0
+           for h in late_copiers)
+"""),
+    md("""
+## Exercise 5: path patching, senders → logits
+
+Wang et al. found GPT-2's **name movers** as the heads whose *direct path to the logits* carries the effect. Path
+patching runs the clean prompt with one sender's output taken from the corrupt run and every other head frozen at
+its clean value (MLPs are recomputed), so only the sender's own path reaches the logits. The default,
+`direction="noise"`, is the paper's; 1 = the whole effect of the corruption, 0 = none.
+
+**Predict:** the S2 readers had the largest effects in exercises 1 and 2. How large is their *direct* path to the
+logits? Which heads carry it, and how will this list compare with exercise 4?
+"""),
+    code("""
+to_logits = lab.path_patch(clean, corrupt, metric, senders="heads+mlps")
+paths = {h: to_logits.value(*h) for h in HEADS}
+print("path to the logits:", "  ".join(f"{name(h)} {v:+.2f}" for h, v in sorted(paths.items(), key=lambda x: -x[1])))
+to_logits.show()
+"""),
+    code("""
+# ANSWER
+movers = major(paths)
+print("name movers (path to the logits >= 0.15):", [name(h) for h in movers])
+print("S2 readers' own direct path:", {name(h): round(paths[h], 2) for h in at_s2})
+# The S2 readers matter a lot, but not directly: their effect reaches the logits through later heads. The heads with
+# the direct path are the ones exercise 4 found writing the answer: path patching and direct logit attribution agree.
+# They are the heads that look at S2 from END: here the heads that find the subject also write the answer, where
+# GPT-2 small splits the job between S-inhibition heads and name movers (next exercise).
+assert set(movers) == set(writers)
+assert all(abs(paths[h]) < min(paths[m] for m in movers) for h in at_s2)
+"""),
+    md("""
+## Exercise 6: what feeds the name movers? senders → their queries, keys, values
+
+In GPT-2 small the **S-inhibition heads** were found this way: path patching with the *name movers' queries* as the
+receivers. The sender's path now reaches only the receivers (here all the movers' queries, or keys, or values);
+everything else stays clean.
+
+**Predict:** which senders feed the movers, and through which input: query, key or value? Use what exercise 1 told
+you about which input of these heads sees the corruption.
+"""),
+    code("""
+earlier = [h for h in HEADS if h[0] < max(m[0] for m in movers)]  # a sender must come before its receivers
+into = {site: lab.path_patch(clean, corrupt, metric, senders=earlier, receivers=[(*m, site) for m in movers])
+        for site in ("q", "k", "v")}
+for site, res in into.items():
+    top = sorted(earlier, key=lambda h: -abs(res.value(*h)))[:4]
+    print(f"into the movers' {site}:", "  ".join(f"{name(h)} {res.value(*h):+.2f}" for h in top))
+into["v"].show()
+"""),
+    code("""
+# ANSWER
+feeders = major({h: into["v"].value(*h) for h in earlier})
+reach = {site: float(into[site].values.nan_to_num().abs().max()) for site in ("q", "k", "v")}
+print("senders into the movers' values (>= 0.15):", [name(h) for h in feeders],
+      "| S2 readers:", [name(h) for h in at_s2])
+print("largest |path| into the queries, keys, values:", {s: round(v, 3) for s, v in reach.items()})
+# The S2 readers feed the movers' *values*: what they wrote at S2 is what the movers read there. Nothing of note
+# reaches the queries: no head steers where the movers look, which is what S-inhibition heads do in GPT-2 small. In
+# Wang et al.'s terms the S2 readers play the part of the duplicate-token and induction heads (which feed the
+# S-inhibition heads' values at S2), and each mover is an S-inhibition head and a name mover in one: it looks at S2
+# and pushes that name down (exercise 4), where GPT-2's name movers look at IO and push it up.
+assert set(feeders) == set(at_s2)
+assert max(reach["q"], reach["k"]) < 0.25 * reach["v"], reach
+"""),
+    md("""
+**Predict:** and the last layer's copiers, which look at both names? If something steered their attention towards IO
+(as GPT-2's S-inhibition heads steer the name movers), path patching into their queries would show it. Will it?
+"""),
+    code("""
+into_copiers = lab.path_patch(clean, corrupt, metric, senders=[h for h in HEADS if h[0] < lab.n_layers - 1],
+                              receivers=[(*h, s) for h in late_copiers for s in ("q", "k", "v")])
+print("largest |path| into the copiers' q, k, v together:",
+      round(float(into_copiers.values.nan_to_num().abs().max()), 3))
+"""),
+    code("""
+# ANSWER
+# Next to nothing: the copiers look at both names and copy both, whatever the movers did. Their work is real
+# (exercise 4, with another metric), but this corruption, which changes only S2, does not touch it.
+assert float(into_copiers.values.nan_to_num().abs().max()) < 0.05
+"""),
+    md("""
+## Exercise 7: every edge at once (EAP-IG)
+
+Path patching asks about one sender and chosen receivers. **Edge attribution** estimates *every* edge writer → reader
+(the embeddings, heads and MLPs → each head's query, key and value, each MLP, the logits) from gradients; EAP-IG
+averages the gradients along a path from the corrupt run's embeddings to the clean run's. In the graph, a click on an
+edge patches exactly that edge; the slider picks how many top edges form a circuit.
+
+**Predict:** which edges come out on top? Will a component appear that none of the head-level tools above listed?
+"""),
+    code("""
+edges = lab.edge_attribution(clean, corrupt, metric, method="eap-ig", steps=5)
+print(len(edges.edges), "edges; the top 12 by |estimate|:")
+for edge, score in edges.top(12):
+    print(f"  {edge:20} {score:+.2f}")
+edges.show(lab, clean, corrupt, metric)
+"""),
+    code("""
+# ANSWER
+top = [edge for edge, _ in edges.top(12)]
+exact = lab.edge_patch(clean, corrupt, metric, edges=top)  # the same edges, each patched exactly
+for edge in top:
+    print(f"  {edge:20} EAP-IG {edges[edge]:+6.2f}   exact {exact[edge]:+6.2f}")
+mlps = sorted({part for edge in top for part in edge.split(" -> ") if part.startswith("MLP")})
+print("MLPs among the top edges:", mlps)
+# An MLP sits in the middle of the strongest chain: the S2 readers write into it, and it writes into the movers'
+# values. The head-level tools cannot show it as a step of its own: path patching recomputes the MLPs, so a sender
+# is credited with its path through them.
+mlp = mlps[0]
+assert any(f"{name(r)} -> {mlp}" in top for r in at_s2) and any(f"{mlp} -> {name(m)}.v" in top for m in movers)
+assert torch.corrcoef(torch.tensor([[edges[e] for e in top], [exact[e] for e in top]]))[0, 1] > 0.8
+"""),
+    md("""
+## Exercise 8: is that the circuit? Faithfulness
+
+`lab.circuit(clean, corrupt, metric, edges)` runs the clean prompt with every edge *outside* your list carrying the
+corrupt run instead, as Wang et al. evaluate their circuit: faithfulness 1 = the whole clean logit difference kept,
+0 = none of it.
+
+**Predict:** write a circuit from your findings: S2's token → the S2 readers' values → ... → the movers' values →
+the logits. How much of the behaviour does it keep? And the same circuit with the MLP of exercise 7 left out (the
+S2 readers straight into the movers' values)?
+"""),
+    code("""
+def chain(middle):
+    readers_in = [f"embed -> {name(r)}.v" for r in at_s2]
+    out = [f"{name(m)} -> logits" for m in movers]
+    if middle is None:
+        return readers_in + [f"{name(r)} -> {name(m)}.v" for r in at_s2 for m in movers] + out
+    return readers_in + [f"{name(r)} -> {middle}" for r in at_s2] + [f"{middle} -> {name(m)}.v" for m in movers] + out
+
+
+circuits = {"heads only": chain(None), f"through {mlp}": chain(mlp)}
+size = len(circuits[f"through {mlp}"])
+circuits["top EAP-IG, |score|"] = [edge for edge, _ in edges.top(size)]
+circuits["top EAP-IG, > 0"] = [edge for edge, score in edges.top(len(edges.edges)) if score > 0][:size]
+faith = {}
+for label, circ in circuits.items():
+    res = lab.circuit(clean, corrupt, metric, circ)
+    faith[label] = res.faithfulness
+    print(f"{label:20} {res.n_edges:3d} of {res.total_edges} edges: faithfulness {res.faithfulness:.2f}")
+"""),
+    code("""
+# ANSWER
+print("the circuit through the MLP:", circuits[f"through {mlp}"])
+hand = set(circuits[f"through {mlp}"])
+for label in ("top EAP-IG, |score|", "top EAP-IG, > 0"):
+    print(f"{label}: adds {sorted(set(circuits[label]) - hand)}, leaves out {sorted(hand - set(circuits[label]))}")
+# Through the MLP the small circuit keeps most of the logit difference; without the MLP almost none: the S2
+# readers' output matters as that MLP's input. Taking the top edges by |score| is not the same as choosing a
+# circuit: edges that push the *wrong* way rank high too, and keeping one of them costs faithfulness; a link of the
+# chain can fall just below the cut. Rankings propose, `lab.circuit` checks.
+assert faith[f"through {mlp}"] > 0.5 and faith["heads only"] < 0.2
+assert any(edges[e] < 0 for e in circuits["top EAP-IG, |score|"])
+assert faith["top EAP-IG, |score|"] < faith[f"through {mlp}"]
+"""),
+    md("""
+## Exercise 9: estimates against exact patching (AtP and AtP*)
+
+Attribution patching estimates every cell of a sweep from one forward and one backward pass. AtP* (Kramár et al.
+2024) adds two fixes: `qk_fix` computes the attention pattern exactly for query and key cells (a linear step through
+the softmax misses saturation) and `grad_drop` re-estimates with each layer's gradient path cut in turn (catching
+effects that cancel).
+
+**Predict:** the corruption flips the answer, a large and far from linear change. Will the plain estimate of the heads'
+outputs find the heads of exercise 1 at the right size? Which of the two fixes could help, and where?
+"""),
+    code("""
+def corr(a, b):
+    return float(torch.corrcoef(torch.stack([a.flatten(), b.flatten()]))[0, 1])
+
+
+estimates = {label: lab.patch_sweep(clean, corrupt, site, ("layer", "head"), metric=metric, method="attribution", **kw)
+             for label, site, kw in [("z", "z", {}), ("z, grad_drop", "z", {"grad_drop": True}),
+                                     ("q", "q", {}), ("q, qk_fix", "q", {"qk_fix": True}),
+                                     ("k", "k", {}), ("k, qk_fix", "k", {"qk_fix": True})]}
+for label, est in estimates.items():
+    exact_values = sweeps[label.split(",")[0]].values
+    print(f"{label:13} correlation with exact {corr(est.values, exact_values):.2f}")
+later = [h for h in HEADS if h[0] > 0]
+print("later heads' output: correlation of the estimate with exact",
+      round(corr(torch.tensor([float(estimates["z"].values[h]) for h in later]),
+                 torch.tensor([float(sweeps["z"].values[h]) for h in later])), 2))
+print("S2 readers' output, exact:", {name(h): round(float(sweeps["z"].values[h]), 2) for h in at_s2},
+      "| estimate:", {name(h): round(float(estimates["z"].values[h]), 2) for h in at_s2},
+      "| with grad_drop:", {name(h): round(float(estimates["z, grad_drop"].values[h]), 2) for h in at_s2})
+"""),
+    code("""
+# ANSWER
+# The estimate finds the later heads (in the right order, a little low) but badly underestimates the S2 readers:
+# their effect runs through nonlinear steps (an MLP, the final norm) to a logit difference that flips sign, far
+# outside the range where one gradient is a good guide. grad_drop does not rescue them: it catches effects that
+# cancel, not this. qk_fix brings the query and key estimates closer to exact (they are small here: the corruption
+# does not change where the heads look). Use the estimates to rank, exact patching to measure.
+assert corr(torch.tensor([float(estimates["z"].values[h]) for h in later]),
+            torch.tensor([float(sweeps["z"].values[h]) for h in later])) > 0.8
+for h in at_s2:
+    assert abs(float(estimates["z"].values[h])) < 0.5 * float(sweeps["z"].values[h])
+    assert abs(float(estimates["z, grad_drop"].values[h])) < 0.5 * float(sweeps["z"].values[h])
+for site in ("q", "k"):
+    assert corr(estimates[f"{site}, qk_fix"].values, sweeps[site].values) > corr(estimates[site].values,
+                                                                                   sweeps[site].values)
+"""),
+    md("""
+## Your findings and the model card
+
+The card (`interplab/zoo/ioi_tiny/MODEL_CARD.md`) was generated from plain-PyTorch patching and attention figures when
+the model was trained. Its circuit section lists the heads whose output restores the most at the final position and
+at S2. The cell reads those lists from the card and puts the heads restoring at least 0.15 next to
+what path patching found (the same rule as above).
+"""),
+    code("""
+card = (EMBEDDED["ioi-tiny"] / "MODEL_CARD.md").read_text()
+section = card.split("## The circuit")[1]
+end_text, s2_text = section.split("**final position**")[1].split("**S2 position**")
+
+
+def card_heads(text):
+    found = re.findall(r"^- L(\\d+)H(\\d+): ([+-][\\d.]+)", text, flags=re.M)  # "- L<layer>H<head>: <score> ..."
+    return {(int(layer), int(head)): float(v) for layer, head, v in found}
+
+
+card_end, card_s2 = card_heads(end_text), card_heads(s2_text.split("Largest")[0])
+print("card, output at END:", {name(h): v for h, v in card_end.items()}, "-> restoring >= 0.15",
+      [name(h) for h in major(card_end)])
+print("path patching, name movers (senders -> logits):     ", [name(h) for h in movers])
+print("card, output at S2: ", {name(h): v for h, v in card_s2.items()}, "-> restoring >= 0.15",
+      [name(h) for h in major(card_s2)])
+print("path patching, senders -> the movers' values:       ", [name(h) for h in feeders])
+claims = {key: [line.strip() for line in card.splitlines() if key in line]
+          for key in ("S-inhibition", "copy both", "MLPs add little")}
+for key, lines in claims.items():
+    print(f"the card on {key!r}:", lines)
+mlp_sweep = lab.patch_sweep(clean, corrupt, "mlp_out", ("layer", "pos"), metric=metric, progress=False)
+layer = int(mlp[3:])
+print(f"{mlp}'s output patched at S2 alone restores {float(mlp_sweep.values[layer, S2]):.2f}; "
+      f"at END {float(mlp_sweep.values[layer, END]):+.2f}")
+assert set(major(card_end)) == set(movers) and set(major(card_s2)) == set(feeders)
+assert all(claims.values()) and float(mlp_sweep.values[layer, S2]) > 0.5
+"""),
+    md("""
+**Where they agree.** Path patching names the card's heads for both roles (the assert above checks it): the heads
+whose output matters at the end are the ones with the direct path to the logits, and the heads whose output matters
+at S2 are the ones that feed them. The card also says that heads of the last layer copy both candidates and that
+patching one of them changes little: exercises 3, 4 and 6 agree.
+
+**Where the tools say more, or otherwise.**
+- The card calls the movers name movers, not S-inhibition heads (printed above). Exercise 6 is the evidence: they
+  have the direct path to the logits, and nothing reaches their queries. The two jobs GPT-2 small splits between two
+  classes of heads are one head's job here, and the S2 readers take the place of GPT-2's duplicate-token and
+  induction heads.
+- The card's sentence on the MLPs (printed above): they add little at the final position, where notebook 01 looked;
+  at S2, one MLP is a link the circuit cannot do without: its output patched at S2 alone restores most of the
+  behaviour (printed above), edge attribution puts it in the strongest chain (exercise 7), and the circuit without it
+  keeps almost nothing (exercise 8).
+- The card's step where the last layer copies both candidates (printed above) is read from attention patterns; no
+  patching tool can test it with this corruption, which leaves both intro names in place. A direct logit attribution
+  with another metric (exercise 4) supports it; a corruption that changes the intro names would test it causally.
+
+## Exercise 10: one template can mislead
+
+Everything above used one template. **Predict:** on pairs from mixed held-out templates (of one token length, as path
+patching needs), will path patching name the same movers, and the same heads feeding their values? Why might it not?
+"""),
+    code("""
+mixed = ilab.zoo.ioi_dataset(60, split="test")
+lengths = [len(lab.to_str_tokens(d["clean"])) for d in mixed]
+common = max(set(lengths), key=lengths.count)
+mixed = [d for d, n in zip(mixed, lengths) if n == common]
+mixed_clean, mixed_corrupt = [d["clean"] for d in mixed], [d["corrupt"] for d in mixed]
+mixed_metric = ilab.logit_diff([d["answer"] for d in mixed], [d["wrong"] for d in mixed])
+mixed_paths = lab.path_patch(mixed_clean, mixed_corrupt, mixed_metric)
+mixed_direct = {h: mixed_paths.value(*h) for h in HEADS}
+mixed_movers = sorted(HEADS, key=lambda h: -mixed_direct[h])[:len(movers)]  # as many as on the one template
+mixed_v = lab.path_patch(mixed_clean, mixed_corrupt, mixed_metric, senders=earlier,
+                         receivers=[(*m, "v") for m in mixed_movers])
+mixed_feeders = sorted(earlier, key=lambda h: -mixed_v.value(*h))[:len(feeders)]
+print(f"{len(mixed)} pairs of {common} tokens, e.g.:", *mixed_clean[:3], sep="\\n  ")
+print("path to the logits:", "  ".join(f"{name(h)} {mixed_direct[h]:+.2f}" for h in
+                                       sorted(HEADS, key=lambda h: -mixed_direct[h]) if mixed_direct[h] > 0.05))
+print("top name movers:", [name(h) for h in mixed_movers], "| top senders into their values:",
+      [name(h) for h in mixed_feeders], f"({', '.join(f'{mixed_v.value(*h):+.2f}' for h in mixed_feeders)})")
+"""),
+    code("""
+# ANSWER
+# The same heads lead both roles: the circuit is not a quirk of one template. It might have differed: the templates
+# put S2 at other distances from the end, with other words between, and a head could specialise on some of them.
+# Below the leaders, the other heads that look at S2 from END (exercise 3) carry smaller shares, and their order
+# shifts with the templates: a threshold on such a list is a choice, not a finding.
+assert set(mixed_movers) == set(movers) and set(mixed_feeders) == set(feeders)
+assert all(attn(h, END, S2) > 0.5 for h in HEADS if mixed_direct[h] > 0.05)
 """),
 ]
 
@@ -286,4 +1314,5 @@ if __name__ == "__main__":
     write("01_ioi_patching.ipynb", IOI)
     write("02_steering.ipynb", STEERING)
     write("03_logit_lens.ipynb", LENS)
+    write("04_circuit.ipynb", CIRCUIT)
     print("wrote", ", ".join(p.name for p in sorted(HERE.glob("*.ipynb"))))

@@ -9,7 +9,8 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 
 
 def test_notebooks_exist():
-    assert [p.name for p in NOTEBOOKS] == ["01_ioi_patching.ipynb", "02_steering.ipynb", "03_logit_lens.ipynb"]
+    assert [p.name for p in NOTEBOOKS] == ["01_ioi_patching.ipynb", "02_steering.ipynb", "03_logit_lens.ipynb",
+                                         "04_circuit.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -32,3 +33,27 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                      if o.output_type == "stream")
     assert "Traceback" not in text
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_answers_are_collapsed_and_come_after_their_check(path):
+    """A workshop answer ("# ANSWER" cell) is collapsed and follows a code cell (the check), never the question."""
+    cells = nbformat.read(path, as_version=4).cells
+    answers = [i for i, c in enumerate(cells) if c.cell_type == "code" and c.source.startswith("# ANSWER")]
+    assert answers
+    for i in answers:
+        assert cells[i].metadata.get("jupyter", {}).get("source_hidden") is True
+        assert cells[i - 1].cell_type == "code" and not cells[i - 1].source.startswith("# ANSWER"), i
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS[:3], ids=lambda p: p.stem)
+def test_prose_states_no_measured_numbers_or_head_names(path):
+    """The text cannot drift from a retrained model: no head name (L2H3) and no measured-looking number (0.87) in
+    the markdown of notebooks 01-03; cells print or assert them instead."""
+    import re
+
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "markdown":
+            text = re.sub(r"\[arXiv:[^\]]*\]\([^)]*\)", "", cell.source)
+            assert not re.findall(r"\bL\d+H\d+\b|\d\.\d\d", text), cell.source[:200]
+            assert "What you should see" not in text

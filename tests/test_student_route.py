@@ -1,0 +1,220 @@
+"""The student route, in a fresh environment: the offline wheelhouse recipe of docs/teaching/INSTALL.md, run as
+written, then `interplab check` and `interplab lab` from that environment's own console script (no bash).
+
+One virtual environment serves every test here (a module-scoped fixture): a wheel built from this checkout (offline,
+as tests/test_install.py builds it), `pip download` of it with the `lab` extra and torch 2.13.0 into a wheelhouse
+(the only step that needs a package index), then `pip install --no-index --find-links wheelhouse "interplab[lab]"`
+with pip's configuration ignored and every index and proxy unreachable. The installs take a few minutes.
+"""
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from _processes import read_url
+
+ROOT = Path(__file__).resolve().parent.parent
+INSTALL_DOC = ROOT / "docs" / "teaching" / "INSTALL.md"
+NOTEBOOK = "01_ioi_patching.ipynb"
+
+# The recipe, exactly as docs/teaching/INSTALL.md gives it (the first test checks the page still says so).
+TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+DOWNLOAD = ('python -m pip download "interplab[lab]" torch==2.13.0 --extra-index-url ' + TORCH_INDEX +
+            " --only-binary=:all: -d wheelhouse")
+INSTALL = 'python -m pip install --no-index --find-links wheelhouse "interplab[lab]"'
+TEST_TOOLS = ("pytest", "playwright", "ruff", "nnsight", "marimo", "hatchling", "uv")  # the dev extra's tools
+
+
+def test_the_teaching_doc_gives_the_recipe_this_file_runs():
+    doc = INSTALL_DOC.read_text(encoding="utf-8")
+    assert doc.count(DOWNLOAD) >= 2 and doc.count(INSTALL) >= 2, "the Linux/macOS and PowerShell recipes"
+    assert "interplab check" in doc and "tests/test_student_route.py" in doc
+
+
+def _build_wheel(out: Path) -> Path:
+    """The wheel of this checkout, built by hatchling from the dev extra (offline, no build isolation)."""
+    out.mkdir(parents=True)
+    code = "import sys; from hatchling.build import build_wheel; print(build_wheel(sys.argv[1]))"
+    res = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return out / res.stdout.split()[-1]
+
+
+def _clean_env() -> dict:
+    """This process's environment without what would make the new venv see this checkout or the dev venv."""
+    drop = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "JUPYTER_TOKEN", "JUPYTER_PATH", "JUPYTER_CONFIG_DIR",
+            "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR")
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def _offline_env(root: Path, bin_dir: Path) -> dict:
+    """A laptop in a room without network: pip's config files and PIP_* settings ignored, every proxy a closed port
+    (so neither pip nor the Hugging Face hub reach anything), an empty Hugging Face cache, Jupyter's own folders
+    fresh, and the venv activated (its bin first on PATH)."""
+    bogus = "http://127.0.0.1:9"
+    env = {k: v for k, v in _clean_env().items()
+           if not k.startswith(("PIP_", "UV_", "HF_", "TRANSFORMERS_")) and "proxy" not in k.lower()}
+    # (no NO_PROXY for loopback either: `interplab lab` polls its own server past any proxy)
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", HTTP_PROXY=bogus, HTTPS_PROXY=bogus,
+               http_proxy=bogus, https_proxy=bogus,
+               HF_HOME=str(root / "hf-home"),
+               JUPYTER_CONFIG_DIR=str(root / "jupyter" / "config"), JUPYTER_DATA_DIR=str(root / "jupyter" / "data"),
+               JUPYTER_RUNTIME_DIR=str(root / "jupyter" / "runtime"), IPYTHONDIR=str(root / "ipython"),
+               VIRTUAL_ENV=str(bin_dir.parent), PATH=os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]))
+    return env
+
+
+def _recipe(command: str, python: Path, wheel: Path | None = None) -> list[str]:
+    """A documented command as an argument list, run by the venv's python. For the download: this checkout's wheel
+    instead of the name "interplab" (a package index has no copy of this checkout), and no --extra-index-url: this
+    machine's pip configuration supplies torch 2.13.0's CPU build from local disk (as in CI)."""
+    args = shlex.split(command)
+    assert args[:3] == ["python", "-m", "pip"]
+    args[0] = str(python)
+    if wheel is not None:
+        args[args.index("interplab[lab]")] = f"{wheel}[lab]"
+        i = args.index("--extra-index-url")
+        del args[i:i + 2]
+    return args
+
+
+def _run(args, *, cwd, env, timeout, what):
+    start = time.monotonic()
+    res = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 0, f"{what} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    return res, time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory):
+    """A fresh venv with the student install, made by the wheelhouse recipe; its paths and offline environment."""
+    root = tmp_path_factory.mktemp("student-route")
+    started = time.monotonic()
+    wheel = _build_wheel(root / "dist")
+    venv = root / "interplab-env"
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=root, env=_clean_env(), timeout=300, what="python -m venv")
+    bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
+    python = bin_dir / ("python.exe" if os.name == "nt" else "python")
+    # 1. where there is network (pip's cache is on: a second run downloads little)
+    _, download_s = _run(_recipe(DOWNLOAD, python, wheel), cwd=root, env=_clean_env(), timeout=1800,
+                         what="pip download (needs the package index)")
+    # 2. in the room: nothing reachable but the wheelhouse folder
+    offline = _offline_env(root, bin_dir)
+    _, install_s = _run(_recipe(INSTALL, python), cwd=root, env=offline, timeout=1800,
+                        what="pip install --no-index from the wheelhouse")
+    work = root / "work"  # where a student starts `interplab lab`: the notebooks are copied here
+    work.mkdir()
+    print(f"\nstudent route: wheelhouse downloaded in {download_s:.0f} s, installed offline in {install_s:.0f} s, "
+          f"{time.monotonic() - started:.0f} s in all")
+    return SimpleNamespace(root=root, wheelhouse=root / "wheelhouse", python=python, bin=bin_dir, env=offline,
+                           work=work, interplab=bin_dir / ("interplab.exe" if os.name == "nt" else "interplab"))
+
+
+@pytest.mark.slow
+def test_the_wheelhouse_holds_wheels_only_and_the_cpu_torch(student):
+    files = sorted(p.name for p in student.wheelhouse.iterdir())
+    assert "interplab-0.1.0-py3-none-any.whl" in files
+    assert all(name.endswith(".whl") for name in files), "an sdist would need building on the offline laptop"
+    torch_wheels = [name for name in files if name.startswith("torch-")]
+    assert len(torch_wheels) == 1 and torch_wheels[0].startswith("torch-2.13.0"), torch_wheels
+    if sys.platform.startswith("linux"):
+        assert "+cpu" in torch_wheels[0], "the CPU build, not PyPI's CUDA build (about 3 GB with its nvidia wheels)"
+        assert not [name for name in files if name.startswith("nvidia")]
+
+
+@pytest.mark.slow
+def test_the_student_environment_is_the_lab_without_test_tools(student):
+    code = ("import importlib.util as u, json, interplab, jupyterlab, ipykernel; "
+            f"print(json.dumps({{'interplab': interplab.__file__, 'found': [m for m in {TEST_TOOLS!r} "
+            "if u.find_spec(m)]}))")
+    res, _ = _run([str(student.python), "-c", code], cwd=student.work, env=student.env, timeout=300,
+                  what="importing the lab")
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert Path(out["interplab"]).resolve().is_relative_to(student.root.resolve()), "imported from the checkout"
+    assert out["found"] == [], f"test tools in the student environment: {out['found']}"
+    _run([str(student.python), "-m", "pip", "check"], cwd=student.work, env=student.env, timeout=300,
+         what="pip check (every requirement met)")
+
+
+@pytest.mark.slow
+def test_interplab_check_says_ready_offline(student):
+    res, seconds = _run([str(student.interplab), "check"], cwd=student.work, env=student.env, timeout=600,
+                        what="interplab check")
+    lines = res.stdout.splitlines()
+    assert lines[-1].startswith("ready"), res.stdout
+    assert not [line for line in lines if line.startswith("FAIL")], res.stdout
+    assert re.search(r"restores 1\.0000 \(must be 1\)", res.stdout), res.stdout
+    assert "torch 2.13.0" in res.stdout and "interplab 0.1.0" in res.stdout
+    print(f"\ninterplab check: {seconds:.1f} s")
+
+
+def _wait_for(url: str, proc, deadline: float) -> None:
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"the server never answered {url.split('?')[0]} (exit code {proc.poll()})")
+
+
+def _get_json(url: str):
+    with urllib.request.urlopen(url, timeout=30) as r:
+        assert r.status == 200
+        return json.load(r)
+
+
+@pytest.mark.slow
+def test_interplab_lab_serves_notebook_01(student):
+    start = time.monotonic()
+    proc = subprocess.Popen([str(student.interplab), "lab", "--port", "0"], cwd=student.work, env=student.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+    try:
+        url, said = read_url(proc, time.monotonic() + 300)
+        assert "JupyterLab is ready" in said, said  # printed once the server answers (else after 120 s: not yet)
+        parts = urllib.parse.urlsplit(url)
+        token = urllib.parse.parse_qs(parts.query).get("token", [""])[0]
+        assert len(token) >= 24 and parts.path == f"/lab/tree/{NOTEBOOK}", url
+        base = f"http://127.0.0.1:{parts.port}"  # loopback, whatever host name the URL carries
+        _wait_for(f"{base}/api/status?token={token}", proc, time.monotonic() + 300)
+        ready_s = time.monotonic() - start
+        listing = _get_json(f"{base}/api/contents?token={token}")
+        names = {item["name"] for item in listing["content"]}
+        assert NOTEBOOK in names and "build.py" not in names, names
+        assert sorted(p.name for p in (student.work / "interplab-notebooks").glob("*.ipynb")) == sorted(
+            n for n in names if n.endswith(".ipynb")), "the server shows the notebooks copied to ./interplab-notebooks"
+        nb = _get_json(f"{base}/api/contents/{NOTEBOOK}?token={token}")
+        assert nb["type"] == "notebook" and nb["format"] == "json", {k: nb[k] for k in ("type", "format")}
+        cells = nb["content"]["cells"]
+        assert nb["content"]["nbformat"] == 4 and cells and any("interplab" in "".join(c["source"]) for c in cells)
+        assert "python3" in _get_json(f"{base}/api/kernelspecs?token={token}")["kernelspecs"]
+        with urllib.request.urlopen(f"{base}{parts.path}?token={token}", timeout=30) as r:
+            assert r.status == 200  # the page the printed URL opens
+        print(f"\ninterplab lab: serving after {ready_s:.1f} s")
+    finally:
+        proc.terminate()  # `interplab lab` passes it on to Jupyter, which shuts down
+        try:
+            proc.wait(60)
+        finally:
+            if hasattr(os, "killpg"):
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # anything of its session left behind
+                except ProcessLookupError:
+                    pass
+    with pytest.raises((urllib.error.URLError, OSError)):
+        urllib.request.urlopen(f"{base}/api/status", timeout=5)  # the server is gone
