@@ -606,6 +606,11 @@ def _index(x, name: str, sel) -> int:
                               f"{type(x).__name__} {x!r}.") from None
 
 
+def selected_rows(batch, n: int) -> list[int]:
+    """The rows (of n) an edit's batch= selects."""
+    return _as_list(batch, n)
+
+
 def _as_list(sel, n: int) -> list[int]:
     if sel is None:
         return list(range(n))

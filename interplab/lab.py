@@ -17,10 +17,10 @@ from pathlib import Path
 
 import torch
 
-from . import dla, paths, steering
+from . import dla, paths, served, steering
 from .edges import circuit, edge_attribution, edge_patch
 from .engine import Cache, Engine, InterventionLog, Run, dtype_of
-from .errors import LoadError, UnknownSiteError
+from .errors import InterplabError, LoadError, UnknownSiteError
 from .patching import patch_sweep, patch_sweep_heads
 from .widgets.controller import Dashboard  # also registers the sweep heatmap, so res.show() finds it
 
@@ -32,12 +32,15 @@ class Lab(Engine):
         super().__init__(model, tokenizer, **kw)
         self._bound_edits: list = []
         self._bound_hooks = None  # the HookManager of the bound edits
+        self.vllm = None  # a VLLMEngine on the same weights (use_vllm): generation, sampling, prefill-only sweeps
+        self._vllm_dir = None  # where use_vllm saved an in-memory model for vLLM to load
 
     # ---- loading --------------------------------------------------------------------------------------
     @classmethod
     def load(cls, name: str = "ioi-tiny", *, device=None, dtype=None, trust_remote_code: bool = False,
              allow_pickle: bool = False, attn_implementation: str = "eager", progress: bool = False,
-             device_map=None, offload_folder=None, max_memory=None, **kw) -> Lab:
+             device_map=None, offload_folder=None, max_memory=None, engine: str = "hf", vllm_options=None,
+             **kw) -> Lab:
         """Load an embedded model ('ioi-tiny'), a Hugging Face hub id ('gpt2') or a local directory.
 
         Only safetensors weights are loaded unless allow_pickle=True; remote code only with trust_remote_code=True.
@@ -49,7 +52,12 @@ class Lab(Engine):
         with max_memory ({device: "20GiB", "cpu": "60GiB"}) and offload_folder (where "disk" weights go), is passed
         to transformers' from_pretrained, which spreads the layers through accelerate (pip install
         'interplab[big]'). Edits, sweeps and clicks work on such a model as on one device (docs/SCALE.md).
+
+        engine="vllm" also starts a vLLM engine on the same weights (lab.use_vllm(**vllm_options)): generation,
+        lab.sample and backend="vllm" sweeps then run there (pip install 'interplab[vllm]'; interplab.served).
         """
+        if engine not in ("hf", "vllm"):
+            raise LoadError(f"engine={engine!r}: 'hf' (the Hugging Face model only) or 'vllm' (plus a vLLM engine).")
         import socket
         import threading
         import urllib.parse
@@ -163,12 +171,51 @@ class Lab(Engine):
             model = model.to(device)
         lab = cls(model, tokenizer, model_id=name, **kw)
         lab.load_options = placement  # (the log's to_code() loads the same way)
+        if engine == "vllm":
+            lab.use_vllm(path if os.path.isdir(path) else name, **(vllm_options or {}))
         return lab
 
-    def patch_sweep(self, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
-                    direction: str = "denoise", method: str = "exact", **kw):
-        """Activation-patching heatmap values for every cell (see interplab.patching.patch_sweep)."""
+    def use_vllm(self, path: str | None = None, **options):
+        """Start a vLLM engine on this lab's model (in this process) and return it: lab.generate, lab.sample and
+        lab.patch_sweep(..., backend="vllm") then run on it. path: the model's directory or hub id (default: an
+        embedded model's own directory, else this model saved to a temporary directory). options go to
+        interplab.engine.vllm.VLLMEngine (prefix_caching, kv_cache_gib, cache_dir, max_num_seqs, ...)."""
+        import tempfile
 
+        from .engine.vllm import VLLMEngine
+
+        if self.vllm is not None:
+            self.vllm.close()
+            self.vllm = None
+        if path is None:
+            path = _embedded_path(self.model_id)
+        if path is None:
+            self._vllm_dir = tempfile.TemporaryDirectory(prefix="interplab-vllm-model-")
+            path = self._vllm_dir.name
+            self.model.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
+        self.vllm = VLLMEngine(path, special_ids=list(getattr(self.tokenizer, "all_special_ids", None) or []),
+                               **options)
+        return self.vllm
+
+    def sample(self, prompts, edits=None, **kw):
+        """n completions per prompt under edits, with log-probabilities, for evaluating an edit over many prompts
+        (see interplab.served.sample)."""
+
+        return served.sample(self, prompts, edits, **kw)
+
+    def patch_sweep(self, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
+                    direction: str = "denoise", method: str = "exact", backend: str = "hf", **kw):
+        """Activation-patching heatmap values for every cell (see interplab.patching.patch_sweep);
+        backend="vllm": each cell a request on the lab's vLLM engine (interplab.served.patch_sweep)."""
+
+        if backend == "vllm" and served.check_backend(self, backend):
+            if method != "exact" or kw:
+                raise InterplabError(f"a vLLM sweep is exact and takes no options; got method={method!r}, "
+                                     f"{sorted(kw)}.")
+            return served.patch_sweep(self, clean, corrupt, site, by, metric, direction)
+        if backend != "hf":
+            raise InterplabError(f"backend={backend!r}: 'hf' or 'vllm'.")
         return patch_sweep(self, clean, corrupt, site, by, metric, direction, method, **kw)
 
     def patch_sweep_heads(self, clean, corrupt, metric, by=("layer", "head"), direction: str = "denoise",
@@ -216,9 +263,10 @@ class Lab(Engine):
 
     # ---- generation and persistent edits: implemented in interplab.steering -------------------------------
     def generate(self, prompt, edits=None, **kw):
-        """Generate text with edits active at every decoding step (see interplab.steering.generate)."""
+        """Generate text with edits active at every decoding step (see interplab.steering.generate), on the lab's
+        vLLM engine when it has one (backend=None; 'hf' or 'vllm' choose: interplab.served.generate)."""
 
-        return steering.generate(self, prompt, edits, **kw)
+        return served.generate(self, prompt, edits, **kw)
 
     def residual_norm(self, site: str = "resid_post", layer: int = 0, prompts=None) -> float:
         """Mean norm of the activation at a site: the scale to size a steering vector against."""

