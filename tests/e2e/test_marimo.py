@@ -301,7 +301,9 @@ def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
         # plotly's hover label and mode bar, styled by its own rules (copied into the shadow root)
         p = page.evaluate("([r, c]) => window.__m.pixel(0, r, c)", [0, 2])
         page.mouse.move(p["x"], p["y"])
-        page.wait_for_function("() => !!window.__m.gd(0).querySelector('.hoverlayer .hovertext')", timeout=10_000)
+        # (the label of an earlier hover, e.g. the shift-click's cell, may still be up: wait for this cell's)
+        page.wait_for_function("() => (window.__m.gd(0).querySelector('.hoverlayer .hovertext') || {})"
+                               ".textContent?.includes('position 2')", timeout=10_000)
         hover = page.evaluate("() => { const gd = window.__m.gd(0), t = gd.querySelector('.hoverlayer .hovertext');"
                               " const a = t.getBoundingClientRect(), b = gd.getBoundingClientRect();"
                               " return { text: t.textContent, inside: a.left >= b.left && a.right <= b.right + 1"
