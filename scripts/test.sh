@@ -22,3 +22,7 @@ mkdir -p artifacts
 seed="${SEED:-$RANDOM}"
 echo "test order: random, --randomly-seed=$seed (repeat it: SEED=$seed bash scripts/test.sh)"
 python -m pytest -q -p no:cacheprovider -p randomly --randomly-seed="$seed" "$@"
+# The vLLM engine's tests, in their own environment (scripts/vllm.sh builds it); only for a whole run
+if [ $# -eq 0 ] && [ -z "${SKIP_VLLM:-}" ]; then
+  bash scripts/vllm.sh
+fi

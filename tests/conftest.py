@@ -1,5 +1,6 @@
 """Shared fixtures: tiny random-init models of every supported architecture, with a small byte-level tokenizer."""
 
+import importlib.util
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -10,6 +11,9 @@ import torch  # noqa: E402
 from _tiny_models import ARCHS, CORPUS, make_model  # noqa: E402  (re-exported: `from conftest import` still works)
 
 torch.set_num_threads(1)
+
+# tests/vllm/ runs in the vLLM environment that scripts/vllm.sh builds (bash scripts/test.sh runs it after these)
+collect_ignore = [] if importlib.util.find_spec("vllm") is not None else ["vllm"]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,125 @@
+"""Steered generation on the Hugging Face engine and on the vLLM engine, in the same run (issue #17):
+
+    build/venv-vllm/bin/python benchmarks/bench_generate.py            # 64 prompts x 32 tokens, ~200M Llama, CPU
+    build/venv-vllm/bin/python benchmarks/bench_generate.py --quick    # a small model, for a smoke test
+    python benchmarks/bench_generate.py --device cuda                  # where vLLM for GPUs is installed
+
+A random-weight Llama of about 200M parameters (hidden 1024, 12 layers, 16 heads, 8 key-value heads, tied 50257-token
+embeddings, fp32) and the real GPT-2 tokenizer; 64 prompts of 9 to 60 tokens; one steering edit (resid_post at the
+middle layer, every position) active at every step; greedy, 32 new tokens per prompt whatever the model says (no
+stop at end-of-text). Each engine is timed over --repeats runs after one warm-up run; the figure is the median. The
+two engines' ids are compared too (the same tokens, fp32). Several GPUs: --tensor-parallel N is passed to vLLM.
+Writes/replaces a "## Steered generation, HF vs vLLM (<device>)" section of benchmarks/RESULTS.md (unless
+--no-write).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from results_file import write_section  # noqa: E402
+
+import interplab as ilab  # noqa: E402
+from interplab.zoo import gpt2_tokenizer  # noqa: E402
+
+WORDS = ("the river ran past the old mill where the children played every summer while their parents worked in "
+         "the fields and the baker sold bread to everyone who came by the square on market days").split()
+
+
+def prompts(n: int) -> list[str]:
+    """n prompts of 9 to 60 words, different starts (no two share a long prefix)."""
+    out = []
+    for i in range(n):
+        k = 9 + (i * 13) % 52
+        start = (i * 7) % len(WORDS)
+        out.append(" ".join((WORDS * 3)[start:start + k]).capitalize())
+    return out
+
+
+def model(quick: bool):
+    import transformers as tf
+
+    torch.manual_seed(0)
+    size = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
+                intermediate_size=704) if quick else dict(hidden_size=1024, num_hidden_layers=12,
+                                                         num_attention_heads=16, num_key_value_heads=8,
+                                                         intermediate_size=2816)
+    cfg = tf.LlamaConfig(vocab_size=50257, max_position_embeddings=256, tie_word_embeddings=True, bos_token_id=50256,
+                         eos_token_id=50256, pad_token_id=50256, initializer_range=0.05,
+                         attn_implementation="eager", **size)
+    return tf.AutoModelForCausalLM.from_config(cfg).eval()
+
+
+def timed(fn, repeats: int) -> tuple[float, object]:
+    fn()  # warm-up
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--tensor-parallel", type=int, default=1)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+
+    m = model(args.quick).to(args.device)
+    n_params = sum(p.numel() for p in m.parameters())
+    lab = ilab.Lab(m, gpt2_tokenizer(), model_id="random-llama")
+    options = {"tensor_parallel_size": args.tensor_parallel} if args.tensor_parallel > 1 else {}
+    t0 = time.perf_counter()
+    lab.use_vllm(**options)
+    start = time.perf_counter() - t0
+    ps = prompts(args.prompts)
+    mid = lab.n_layers // 2
+    vector = torch.randn(lab.d_model, generator=torch.Generator().manual_seed(0))
+    vector = vector / vector.norm() * lab.residual_norm("resid_post", mid)
+    edits = [ilab.steer("resid_post", mid, vector, alpha=2.0)]
+
+    def run(backend):
+        return lambda: lab.generate(ps, edits, max_new_tokens=args.new_tokens, stop_at_eos=False, backend=backend)
+
+    hf_s, hf = timed(run("hf"), args.repeats)
+    vl_s, vl = timed(run("vllm"), args.repeats)
+    same = sum(a == b for a, b in zip(hf.ids.tolist(), vl.ids.tolist()))
+    tokens = args.prompts * args.new_tokens
+    device = "cuda" if args.device.startswith("cuda") else "cpu"
+    threads = torch.get_num_threads()
+    rows = [
+        f"{n_params / 1e6:.0f}M-parameter random Llama (fp32), {args.prompts} prompts x {args.new_tokens} new tokens, "
+        f"one steer at resid_post layer {mid}, greedy; {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores, torch threads {threads}"
+        + (f", tensor-parallel {args.tensor_parallel}" if args.tensor_parallel > 1 else "") + ".",
+        "Command: `build/venv-vllm/bin/python benchmarks/bench_generate.py" + (" --quick" if args.quick else "")
+        + (f" --device {args.device}" if device == "cuda" else "") + "`.",
+        "",
+        "| engine | median seconds | tokens / s | vs HF |",
+        "|---|---|---|---|",
+        f"| Hugging Face generate | {hf_s:.2f} | {tokens / hf_s:.0f} | 1.0x |",
+        f"| vLLM engine | {vl_s:.2f} | {tokens / vl_s:.0f} | **{hf_s / vl_s:.1f}x** |",
+        "",
+        f"Same ids on both engines: {same} of {args.prompts} rows. vLLM engine start: {start:.1f} s (once per lab).",
+    ]
+    print("\n".join(rows))
+    if not args.no_write and not args.quick:
+        write_section(f"Steered generation, HF vs vLLM ({device})", rows)
+    lab.vllm.close()
+
+
+if __name__ == "__main__":  # (vLLM may start worker processes, which import this file)
+    main()

