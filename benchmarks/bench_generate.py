@@ -8,7 +8,8 @@ A random-weight Llama of about 200M parameters (hidden 1024, 12 layers, 16 heads
 embeddings, fp32) and the real GPT-2 tokenizer; 64 prompts of 9 to 60 tokens; one steering edit (resid_post at the
 middle layer, every position) active at every step; greedy, 32 new tokens per prompt whatever the model says (no
 stop at end-of-text). Each engine is timed over --repeats runs after one warm-up run; the figure is the median. The
-two engines' ids are compared too (the same tokens, fp32). Several GPUs: --tensor-parallel N is passed to vLLM.
+two engines' ids are compared too (the same tokens, fp32). On a GPU machine, install vLLM's GPU build in that
+environment and pass --device cuda (one GPU: the engine hooks its model in this process; see docs/SCALE.md).
 Writes/replaces a "## Steered generation, HF vs vLLM (<device>)" section of benchmarks/RESULTS.md (unless
 --no-write).
 """
@@ -73,7 +74,6 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--tensor-parallel", type=int, default=1)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
@@ -81,9 +81,8 @@ def main() -> None:
     m = model(args.quick).to(args.device)
     n_params = sum(p.numel() for p in m.parameters())
     lab = ilab.Lab(m, gpt2_tokenizer(), model_id="random-llama")
-    options = {"tensor_parallel_size": args.tensor_parallel} if args.tensor_parallel > 1 else {}
     t0 = time.perf_counter()
-    lab.use_vllm(**options)
+    lab.use_vllm()
     start = time.perf_counter() - t0
     ps = prompts(args.prompts)
     mid = lab.n_layers // 2
@@ -103,8 +102,7 @@ def main() -> None:
     rows = [
         f"{n_params / 1e6:.0f}M-parameter random Llama (fp32), {args.prompts} prompts x {args.new_tokens} new tokens, "
         f"one steer at resid_post layer {mid}, greedy; {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} cores, torch threads {threads}"
-        + (f", tensor-parallel {args.tensor_parallel}" if args.tensor_parallel > 1 else "") + ".",
+        f"{os.cpu_count()} cores, torch threads {threads}.",
         "Command: `build/venv-vllm/bin/python benchmarks/bench_generate.py" + (" --quick" if args.quick else "")
         + (f" --device {args.device}" if device == "cuda" else "") + "`.",
         "",

@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 import interplab as ilab  # noqa: E402
-from interplab.memo import model_state  # noqa: E402
+from interplab.engine import model_state  # noqa: E402
 from interplab.zoo import random_model  # noqa: E402
 
 PROMPT = "When Mary and John went to the store, then John gave a drink to"

@@ -157,8 +157,8 @@ def _params(lab, max_tokens: int, greedy: bool, temperature, top_k, top_p, seed,
                   top_p=1.0 if top_p is None else float(top_p))
     if bans:
         kw["logit_bias"] = {int(t): -math.inf for t in bans}
-    if logprobs or logprob_ids:
-        kw["logprobs"] = 0  # the drawn token's own log-probability (raw: the edited model's, before the sampler)
+    if logprobs or logprob_ids:  # the drawn token's own log-probability (raw: the edited model's, before the sampler)
+        kw["logprobs"] = len(logprob_ids or [])  # (vLLM: as many as the ids asked for, or 0 for the drawn one only)
     if logprob_ids:
         kw["logprob_token_ids"] = list(logprob_ids)
     return SamplingParams(**kw)

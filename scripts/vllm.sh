@@ -21,7 +21,7 @@ if [ -n "${FORCE:-}" ] || [ ! -x "$VENV/bin/python" ] || [ ! -f "$STAMP" ] \
   "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
   "$VENV/bin/python" -m pip install -q "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu --retries 1
-  "$VENV/bin/python" -m pip install -q -e ".[vllm]" "pytest>=8"
+  "$VENV/bin/python" -m pip install -q -e ".[vllm,big]" "pytest>=8"   # big: a test offloads the HF weights
   "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec
   stamp "$VENV/bin/python" > "$STAMP"
   echo "vllm: $VENV ready, $(du -sh "$VENV" | cut -f1) on disk"

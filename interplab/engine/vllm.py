@@ -101,6 +101,12 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gib:g}")
         os.environ.setdefault("VLLM_CACHE_ROOT", cache_dir or os.path.join(tempfile.gettempdir(),
                                                                             f"interplab-vllm-{os.getuid()}"))
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+            if llm_kwargs.get(name, 1) != 1:
+                raise LoadError(
+                    f"{name}={llm_kwargs[name]}: interplab's vLLM engine hooks the model in this process, which holds "
+                    f"one whole replica. Parallel workers live in other processes; docs/SCALE.md says what running "
+                    f"edits there takes.")
         _check_vision_extras()
         try:
             import vllm

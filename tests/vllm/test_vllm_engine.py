@@ -293,3 +293,28 @@ def test_a_lab_without_an_engine_says_how_to_start_one():
     with pytest.raises(InterplabError, match="use_vllm"):
         lab.generate("The cat", [], backend="vllm")
     assert not math.isnan(lab.sample("The cat", temperature=None, max_new_tokens=2).logprobs[0][0][0])
+
+
+def test_a_model_only_vllm_holds_sweeps_and_generates(tmp_path):
+    """The lab's Hugging Face weights all offloaded to disk (accelerate: nothing of them in memory), the weights in
+    vLLM's engine: a sweep and a steered generation run without one Hugging Face forward, and the sweep equals the
+    in-memory Hugging Face sweep."""
+    lab = ilab.Lab.load("ioi-tiny", device_map={"": "disk"}, offload_folder=tmp_path, engine="vllm",
+                        vllm_options={"block_size": 32})
+    try:
+        assert all(p.device.type == "meta" for p in lab.model.parameters())
+        forwards = []
+        handle = lab.model.register_forward_pre_hook(lambda *a: forwards.append(1))
+        clean = ["When Mary and John went to the store, John gave a drink to"]
+        corrupt = ["When Mary and John went to the store, Mary gave a drink to"]
+        metric = ilab.logit_diff(" Mary", " John")
+        swept = lab.patch_sweep(clean, corrupt, metric=metric, backend="vllm")
+        g = lab.generate(clean, [ilab.steer("resid_post", 1, torch.ones(lab.d_model), alpha=2)], max_new_tokens=4)
+        handle.remove()
+        assert not forwards, "the Hugging Face model ran"
+        ref = ilab.Lab.load("ioi-tiny")
+        assert (swept.raw - ref.patch_sweep(clean, corrupt, metric=metric, progress=False).raw).abs().max() < 1e-4
+        assert g.texts == ref.generate(clean, [ilab.steer("resid_post", 1, torch.ones(lab.d_model), alpha=2)],
+                                       max_new_tokens=4).texts
+    finally:
+        lab.vllm.close()
