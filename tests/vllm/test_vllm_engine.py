@@ -103,6 +103,8 @@ def _cases(lab) -> dict[str, list]:
         "patch resid_pre": [ilab.patch("resid_pre", 1, pos=list(range(1, 9)), source=source)],
         "zero mlp_out steps": [ilab.zero("mlp_out", 0, steps=[0, 2])],
         "ban and force": [ilab.ban_token(" the"), ilab.ban_token(","), ilab.force_token(" and", 2)],
+        "resid_pre and resid_mid in one layer": [ilab.steer("resid_pre", 1, v / v.norm() * norm, alpha=1.5),
+                                                  ilab.project("resid_mid", 1, u1, coeff=0)],
         "several": [ilab.steer("resid_pre", 0, v, alpha=0.5, batch=list(range(32))),
                     ilab.project("resid_post", L - 1, u, coeff=0.5, batch=list(range(16, 64))),
                     ilab.ban_token(".")],
@@ -111,7 +113,8 @@ def _cases(lab) -> dict[str, list]:
 
 CASES = ["none", "steer resid_post", "steer per request", "project resid_mid", "clamp resid_pre generated",
          "scale mlp_out prompt", "zero attn_out newest", "zero head z", "steer head z", "set resid_pre last",
-         "mean attn_out", "patch resid_pre", "zero mlp_out steps", "ban and force", "several"]
+         "mean attn_out", "patch resid_pre", "zero mlp_out steps", "ban and force",
+         "resid_pre and resid_mid in one layer", "several"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -163,6 +166,9 @@ LOGIT_CASES = {
     "zero z head": lambda lab, v: [ilab.zero("z", lab.n_layers - 1, head=1)],
     "scale mlp_out": lambda lab, v: [ilab.scale("mlp_out", 1, factor=-1.0)],
     "project attn_out": lambda lab, v: [ilab.project("attn_out", 0, v, coeff=0)],
+    # two hooks on one module's input (GPT-2's block): resid_mid must see resid_pre's edit
+    "resid_pre and resid_mid": lambda lab, v: [ilab.steer("resid_pre", 1, v, alpha=3),
+                                               ilab.project("resid_mid", 1, v, coeff=0)],
 }
 
 
