@@ -315,13 +315,15 @@ def test_a_model_only_vllm_holds_sweeps_and_generates(tmp_path):
         corrupt = ["When Mary and John went to the store, Mary gave a drink to"]
         metric = ilab.logit_diff(" Mary", " John")
         swept = lab.patch_sweep(clean, corrupt, metric=metric, backend="vllm")
-        g = lab.generate(clean, [ilab.steer("resid_post", 1, torch.ones(lab.d_model), alpha=2)], max_new_tokens=4)
+        v = torch.randn(lab.d_model, generator=torch.Generator().manual_seed(5))
+        steer = [ilab.steer("resid_post", 1, v, alpha=3)]
+        g = lab.generate(clean, steer, max_new_tokens=4)
         handle.remove()
         assert not forwards, "the Hugging Face model ran"
         ref = ilab.Lab.load("ioi-tiny")
         assert (swept.raw - ref.patch_sweep(clean, corrupt, metric=metric, progress=False).raw).abs().max() < 1e-4
-        assert g.texts == ref.generate(clean, [ilab.steer("resid_post", 1, torch.ones(lab.d_model), alpha=2)],
-                                       max_new_tokens=4).texts
+        assert g.texts == ref.generate(clean, steer, max_new_tokens=4).texts
+        assert g.texts != ref.generate(clean, [], max_new_tokens=4).texts  # the steer is in the text
     finally:
         lab.vllm.close()
 
