@@ -12,8 +12,9 @@ from _tiny_models import ARCHS, CORPUS, make_model  # noqa: E402  (re-exported: 
 
 torch.set_num_threads(1)
 
-# tests/vllm/ runs in the vLLM environment that scripts/vllm.sh builds (bash scripts/test.sh runs it after these)
-collect_ignore = [] if importlib.util.find_spec("vllm") is not None else ["vllm"]
+# tests/vllm_engine/ runs in the vLLM environment that scripts/vllm.sh builds (bash scripts/test.sh runs it after
+# these). (Not named tests/vllm: with tests/ on sys.path, that folder would import as a namespace package "vllm".)
+collect_ignore = [] if importlib.util.find_spec("vllm") is not None else ["vllm_engine"]
 
 
 @pytest.fixture(scope="session")
