@@ -27,7 +27,7 @@ from .engine import as_prompts
 from .engine.vllm import VLLM_SITES, RequestPlan
 from .errors import InterplabError, LengthMismatchError, NumberError, OutOfRangeError, UnsupportedSiteError
 from .metrics import as_metric
-from .patching import Cells, SweepResult
+from .patching import AXES, Cells, SweepResult
 
 BACKENDS = (None, "hf", "vllm")
 
@@ -129,7 +129,7 @@ def _generate_vllm(lab, args: steering.GenerateArgs, *, temperature, top_k, top_
     for stop in sorted(forces) + [max_new_tokens]:
         todo = [i for i in open_rows if len(new[i]) < stop]
         if todo:
-            params = [_params(lab, stop - len(new[i]), greedy, temperature, top_k, top_p,
+            params = [_params(stop - len(new[i]), greedy, temperature, top_k, top_p,
                               None if seed is None else seed + i + 7919 * len(new[i]), stop_at_eos, bans)
                       for i in todo]
             outs = lab.vllm.run([rows[i] + new[i] for i in todo], [plans[i] for i in todo], params, cancel=cancel)
@@ -145,7 +145,7 @@ def _generate_vllm(lab, args: steering.GenerateArgs, *, temperature, top_k, top_
     return _as_generation(lab, prompts, rows, lengths, new, args.edits, stop_at_eos, eos)
 
 
-def _params(lab, max_tokens: int, greedy: bool, temperature, top_k, top_p, seed, stop_at_eos: bool, bans,
+def _params(max_tokens: int, greedy: bool, temperature, top_k, top_p, seed, stop_at_eos: bool, bans,
             logprobs: bool = False, logprob_ids=None):
     from vllm import SamplingParams
 
@@ -249,12 +249,11 @@ def sample(lab, prompts, edits=None, *, n: int = 1, max_new_tokens: int = 20, te
         rows, lengths = token_rows(lab, prompts, max_new_tokens)
         plans = request_plans(lab, prompts, model_edits, lengths)
         # one request per sample, each with its own seed: samples are reproducible one by one
-        params = [_params(lab, max_new_tokens, greedy, temperature, top_k, top_p,
+        params = [_params(max_new_tokens, greedy, temperature, top_k, top_p,
                           None if seed is None else seed + k, True, bans, logprobs=True,
                           logprob_ids=score_ids or None)
                   for k in range(len(prompts) * n)]
-        outs = lab.vllm.run([r for r in rows for _ in range(n)], [_copy(plans[k // n]) for k in range(len(params))],
-                            params)
+        outs = lab.vllm.run([r for r in rows for _ in range(n)], [plans[k // n] for k in range(len(params))], params)
         ids = [[o.ids for o in outs[i * n:(i + 1) * n]] for i in range(len(prompts))]
         lps = [[[step.get(t, math.nan) for t, step in zip(o.ids, o.logprobs)] for o in outs[i * n:(i + 1) * n]]
                for i in range(len(prompts))]
@@ -272,10 +271,6 @@ def sample(lab, prompts, edits=None, *, n: int = 1, max_new_tokens: int = 20, te
     eos = _eos_ids(lab)
     texts = [[lab.tokenizer.decode([t for t in s if t not in eos], skip_special_tokens=True) for s in p] for p in ids]
     return Samples(prompts, texts, ids, lps, score_ids, scores, which)
-
-
-def _copy(plan: RequestPlan) -> RequestPlan:
-    return RequestPlan(list(plan.edits), plan.prompt_len, plan.record, plan.want_logits)
 
 
 def _sample_hf(lab, prompts, model_edits, bans, n, max_new_tokens, greedy, temperature, top_k, top_p, seed,
@@ -351,9 +346,20 @@ def patch_sweep(lab, clean, corrupt, site: str, by, metric, direction: str):
     """An exact activation-patching sweep on vLLM: every cell of every pair is one prefill-only request, the
     source activation recorded by vLLM too (so it holds for models only vLLM can hold). Sites resid_pre/mid/post,
     attn_out, mlp_out by ('layer', 'pos') or ('layer',), and z by ('layer', 'head') or ('layer', 'head', 'pos')."""
-    clean, corrupt = as_prompts(clean), as_prompts(corrupt)
+    by = tuple([by] if isinstance(by, str) else by) if isinstance(by, (str, list, tuple)) else by
+    if by not in AXES or site not in AXES[by]:
+        raise InterplabError(f"site {site!r} by {by!r} is not a sweep: layouts {', '.join(map(str, AXES))}, each with "
+                             f"its sites (interplab.patching.AXES).")
     if site not in VLLM_SITES:
         raise UnsupportedSiteError(f"a vLLM sweep takes {', '.join(VLLM_SITES)}; sweep {site!r} with backend='hf'.")
+    if direction not in ("denoise", "noise"):
+        raise InterplabError(f"direction={direction!r}: use 'denoise' (clean into corrupt) or 'noise'.")
+    if metric is None:
+        raise InterplabError("metric= is required, e.g. ilab.logit_diff(' Mary', ' John').")
+    clean, corrupt = as_prompts(clean), as_prompts(corrupt)
+    if len(clean) != len(corrupt):
+        raise LengthMismatchError(f"{len(clean)} clean prompts but {len(corrupt)} corrupt: give them in pairs.")
+    lab.check_pair(clean, corrupt)
     base, source = (corrupt, clean) if direction == "denoise" else (clean, corrupt)
     metric = as_metric(metric).bind(lab.token_id)
     layers = list(range(lab.n_layers))
@@ -364,6 +370,9 @@ def patch_sweep(lab, clean, corrupt, site: str, by, metric, direction: str):
     base_value = float(metric(base_logits, pair).mean())
     source_value = float(metric(source_logits, pair).mean())
     clean_value, corrupt_value = (source_value, base_value) if direction == "denoise" else (base_value, source_value)
+    if abs(clean_value - corrupt_value) < 1e-6:
+        raise InterplabError(f"clean and corrupt give the same {metric.name} ({clean_value:.4f}): nothing to restore. "
+                             f"Pick a corrupt prompt that changes the answer.")
     tokens = tuple(lab.to_str_tokens(clean[0]))
     n_heads = lab.n_heads
     cells = Cells(tuple(by), tuple(layers), tokens, n_heads)

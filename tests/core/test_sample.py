@@ -1,6 +1,6 @@
-"""lab.sample on the Hugging Face model (the vLLM engine's is in tests/vllm_engine): completions under an edit, each token's
-log-probability and the scored tokens', checked against the edited model's own log-softmax over the prompt and the
-completion (teacher forcing, a separate forward of the whole sequence)."""
+"""lab.sample on the Hugging Face model (the vLLM engine's is in tests/vllm_engine): completions under an edit, each
+token's log-probability and the scored tokens', checked against the edited model's own log-softmax over the prompt
+and the completion (teacher forcing, a separate forward of the whole sequence)."""
 
 import pytest
 import torch

@@ -211,6 +211,22 @@ def test_a_sweep_on_vllm_equals_the_hugging_face_sweep(lab, site, by):
     assert abs(vl.clean_value - hf.clean_value) < 1e-4 and abs(vl.corrupt_value - hf.corrupt_value) < 1e-4
 
 
+@pytest.mark.parametrize("kw,error", [
+    ({"site": "resid_pre", "by": ("layer", "head")}, InterplabError),
+    ({"site": "pattern", "by": ("layer", "head")}, UnsupportedSiteError),
+    ({"direction": "sideways"}, InterplabError),
+    ({"corrupt": ["When Mary and John went to the store, John gave a drink to"]}, InterplabError),  # = clean
+    ({"corrupt": ["When Mary and John went to the big store, Mary gave a drink to"]}, InterplabError),  # length
+])
+def test_a_vllm_sweep_refuses_what_it_cannot_run(lab, kw, error):
+    args = dict(clean=["When Mary and John went to the store, John gave a drink to"],
+                corrupt=["When Mary and John went to the store, Mary gave a drink to"], site="resid_pre",
+                by=("layer", "pos"), metric=ilab.logit_diff(" Mary", " John"), direction="denoise")
+    args.update(kw)
+    with pytest.raises(error):
+        lab.patch_sweep(backend="vllm", **args)
+
+
 def test_sample_gives_the_edited_models_own_log_probabilities(lab):
     """lab.sample on vLLM: each drawn token's log-probability and the scored tokens' equal the edited model's
     log-softmax read from a Hugging Face run over the prompt and the completion (teacher forcing)."""
