@@ -67,9 +67,9 @@ def request_plans(lab, prompts: list[str], edits: list, lengths: list[int], *, w
     planned = steering.plan_edits(lab, edits, lengths)  # the Hugging Face side's checks and sources
     plans = [RequestPlan([], n, tuple(record), want_logits) for n in lengths]
     for pe in planned:
-        e = pe.edit
-        rows = ed.selected_rows(e.batch, len(prompts))
-        layer = pe.site.layer
+        rows = ed.selected_rows(pe.edit.batch, len(prompts))
+        # one Edit object for all its requests: the engine applies an edit shared this way to them in one call
+        e = pe.edit.with_(batch=None, layer=pe.site.layer)
         for i in rows:
             src = pe.source
             if src is not None and src.dim() >= 2 and src.shape[0] > 1:
@@ -78,7 +78,7 @@ def request_plans(lab, prompts: list[str], edits: list, lengths: list[int], *, w
                         f"{e.describe()}: the patch source has {src.shape[0]} rows but there are {len(prompts)} "
                         f"prompts; use a source of 1 row or of one row per prompt.")
                 src = src[i:i + 1]
-            plans[i].edits.append((e.with_(batch=None, layer=layer), src))
+            plans[i].edits.append((e, src))
     return plans
 
 

@@ -302,22 +302,32 @@ class VLLMEngine:
         site, layer = key
 
         def edit(value: torch.Tensor):
-            out = None
+            todo = []  # (segment, its edits here, in its plan's order)
             for seg in self._batch:
-                mine = [(e, s) for e, s in seg.plan.edits if e.site == site and e.layer == layer]
                 if key in seg.plan.record:
                     _record(seg, key, value[seg.start:seg.stop])
-                if not mine:
-                    continue
-                if out is None:
-                    out = value.clone()
-                x = out[seg.start:seg.stop][None]
-                for e, source in mine:
-                    ctx = ApplyContext(lengths=[int(seg.positions.max()) + 1], n_heads=heads, source=source,
-                                       positions=seg.positions[None], prompt_lengths=[seg.plan.prompt_len],
-                                       special=seg.special[None])
-                    x = apply_edit(e, x, ctx)
-                out[seg.start:seg.stop] = x[0]
+                mine = [(e, s) for e, s in seg.plan.edits if e.site == site and e.layer == layer]
+                if mine:
+                    todo.append((seg, mine))
+            if not todo:
+                return None
+            out = value.clone()
+            # round k applies each request's k-th edit here; requests sharing an edit and its source (one Edit
+            # object, planned once for all the prompts it selects) take it in one call, as rows of their own
+            for k in range(max(len(mine) for _, mine in todo)):
+                groups: dict = {}
+                for seg, mine in todo:
+                    if k < len(mine):
+                        e, source = mine[k]
+                        groups.setdefault((id(e), id(source)), (e, source, []))[2].append(seg)
+                for e, source, segs in groups.values():
+                    rows = torch.cat([torch.arange(g.start, g.stop) for g in segs])
+                    ctx = ApplyContext(
+                        lengths=[int(g.positions.max()) + 1 for g in segs for _ in range(g.stop - g.start)],
+                        n_heads=heads, source=source, positions=torch.cat([g.positions for g in segs])[:, None],
+                        prompt_lengths=[g.plan.prompt_len for g in segs for _ in range(g.stop - g.start)],
+                        special=torch.cat([g.special for g in segs])[:, None])
+                    out[rows] = apply_edit(e, out[rows][:, None], ctx)[:, 0]  # each token a row of one position
             return out
         return edit
 
