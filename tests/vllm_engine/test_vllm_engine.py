@@ -321,6 +321,9 @@ def test_a_model_only_vllm_holds_sweeps_and_generates(tmp_path):
     """The lab's Hugging Face weights all offloaded to disk (accelerate: nothing of them in memory), the weights in
     vLLM's engine: a sweep and a steered generation run without one Hugging Face forward, and the sweep equals the
     in-memory Hugging Face sweep."""
+    ref = ilab.Lab.load("ioi-tiny")  # in memory: the reference, and the steering vector's size
+    v = torch.randn(ref.d_model, generator=torch.Generator().manual_seed(5))
+    steer = [ilab.steer("resid_post", 1, v / v.norm() * ref.residual_norm("resid_post", 1), alpha=2)]
     lab = ilab.Lab.load("ioi-tiny", device_map={"": "disk"}, offload_folder=tmp_path, engine="vllm",
                         vllm_options={"block_size": 32})
     try:
@@ -331,12 +334,9 @@ def test_a_model_only_vllm_holds_sweeps_and_generates(tmp_path):
         corrupt = ["When Mary and John went to the store, Mary gave a drink to"]
         metric = ilab.logit_diff(" Mary", " John")
         swept = lab.patch_sweep(clean, corrupt, metric=metric, backend="vllm")
-        v = torch.randn(lab.d_model, generator=torch.Generator().manual_seed(5))
-        steer = [ilab.steer("resid_post", 1, v, alpha=3)]
         g = lab.generate(clean, steer, max_new_tokens=4)
         handle.remove()
         assert not forwards, "the Hugging Face model ran"
-        ref = ilab.Lab.load("ioi-tiny")
         assert (swept.raw - ref.patch_sweep(clean, corrupt, metric=metric, progress=False).raw).abs().max() < 1e-4
         assert g.texts == ref.generate(clean, steer, max_new_tokens=4).texts
         assert g.texts != ref.generate(clean, [], max_new_tokens=4).texts  # the steer is in the text
