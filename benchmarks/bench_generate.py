@@ -8,7 +8,9 @@ A random-weight Llama of about 200M parameters (hidden 1024, 12 layers, 16 heads
 embeddings, fp32) and the real GPT-2 tokenizer; 64 prompts of 9 to 60 tokens; one steering edit (resid_post at the
 middle layer, every position) active at every step; greedy, 32 new tokens per prompt whatever the model says (no
 stop at end-of-text). Each engine is timed over --repeats runs after one warm-up run; the figure is the median. The
-two engines' ids are compared too (the same tokens, fp32). On a GPU machine, install vLLM's GPU build in that
+two engines' ids are compared too (the same tokens, fp32). Two more rows, in the same run: the vLLM engine with no
+edit (what the edits cost), and vLLM alone, the same token ids through `llm.generate` with no interplab hook or plan
+(the most any wrapper of it could reach). On a GPU machine, install vLLM's GPU build in that
 environment and pass --device cuda (one GPU: the engine hooks its model in this process; see docs/SCALE.md).
 Writes/replaces a "## Steered generation, HF vs vLLM (<device>)" section of benchmarks/RESULTS.md (unless
 --no-write).
@@ -95,6 +97,15 @@ def main() -> None:
 
     hf_s, hf = timed(run("hf"), args.repeats)
     vl_s, vl = timed(run("vllm"), args.repeats)
+    # what the edits cost on vLLM, and vLLM's own speed with no interplab in the way (the ceiling of the ratio)
+    plain_s, _ = timed(lambda: lab.generate(ps, [], max_new_tokens=args.new_tokens, stop_at_eos=False,
+                                            backend="vllm"), args.repeats)
+    from vllm import SamplingParams
+
+    ids = [lab.to_tokens(p)[0].tolist() for p in ps]
+    raw = SamplingParams(max_tokens=args.new_tokens, temperature=0.0, ignore_eos=True, detokenize=False)
+    raw_s, _ = timed(lambda: lab.vllm.llm.generate([{"prompt_token_ids": i} for i in ids], raw, use_tqdm=False),
+                     args.repeats)
     same = sum(a == b for a, b in zip(hf.ids.tolist(), vl.ids.tolist()))
     tokens = args.prompts * args.new_tokens
     device = "cuda" if args.device.startswith("cuda") else "cpu"
@@ -110,6 +121,8 @@ def main() -> None:
         "|---|---|---|---|",
         f"| Hugging Face generate | {hf_s:.2f} | {tokens / hf_s:.0f} | 1.0x |",
         f"| vLLM engine | {vl_s:.2f} | {tokens / vl_s:.0f} | **{hf_s / vl_s:.1f}x** |",
+        f"| vLLM engine, no edit | {plain_s:.2f} | {tokens / plain_s:.0f} | {hf_s / plain_s:.1f}x |",
+        f"| vLLM alone (`llm.generate`, no interplab) | {raw_s:.2f} | {tokens / raw_s:.0f} | {hf_s / raw_s:.1f}x |",
         "",
         f"Same ids on both engines: {same} of {args.prompts} rows. vLLM engine start: {start:.1f} s (once per lab).",
     ]
