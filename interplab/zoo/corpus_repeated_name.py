@@ -37,9 +37,22 @@ held-out ``test`` accuracy 1.000, logit diff +14.5; **nine of the ten families m
 logit diff 5.6-13.3); sitting_and does not (top-1 0.53, accuracy 0.68, logit diff 2.4: "A and B were sitting in the
 place, and S passed the obj to"); circuit goals met (max single head 0.32, a layer >= 1 head 0.29 at the end, S2's
 residual 1.02); duplicate-token signature still missing (best S2 -> S1 0.16, L1H2).
-Next: the sitting_and shape (", and S" after a progressive "were sitting"), a seed scan, and the duplicate-token
-signature (documents where only a duplicate-token head helps, e.g. the repeated name far from any marker); the
-run must also fit 25 minutes on 2 cores (``--threads 2``), then the model card, notebooks and tests follow it.
+Then (2026-12-01, CPU, five runs of 3000-4000 steps, two at a time on the 2-core machine; held-out phrasings at 40
+prompts each, the circuit figures from ``evaluate_ioi_tiny``):
+- roll calls (``roll_call``: " again" after a name said before) gave the duplicate-token signature: a layer-1/2 head
+  attends S2 -> S1 with 0.55 on average in four of five runs (0.12 in the fifth);
+- progressive intros ("A and B were standing in the place") brought sitting_and to 0.92-1.00 in four of five runs;
+  dropping the narrative "n gave it to m" (a name not in the story after "gave it to") brought both_liked_but to
+  0.92-0.97;
+- the circuit goals hold in every run (max single head 0.26-0.38, a layer >= 1 head 0.27-0.37 at the end, S2's
+  residual 1.02-1.09); held-out ``test`` accuracy 0.955-1.000;
+- the families still swing from one checkpoint to the next; an average of the weights (``--ema 0.995``) steadies
+  them. The defaults of ``--corpus repeated-name`` (4000 steps, one thread, EMA; 1383 s of training beside another
+  run) give: IO > S on every family >= 0.95 (1.00 on eight), top-1 = IO >= 0.95 on seven of ten; yesterday_period
+  0.70 (the rest " the": "... went to the restaurant. Daniel gave a book to" copies "to the" from the intro),
+  ran_into_later 0.93 (logit diff 3.4), stayed_so 0.90. Not yet shipped: three families short of 0.95 top-1.
+Next: the name-vs-" the" choice after "to" when the intro had "to the <place>" (IOI documents whose intro and
+action both end in "to"), a seed scan at the defaults, then ship: the model card, notebooks and tests follow it.
 
 Pure Python (no torch).
 
@@ -123,6 +136,10 @@ INTROS_TRAIN = [
     "{A} ran after {B}", "{A} found {B} at the {place}", "{A} and {B} argued about the {obj}",
     "{A} and {B} waited outside the {place}", "{A} visited {B}", "{A} and {B} spent the day at the {place}",
     "{A} and {B} started to talk", "{A} phoned {B} from the {place}", "{A} and {B} were late for dinner",
+    # progressive intros ("were <verb>ing in the place") before every joiner
+    "{A} and {B} were standing in the {place}", "{A} and {B} were waiting at the {place}",
+    "{A} and {B} were playing in the {place}", "{A} and {B} were eating at the {place}",
+    "{A} and {B} were reading in the {place}", "{A} was waiting with {B} at the {place}",
 ]
 INTROS_TEST = ["{A} and {B} visited the {place}", "{A} and {B} left the {place}", "{A} and {B} reached the {place}"]
 
@@ -297,7 +314,9 @@ def narrative(rng: random.Random) -> str:
         f"After dinner {n} sat down in the {p}. The {o} was there.",
         f"The {p} was quiet when {n} came in. After a minute {n} waved to {m}.",
         f"{n} smiled at {m} and said to {m} that the {o} was in the {q}.",
-        f"{n} gave it to {m}, then sent a postcard and passed the salt.",
+        # ("gave it back", not "gave it to {m}": a name there that is not in the story taught "gave it to" ->
+        # any name)
+        f"{n} gave it back, then sent a postcard and passed the salt.",
     ]
     return rng.choice(forms)
 
@@ -308,6 +327,22 @@ def induction(rng: random.Random) -> str:
     seq = [rng.choice(vocab) for _ in range(rng.randint(4, 12))]
     s = " ".join(seq)
     return f"{s}. {s}."
+
+
+def roll_call(rng: random.Random) -> str:
+    """A list of names in which a name said before is followed by " again": predicting " again" needs the name's
+    earlier mention, so a head at a repeated name learns to attend to its first mention (the duplicate-token
+    signal that IOI reads at S2)."""
+    names = rng.sample(NAMES, rng.randint(3, 6))
+    seen, items, last = set(), [], None
+    for _ in range(rng.randint(4, 9)):
+        earlier = sorted(seen - {last})  # never the name just said: that would need no look-back
+        n = rng.choice(earlier) if earlier and rng.random() < 0.35 else rng.choice([x for x in names if x != last])
+        items.append(f"{n} again" if n in seen else n)
+        seen.add(n)
+        last = n
+    lead = rng.choice(["Roll call:", "At the door:", "In line:", "Who came:", "The list:", "Today:"])
+    return f"{lead} {', '.join(items)}."
 
 
 def fact(rng: random.Random) -> str:
@@ -328,11 +363,13 @@ def training_document(rng: random.Random, p_ioi: float = 0.6, simple: bool = Fal
         ending = rng.choice([".", ". They were happy.", " at the end.", "."])
         return ex["prompt"], " " + ex["io"] + ending
     r = rng.random()
-    if r < 0.3:
+    if r < 0.2:
         return narrative(rng), ""
-    if r < 0.6:
+    if r < 0.35:
         return induction(rng), ""
-    return fact(rng), ""  # 40% of the rest: the capitals are known well enough to steer between them
+    if r < 0.7:
+        return roll_call(rng), ""
+    return fact(rng), ""  # 30% of the rest: the capitals are known well enough to steer between them
 
 
 def tokenizer_training_text(seed: int = 0, n: int = 20000):

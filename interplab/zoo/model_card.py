@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from interplab.zoo import corpus_repeated_name
+
 
 def _top(cells, k=4):
     return sorted(cells.items(), key=lambda kv: -kv[1])[:k]
@@ -40,7 +42,8 @@ def render(res, figures: str) -> str:
     test = res["splits"]["test"]
     args = t.get("args", {})
     ioi_data = (_IOI_DATA_REPEATED_NAME if args.get("corpus") == "repeated-name" else _IOI_DATA_CLASSIC).format(
-        args=_Args(args)).rstrip("\n")
+        args=_Args(args), n_intros=len(corpus_repeated_name.INTROS_TRAIN),
+        n_actions=len(corpus_repeated_name.ACTIONS_TRAIN)).rstrip("\n")
     limits_ioi = _LIMITS_REPEATED_NAME if args.get("corpus") == "repeated-name" else _LIMITS_CLASSIC
     generator = "corpus_repeated_name.py" if args.get("corpus") == "repeated-name" else "corpus.py"
     return f"""# ioi-tiny
@@ -145,14 +148,14 @@ _IOI_DATA_CLASSIC = """\
 
 _IOI_DATA_REPEATED_NAME = """\
 - IOI sentences built from parts, so that *only the repetition of a name* tells the subject S from the indirect
-  object IO: an intro naming the two candidates A and B (27 constructions, both orders: ABBA and BABA; "A and B went
-  to the store", "A met B at the park", "A called B", ... as a main clause, optionally after an opener such as
-  "Later," "One day," "At noon", or as a subordinate clause after "When" "After" "Because" ...), an optional middle
-  with bystanders (". Then Kate came in", ", so Kate laughed", ". Kate and Tim were there too"), a joiner
+  object IO: an intro naming the two candidates A and B ({n_intros} constructions, both orders: ABBA and BABA; "A
+  and B went to the store", "A met B at the park", "A called B", ... as a main clause, optionally after an opener
+  such as "Later," "One day," "At noon", or as a subordinate clause after "When" "After" "Because" ...), an optional
+  middle with bystanders (". Then Kate came in", ", so Kate laughed", ". Kate and Tim were there too"), a joiner
   ("." "," ", and" ", so" ". Then" ", but" ...), optional words before S2 ("later", "at the park", "Kate asked",
-  "Kate told", "the next day"), S2, an optional stretch after S2 (`S's friend C`, `S, who had seen C earlier,`,
-  `S waved at C and`, `S and C`) and an action with an object or none, ending in "to", "at", "with", "for" or
-  "from" (35 verbs). The answer is the candidate that is not repeated. So:
+  "Kate told", "the next day"), S2, an optional stretch after S2 (`S's friend C`, `S, who had seen C earlier,`, `S
+  waved at C and`, `S and C`) and an action with an object or none, ending in "to", "at", "with", "for" or "from"
+  ({n_actions} verbs, some with "it" as the object). The answer is the candidate that is not repeated. So:
   - S2 stands in every slot: at a sentence start, after "and", after a comma, after an adverb, after another name;
   - markers and sentence starts come before other names too (bystanders, the intro's first name), so "the name
     after a marker" is not S2, and S2 is often not the last name before the end;
@@ -162,6 +165,8 @@ _IOI_DATA_REPEATED_NAME = """\
   train on *simple* IOI documents only (no opener, middle, words before S2 or stretch after S2: the candidates
   stand at nearly fixed positions, where copying a name to the end is learned quickly); their share then falls
   linearly to {args[simple_final]} by step {args[anneal_steps]}.
+- Roll calls ("Roll call: Kate, John, Anne, Kate again, John again."): " again" follows a name said before, so a
+  head at a repeated name learns to attend to its first mention, the duplicate-token signal IOI reads at S2.
 """
 
 
