@@ -37,22 +37,29 @@ held-out ``test`` accuracy 1.000, logit diff +14.5; **nine of the ten families m
 logit diff 5.6-13.3); sitting_and does not (top-1 0.53, accuracy 0.68, logit diff 2.4: "A and B were sitting in the
 place, and S passed the obj to"); circuit goals met (max single head 0.32, a layer >= 1 head 0.29 at the end, S2's
 residual 1.02); duplicate-token signature still missing (best S2 -> S1 0.16, L1H2).
-Then (2026-12-01, CPU, five runs of 3000-4000 steps, two at a time on the 2-core machine; held-out phrasings at 40
+Then (2026-12-01, CPU, six runs of 3000-4000 steps, two at a time on the 2-core machine; held-out phrasings at 40
 prompts each, the circuit figures from ``evaluate_ioi_tiny``):
 - roll calls (``roll_call``: " again" after a name said before) gave the duplicate-token signature: a layer-1/2 head
-  attends S2 -> S1 with 0.55 on average in four of five runs (0.12 in the fifth);
+  attends S2 -> S1 with 0.49-0.55 on average in five of six runs (0.12 in the other);
 - progressive intros ("A and B were standing in the place") brought sitting_and to 0.92-1.00 in four of five runs;
   dropping the narrative "n gave it to m" (a name not in the story after "gave it to") brought both_liked_but to
   0.92-0.97;
-- the circuit goals hold in every run (max single head 0.26-0.38, a layer >= 1 head 0.27-0.37 at the end, S2's
+- the circuit goals hold in every run (max single head 0.24-0.38, a layer >= 1 head 0.24-0.37 at the end, S2's
   residual 1.02-1.09); held-out ``test`` accuracy 0.955-1.000;
 - the families still swing from one checkpoint to the next; an average of the weights (``--ema 0.995``) steadies
   them. The defaults of ``--corpus repeated-name`` (4000 steps, one thread, EMA; 1383 s of training beside another
-  run) give: IO > S on every family >= 0.95 (1.00 on eight), top-1 = IO >= 0.95 on seven of ten; yesterday_period
-  0.70 (the rest " the": "... went to the restaurant. Daniel gave a book to" copies "to the" from the intro),
-  ran_into_later 0.93 (logit diff 3.4), stayed_so 0.90. Not yet shipped: three families short of 0.95 top-1.
-Next: the name-vs-" the" choice after "to" when the intro had "to the <place>" (IOI documents whose intro and
-action both end in "to"), a seed scan at the defaults, then ship: the model card, notebooks and tests follow it.
+  run), before the two narratives below, gave: IO > S on every family >= 0.95 (1.00 on eight), top-1 = IO >= 0.95
+  on seven of ten; yesterday_period 0.70 (the rest " the": "... went to the restaurant. Daniel gave a book to"
+  copies "to the" from the intro), ran_into_later 0.925 (logit diff 3.4), stayed_so 0.90;
+- two narratives in which a verb ending in "to" asks for a name of the story after an earlier "to the <place>"
+  ("n and m went to the p. There n gave the o to m."): at the defaults (1458 s of training, niced beside the test
+  suite) **nine of the ten families meet the goal** (top-1 = IO 0.975-1.00, logit diff 3.9-13.0); stayed_so does
+  not (top-1 0.85, accuracy 0.875: "A stayed at the place with B, so S bought a obj for"). Duplicate-token
+  signature 0.49 (L2H0); circuit goals met (max single head 0.24, a layer-3 head 0.24 at the end, S2's residual
+  1.07); held-out ``test`` accuracy 0.995, logit diff +12.6. Seven phrasings of our own, outside the repo, as a
+  proxy for the hidden ones: top-1 0.47-1.00 (a ";" before S2 and "In the evening S read a story to" near 0.5).
+Next: stayed_so ("with B, so S" confuses S and IO), robustness on unseen phrasings (a seed scan at the defaults),
+a check that two runs at the defaults give the same bytes, then ship: the model card, notebooks and tests follow.
 
 Pure Python (no torch).
 
@@ -317,6 +324,9 @@ def narrative(rng: random.Random) -> str:
         # ("gave it back", not "gave it to {m}": a name there that is not in the story taught "gave it to" ->
         # any name)
         f"{n} gave it back, then sent a postcard and passed the salt.",
+        # after "to the <place>" earlier, a verb ending in "to" still asks for a name of the story
+        f"{n} and {m} went to the {p}. There {n} gave the {o} to {m}.",
+        f"{n} walked to the {q} with {m}, and {m} sang a song to {n}.",
     ]
     return rng.choice(forms)
 
