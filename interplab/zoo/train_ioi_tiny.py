@@ -272,6 +272,7 @@ def main(argv=None):
                 print("    held-out phrasings, top-1 = IO / logit diff: " + " ".join(
                     f"{k} {v['top1']:.2f}/{v['logit_diff']:.1f}" for k, v in fam.items()), flush=True)
             model.to(args.device)
+            shown.to(args.device)  # (the average is updated from the model, on the model's device)
     train_s = time.time() - t_train
 
     for h in head_hooks:
