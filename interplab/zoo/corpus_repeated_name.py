@@ -58,8 +58,9 @@ prompts each, the circuit figures from ``evaluate_ioi_tiny``):
   signature 0.49 (L2H0); circuit goals met (max single head 0.24, a layer-3 head 0.24 at the end, S2's residual
   1.07); held-out ``test`` accuracy 0.995, logit diff +12.6. Seven phrasings of our own, outside the repo, as a
   proxy for the hidden ones: top-1 0.47-1.00 (a ";" before S2 and "In the evening S read a story to" near 0.5).
+  A second run at the defaults gave the same bytes (model.safetensors sha256 a97f2654..., 1531 s of training).
 Next: stayed_so ("with B, so S" confuses S and IO), robustness on unseen phrasings (a seed scan at the defaults),
-a check that two runs at the defaults give the same bytes, then ship: the model card, notebooks and tests follow.
+then ship: the model card, notebooks and tests follow.
 
 Pure Python (no torch).
 
