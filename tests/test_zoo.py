@@ -100,8 +100,8 @@ def test_heldout_logit_diff(ioi, split):
 
 def test_heldout_phrasing_families_are_well_formed(ioi):
     # issue 15's held-out phrasings (evaluate_ioi_tiny.HELDOUT_FAMILIES): clean/corrupt differ in S2 only, S twice,
-    # IO once. The shipped model does not meet the issue's goal on them yet (see MODEL_CARD.md), so no accuracy
-    # assertion here.
+    # IO once. The shipped model does not meet the issue's top-1 goal on every family yet (see MODEL_CARD.md's goals
+    # table), so no accuracy assertion here.
     _, tok = ioi
     for family in ev.HELDOUT_FAMILIES:
         ds = ev.family_dataset(family, 10, seed=7)
@@ -191,9 +191,21 @@ def test_any_string_tokenizes_and_round_trips(ioi, text):
     assert tok.decode(ids) == text
 
 
+def _shipped_corpus():
+    """The corpus module the shipped model was trained on, as its training_info.json records it."""
+    from interplab.zoo.train_ioi_tiny import CORPORA
+
+    return CORPORA[json.loads((MODEL_DIR / "training_info.json").read_text())["args"]["corpus"]]
+
+
+def test_ioi_dataset_comes_from_the_shipped_models_corpus():
+    assert zoo.ioi_dataset is _shipped_corpus().ioi_dataset
+
+
 def test_names_places_objects_are_single_tokens_with_leading_space(ioi):
     _, tok = ioi
-    words = corpus.NAMES + corpus.PLACES + corpus.OBJECTS + list(corpus.FACTS) + list(corpus.FACTS.values())
+    gen = _shipped_corpus()  # the tokenizer was trained on it (its places and objects differ from corpus.py's)
+    words = gen.NAMES + gen.PLACES + gen.OBJECTS + list(gen.FACTS) + list(gen.FACTS.values())
     multi = [w for w in words if len(tok.encode(" " + w)) != 1]
     assert not multi
     assert tok.convert_ids_to_tokens(tok.encode(" Mary")) == ["ĠMary"]
@@ -215,11 +227,11 @@ def test_ioi_dataset_pairs_and_splits(ioi, module):
         assert len(c) == len(k) and sum(a != b for a, b in zip(c, k)) == 1
         io, s = r["answer"].strip(), r["wrong"].strip()
         assert r["clean"].count(f" {s}") + r["clean"].startswith(s) == 2
-        assert corpus._pair_is_test(io, s)
+        assert gen._pair_is_test(io, s)
     train = gen.ioi_dataset(50, "train", seed=0)
-    assert not any(corpus._pair_is_test(r["answer"].strip(), r["wrong"].strip()) for r in train)
+    assert not any(gen._pair_is_test(r["answer"].strip(), r["wrong"].strip()) for r in train)
     # the shortcut is defeated: in many prompts S2 is not the last name before the end
-    later_name = [r for r in ds if any(f" {n} " in r["clean"].split(r["wrong"])[-1] + " " for n in corpus.NAMES)]
+    later_name = [r for r in ds if any(f" {n} " in r["clean"].split(r["wrong"])[-1] + " " for n in gen.NAMES)]
     assert len(later_name) >= 10
     with pytest.raises(ValueError, match="split"):
         gen.ioi_dataset(3, "validation")

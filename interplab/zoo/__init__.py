@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from interplab.zoo.corpus import ioi_dataset
+from interplab.zoo.corpus_repeated_name import ioi_dataset
 
 HERE = Path(__file__).parent
 EMBEDDED: dict[str, Path] = {"ioi-tiny": HERE / "ioi_tiny"}

@@ -1,4 +1,5 @@
-"""Synthetic corpus for ``ioi-tiny``: IOI sentences built to defeat the "last name before the end" shortcut, plus
+"""Synthetic corpus of the first ``ioi-tiny`` (``train_ioi_tiny --corpus classic``; the shipped model is trained on
+``corpus_repeated_name.py``): IOI sentences built to defeat the "last name before the end" shortcut, plus
 non-IOI text (narratives, copying/induction sequences, a factual-recall table).
 
 Pure Python (no torch): ``ioi_dataset`` is imported by other parts of interplab.

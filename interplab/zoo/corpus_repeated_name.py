@@ -1,8 +1,9 @@
-"""Corpus for a retrained ``ioi-tiny`` (issue 15; opt-in, not yet the corpus of the shipped model, which is
-``corpus.py``): IOI sentences in which the repeated name is the only reliable sign of the subject (no "last name
-before the end", no "name after a clause marker" shortcut), plus non-IOI text (narratives, copying/induction
-sequences, a factual-recall table). Train with ``python -m interplab.zoo.train_ioi_tiny --corpus repeated-name``
-(the curriculum and embedding-init defaults of that corpus are in ``train_ioi_tiny.CORPUS_DEFAULTS``).
+"""Corpus of the shipped ``ioi-tiny`` (issue 15; the first ioi-tiny was trained on ``corpus.py``): IOI sentences in
+which the repeated name is the only reliable sign of the subject (no "last name before the end", no "name after a
+clause marker" shortcut), plus non-IOI text (narratives, copying/induction sequences, roll calls, a factual-recall
+table). ``python -m interplab.zoo.train_ioi_tiny`` trains on it by default (the curriculum, embedding-init and
+weight-average defaults of this corpus are in ``train_ioi_tiny.CORPUS_DEFAULTS``); ``interplab.zoo.ioi_dataset`` is
+this module's.
 
 Why training on it used to stall, and what fixed that: the names are exchangeable (no name has statistics of its
 own), so early training only learns "a name comes next" and pulls all 81 name embeddings (tied with the unembedding)
@@ -12,7 +13,7 @@ sat on the plateau that predicts a name uniformly (answer loss log 81 = 4.39) fo
 curriculum or more copying text. With the token embeddings drawn at std 0.1 (``--emb-std``) the plateau ends by
 step ~200 (answer loss 4.02 at step 100, 2.85 at step 300; std 0.02: 4.42 at step 100, 4.44 at step 500).
 
-Status (not yet shipped). Measured on a lent GPU (``train_ioi_tiny --corpus repeated-name --device cuda``, ten
+Status. Measured on a lent GPU (``train_ioi_tiny --corpus repeated-name --device cuda``, ten
 runs at a time, 2026-11-30; GPU weights differ from CPU ones, so these are recipe findings, not the shipped run):
 - the second plateau (IO vs S at chance) was a matter of steps: at batch 48 every run reaches held-out ``test``
   accuracy 0.93-1.00 by step 2000-4000 (the earlier CPU runs were at batch 16 or stopped at step 500);
@@ -59,8 +60,13 @@ prompts each, the circuit figures from ``evaluate_ioi_tiny``):
   1.07); held-out ``test`` accuracy 0.995, logit diff +12.6. Seven phrasings of our own, outside the repo, as a
   proxy for the hidden ones: top-1 0.47-1.00 (a ";" before S2 and "In the evening S read a story to" near 0.5).
   A second run at the defaults gave the same bytes (model.safetensors sha256 a97f2654..., 1531 s of training).
-Next: stayed_so ("with B, so S" confuses S and IO), robustness on unseen phrasings (a seed scan at the defaults),
-then ship: the model card, notebooks and tests follow.
+Shipped (2026-12-01): that run, trained by the defaults (seed 2). Its "duplicate-token signature" is a position:
+split by name order, L2H0 attends S2 -> S1 0.75 when S1 is the intro's second name and 0.11 when it is the first
+(it looks at the second slot); no head attends S2 -> S1 >= 0.3 in both orders (best 0.20, L1H3), so the roll calls
+did not teach the duplicate-token head they were meant to (the earlier runs' 0.49-0.55 were not checked this way).
+Two more draws with five "A <verb>ed at the place with B" intros, ";" joiners and "in the evening" openers (seeds 2
+and 3, otherwise the defaults) fixed stayed_so (0.975, 1.00) but lost other families (7/10 and 8/10).
+Next: robustness on unseen phrasings, a real duplicate-token head.
 
 Pure Python (no torch).
 
@@ -342,8 +348,8 @@ def induction(rng: random.Random) -> str:
 
 def roll_call(rng: random.Random) -> str:
     """A list of names in which a name said before is followed by " again": predicting " again" needs the name's
-    earlier mention, so a head at a repeated name learns to attend to its first mention (the duplicate-token
-    signal that IOI reads at S2)."""
+    earlier mention, meant to teach a head at a repeated name to attend to its first mention (the duplicate-token
+    signal that GPT-2 reads at S2; the shipped checkpoint did not learn one, see the module's status)."""
     names = rng.sample(NAMES, rng.randint(3, 6))
     seen, items, last = set(), [], None
     for _ in range(rng.randint(4, 9)):

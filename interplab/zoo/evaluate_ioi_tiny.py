@@ -253,24 +253,34 @@ def resid_grid(model, tok, dataset):
 
 def attention_summary(model, tok, dataset):
     """Mean attention probability, per head, from END to IO/S1/S2/bystander-or-other and from S2 to S1 and to IO
-    (clean prompts; eager attention weights from ``output_attentions``)."""
+    (clean prompts; eager attention weights from ``output_attentions``). "S2->S1 ABBA" / "S2->S1 BABA": S2 -> S1 over
+    the prompts whose intro names IO first (S1 second) / S first only: a head that looks at the earlier copy of the
+    name (duplicate-token) is high in both, a head that looks at one intro *position* in one of them only."""
     import torch
 
     gs = Groups(tok, dataset)
     L, H = model.config.n_layer, model.config.n_head
     keys = ["END->IO", "END->S1", "END->S2", "END->END", "S2->S1", "S2->IO", "S2->S2"]
-    acc = {k: torch.zeros(L, H) for k in keys}
+    acc = {k: torch.zeros(L, H) for k in keys + ["S2->S1 ABBA", "S2->S1 BABA"]}
+    count = {"ABBA": 0, "BABA": 0}
     for g in gs.groups:
         with torch.no_grad():
             att = model(input_ids=g["clean"], output_attentions=True).attentions  # L x [b, H, q, k]
         r = torch.arange(len(g["ans"]))
         p = g["pos"]
+        order = {"ABBA": p["IO"] < p["S1"], "BABA": p["S1"] < p["IO"]}
+        for o, mask in order.items():
+            count[o] += int(mask.sum())
         for l in range(L):
             a = att[l]
             for k in keys:
                 q, kk = k.split("->")
                 acc[k][l] += a[r, :, p[q], p[kk]].sum(0)
-    return {k: (v / gs.size).tolist() for k, v in acc.items()}
+            for o, mask in order.items():
+                acc[f"S2->S1 {o}"][l] += a[r, :, p["S2"], p["S1"]][mask].sum(0)
+    out = {k: (acc[k] / gs.size).tolist() for k in keys}
+    out.update({f"S2->S1 {o}": (acc[f"S2->S1 {o}"] / max(count[o], 1)).tolist() for o in count})
+    return out
 
 
 def fixed_template_dataset(n, seed=0):
@@ -295,10 +305,10 @@ def fixed_template_dataset(n, seed=0):
 
 
 # ---------------------------------------------------------------------------------------------- held-out phrasings
-# IOI phrasings that interplab/zoo/corpus.py never produces (tests/test_zoo.py checks that no training document
-# matches any of them): new openers ("Then,", "Yesterday", "Afterwards,"), intros ("had a long talk", "arrived,",
-# "were sitting in", "ran into", "stayed at", "Both ... liked", "sat down in", "came in"), S2 slots and verbs
-# ("said to", "smiled at", "waved to", "gave it to"). The first four are the phrasings of issue 15.
+# IOI phrasings that neither corpus (corpus_repeated_name.py, corpus.py) produces (tests/test_zoo.py checks that no
+# training document matches any of them): new openers ("Then,", "Yesterday", "Afterwards,"), intros ("had a long
+# talk", "arrived,", "were sitting in", "ran into", "stayed at", "Both ... liked", "sat down in", "came in"), S2 slots
+# and verbs ("said to", "smiled at", "waved to", "gave it to"). The first four are the phrasings of issue 15.
 # {S} is S2 (the repeated candidate), {C} a bystander.
 HELDOUT_FAMILIES = {
     "then_period": "Then, {A} and {B} went to the {place}. {S} gave a {obj} to",

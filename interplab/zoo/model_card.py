@@ -46,6 +46,8 @@ def render(res, figures: str) -> str:
         n_actions=len(corpus_repeated_name.ACTIONS_TRAIN)).rstrip("\n")
     limits_ioi = _LIMITS_REPEATED_NAME if args.get("corpus") == "repeated-name" else _LIMITS_CLASSIC
     generator = "corpus_repeated_name.py" if args.get("corpus") == "repeated-name" else "corpus.py"
+    n_fam, n_fam_ok = len(res["families"]), sum(f["top1"] >= 0.95 for f in res["families"].values())
+    ema = f", weights averaged with decay {args['ema']} (saved: the average)" if args.get("ema") else ""
     return f"""# ioi-tiny
 
 A 4-layer, 4-head, d_model=128 GPT-2 (`transformers.GPT2LMHeadModel`, {res['n_params'] / 1e6:.2f}M parameters,
@@ -76,8 +78,8 @@ each batch row starting at a random offset:
 - Held out from training: about 1 in 5 unordered name pairs (stable hash), and templates containing any of 3 intros,
   3 stretches after S2 and 2 actions (their words occur in training narratives, never in an IOI sentence).
 - Held-out phrasing families (`evaluate_ioi_tiny.HELDOUT_FAMILIES`, 10 templates, among them the four phrasings of
-  issue 15): `corpus.py` never produces them (a test matches 20,000 training documents against each). This model
-  fails most of them (table above): it finds S2 by the clause marker in front of it, not by the repetition.
+  issue 15): `{generator}` never produces them (a test matches 20,000 training documents against each). This model
+  gets top-1 = IO >= 0.95 on {n_fam_ok} of the {n_fam} families (table below).
 - Evaluation prompts (`ioi_dataset`) mention S exactly twice and IO once (bystanders only in the other slots), so
   that the corrupt prompt (S2 replaced by the IO name) has the opposite answer.
 
@@ -89,7 +91,7 @@ and pad.
 
 `python -m interplab.zoo.train_ioi_tiny` (seed {args.get('seed', 0)}, {t.get('steps', '?')} steps, batch
 {args.get('batch', '?')} x {args.get('seq', '?')} tokens, AdamW lr {args.get('lr', '?')} with warm-up and cosine decay,
-head dropout {args.get('head_dropout', 0)} (each head's output zeroed with that probability per sequence),
+head dropout {args.get('head_dropout', 0)} (each head's output zeroed with that probability per sequence){ema},
 {t.get('threads', '?')} CPU thread(s)): **{t.get('train_seconds', 0) / 60:.1f} minutes** of training on the shared
 2-core build machine (the CPU was shared with other jobs; on an idle core it is faster).
 Files: {", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sizes.items())}; total {total / 2**20:.2f} MiB.
@@ -165,8 +167,9 @@ _IOI_DATA_REPEATED_NAME = """\
   train on *simple* IOI documents only (no opener, middle, words before S2 or stretch after S2: the candidates
   stand at nearly fixed positions, where copying a name to the end is learned quickly); their share then falls
   linearly to {args[simple_final]} by step {args[anneal_steps]}.
-- Roll calls ("Roll call: Kate, John, Anne, Kate again, John again."): " again" follows a name said before, so a
-  head at a repeated name learns to attend to its first mention, the duplicate-token signal IOI reads at S2.
+- Roll calls ("Roll call: Kate, John, Anne, Kate again, John again."): " again" follows a name said before, meant
+  to teach a head at a repeated name to attend to its first mention (the duplicate-token signal GPT-2 reads at S2;
+  this checkpoint has no such head in IOI prompts: see the circuit section).
 """
 
 
@@ -206,6 +209,10 @@ def goals(res) -> str:
     wf_ld = min(fam, key=lambda k: fam[k]["logit_diff"])
     dup = {(l, h): res["attention"]["S2->S1"][l][h] for l in range(L) for h in range(H)}
     (dl, dh), best_dup = max(dup.items(), key=lambda kv: kv[1])
+    a = res["attention"]
+    both = {(l, h): min(a["S2->S1 ABBA"][l][h], a["S2->S1 BABA"][l][h]) for l in range(L) for h in range(H)} if (
+        "S2->S1 ABBA" in a) else {(0, 0): float("nan")}
+    (bl2, bh2), best_both = max(both.items(), key=lambda kv: kv[1])
     rows = [
         ("held-out accuracy >= 0.95 (worst of test_pairs, test_templates, test)", f"{acc:.3f}", acc >= 0.95),
         ("mean logit diff >= 3 (worst split)", f"{ld:+.2f}", ld >= 3),
@@ -220,6 +227,9 @@ def goals(res) -> str:
          f"{wf_ld} {fam[wf_ld]['logit_diff']:+.2f}", fam[wf_ld]["logit_diff"] >= 3),
         ("issue 15: a head attends from S2 to S1 with weight >= 0.30 on average (duplicate-token head)",
          f"L{dl}H{dh} {best_dup:.2f}", best_dup >= 0.30),
+        ("not a goal of the issues, a check of the one above: the same head in both name orders (S2 -> S1 >= 0.30 "
+         "in ABBA and in BABA prompts alike; a head that looks at one intro *position* fails it)",
+         f"L{bl2}H{bh2} {best_both:.2f}", best_both >= 0.30),
     ]
     lines = ["| goal | measured | |", "|---|---|---|"]
     lines += [f"| {g} | {v} | {'met' if ok else '**NOT met**'} |" for g, v, ok in rows]
@@ -229,29 +239,29 @@ def goals(res) -> str:
 INTERPRETATION = """How the shipped checkpoint does it, read from the tables above (a retrained model may use
 other head numbers for the same roles):
 
-1. **S2 is read where it stands, layer 0.** L0H0 and L0H3 attend from S2 to S2 itself (0.40 and 0.32) and write
-   the S2 name into the residual stream at S2 in the form later layers read; patched at S2 they restore 0.59 and
-   0.39 of the logit difference: the job is shared by two heads (head dropout in training made sure of that).
-   S2 is the only name that follows a clause marker, and nothing at the end can see that in layer 0, so this
-   information *stays at S2*: `resid_pre` at S2 carries all of the effect at layers 0 and 1 and most of it at
-   layer 2; the final position carries nothing before layer 2.
-2. **Moved to the end, layers 1 and 2.** L1H0, L1H2, L1H3 and all four layer-2 heads attend from the end to S2
-   (0.73 to 0.97). Patched at the final position, L1H0, L2H2 and L2H3 each restore about a fifth to a quarter of
-   the logit difference; `attn_out` of layers 1 and 2 at the end carry it. Their output pushes the S2 name down,
-   directly on the logits. By Wang et al.'s procedure they are name movers (negative ones), not S-inhibition
-   heads: path patching into their queries finds next to nothing; the S2 signal reaches them through their
-   *values*, from L0H0/L0H3 and MLP0 at S2 (notebooks/04_circuit.ipynb measures each step).
-3. **Candidates copied, layers 0 and 3.** From the end, L0H0/L0H3 attend to both intro names (about 0.3 each);
-   L3H1 and L3H3 attend to the *first* intro name and L3H2 to the *second* (about 1.0 each, whichever of them is
-   IO: positional copiers; the equal IO/S1 means in the attention table come from averaging ABBA and BABA
-   prompts). Together they copy both candidates, so whichever name the layer-1/2 heads pushed down loses. On the
-   notebooks' prompt the logit lens shows the order of events: after layer 0 the end predicts the repeated name S,
-   after layers 1-2
-   it has flipped to IO, and layer 3 makes IO near-certain. Patching one layer-3 head changes little, because
-   each copies both candidates in the clean and the corrupt run alike.
-4. At the end the MLPs add little for this corruption, but MLP0 at S2 is a link of the circuit: patched there
-   alone it restores about as much as the whole S2 residual, and edge patching runs the S2 name through it into
-   the movers' values (notebooks/04_circuit.ipynb).
+1. **S2 is read where it stands, layer 0.** L0H0 and L0H3 attend from S2 mostly to S2 itself (0.42 and 0.35) and
+   pass the name on; patched at S2 they restore 0.19 and 0.25 of the logit difference, and MLP0 at S2, which reads
+   their output and the name's own embedding, is the link to later layers (notebooks/04_circuit.ipynb). The
+   information *stays at S2*: `resid_pre` at S2 carries all of the effect up to layer 2; the final position carries
+   nothing before layer 3.
+2. **No duplicate-token head.** From S2, L2H0 gives S1, the earlier copy of the name, 0.49 on average, which meets
+   the duplicate-token goal as the issue words it; but split by name order it gives S1 0.75 when S1 is the intro's
+   *second* name (ABBA) and 0.11 when it is the first (BABA): it looks at the intro's second slot, whichever name
+   stands there (the columns "S2->S1 ABBA/BABA" above). No head looks at the copy in both orders (best L1H3, 0.20
+   and 0.28; it leans to the other name, IO 0.60). So the attention patterns do not show where the repetition is
+   detected; patching puts the difference at S2 in layer 0 (L0H0, L0H3 and MLP0).
+3. **Moved to the end, layers 2 and 3.** L2H2, L2H3 and L3H3 (and, with less, L2H0 and L3H2) attend from the end
+   to S2 (0.54 to 0.90); patched at the final position, each of L2H2, L2H3 and L3H3 restores about a fifth to a
+   quarter of the logit difference. They write the answer directly on the logits, the S name down and the IO name
+   up (notebooks/01_ioi_patching.ipynb). By Wang et al.'s procedure they are name movers, not S-inhibition heads:
+   path patching into their queries finds next to nothing; the S2 signal reaches them through their *values*,
+   from L0H0/L0H3 and MLP0 at S2.
+4. **Intro names picked by position.** L1H2, L2H1, L3H0 and L3H1 attend from the end to the intro names (0.27 to
+   0.54 each on average: on one prompt each looks at one intro slot, whichever name stands there; the averages mix
+   ABBA and BABA prompts). Patching one changes little, because each copies its slot's name in the clean and the
+   corrupt run alike.
+5. At the end the MLPs add little for this corruption, but MLP0 at S2 is a link of the circuit: patched there
+   alone it restores about as much as the whole S2 residual.
 
-So the circuit spans layers: S2 -> layer 0 at S2 -> layers 1 and 2 at the end -> the unembedding, with no single
-head carrying more than about half of it."""
+So the circuit spans layers: S2 -> layer 0 and MLP0 at S2 -> layers 2 and 3 at the end -> the unembedding, with no
+single head carrying more than about a quarter of it."""

@@ -1,8 +1,8 @@
 """Train the embedded model ``ioi-tiny`` from scratch (CPU, fixed seeds).
 
-    python -m interplab.zoo.train_ioi_tiny                      # writes interplab/zoo/ioi_tiny/
+    python -m interplab.zoo.train_ioi_tiny                      # writes interplab/zoo/ioi_tiny/ (the shipped model)
     python -m interplab.zoo.train_ioi_tiny --steps 3 --out /tmp/x   # smoke test
-    python -m interplab.zoo.train_ioi_tiny --corpus repeated-name --out /tmp/y   # issue 15 (not shipped yet)
+    python -m interplab.zoo.train_ioi_tiny --corpus classic --out /tmp/y   # the first ioi-tiny (clause-marker corpus)
 
 Steps: (1) train a byte-level BPE tokenizer on the synthetic corpus (every name/place/object one token with a
 leading space); (2) train a 4-layer, 4-head, d_model=128 GPT-2 on packed documents (IOI prompts + answer, narratives,
@@ -24,13 +24,14 @@ from pathlib import Path
 
 from interplab.zoo import corpus, corpus_repeated_name
 
-# classic: the shipped model's corpus; repeated-name: issue 15's corpus (opt-in until a model trained on it ships)
+# repeated-name: the shipped model's corpus; classic: the first ioi-tiny's (S2 found by the clause marker before it)
 CORPORA = {"classic": corpus, "repeated-name": corpus_repeated_name}
-# settings that depend on the corpus (an option left unset takes these); classic = how the shipped model was trained
+# settings that depend on the corpus (an option left unset takes these); repeated-name = how the shipped model was
+# trained
 CORPUS_DEFAULTS = {
     "classic": dict(steps=2000, simple_steps=0, anneal_steps=0, simple_final=0.0, emb_std=None, threads=1, ema=0.0),
-    # the best candidate so far (see corpus_repeated_name's status): one thread, so that two candidates train side by
-    # side on a 2-core machine
+    # the shipped model's recipe (see corpus_repeated_name's status): one thread, so that two candidates train side
+    # by side on a 2-core machine
     "repeated-name": dict(steps=4000, simple_steps=300, anneal_steps=700, simple_final=0.1, emb_std=0.1, threads=1,
                           ema=0.995),
 }
@@ -158,8 +159,9 @@ def main(argv=None):
     ap.add_argument("--vocab-size", type=int, default=3000)
     ap.add_argument("--pool", type=int, default=60000, help="number of distinct training documents")
     ap.add_argument("--p-ioi", type=float, default=0.85, help="share of IOI documents in the corpus")
-    ap.add_argument("--corpus", choices=sorted(CORPORA), default="classic",
-                    help="classic: corpus.py (the shipped model); repeated-name: corpus_repeated_name.py (issue 15). "
+    ap.add_argument("--corpus", choices=sorted(CORPORA), default="repeated-name",
+                    help="repeated-name: corpus_repeated_name.py (the shipped model); classic: corpus.py (the first "
+                         "ioi-tiny, which finds S2 by the clause marker in front of it). "
                          "Options marked (*) default to CORPUS_DEFAULTS[corpus]")
     ap.add_argument("--simple-steps", type=int, default=None,
                     help="(*) curriculum (repeated-name only): the first steps train on simple IOI documents only "

@@ -39,14 +39,14 @@ PROMPTS = _prompts()
 NEW = 6
 
 
-def _tiny(arch: str):
+def _tiny(arch: str, vocab_size: int):
     import transformers as tf
 
     torch.manual_seed(0)
     cls = {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config}[arch]
     cfg = cls(num_hidden_layers=3, hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-              intermediate_size=256, max_position_embeddings=256, vocab_size=1242, bos_token_id=0, eos_token_id=0,
-              pad_token_id=0, initializer_range=0.2, attn_implementation="eager")  # ioi-tiny's tokenizer
+              intermediate_size=256, max_position_embeddings=256, vocab_size=vocab_size, bos_token_id=0, eos_token_id=0,
+              pad_token_id=0, initializer_range=0.2, attn_implementation="eager")  # vocab: ioi-tiny's tokenizer
     return tf.AutoModelForCausalLM.from_config(cfg).eval()
 
 
@@ -54,7 +54,7 @@ def _lab(model: str):
     if model == "ioi-tiny":
         return ilab.Lab.load("ioi-tiny")
     base = ilab.Lab.load("ioi-tiny")  # for its GPT-2 tokenizer
-    return ilab.Lab(_tiny(model), base.tokenizer, model_id=f"tiny-{model}")
+    return ilab.Lab(_tiny(model, len(base.tokenizer)), base.tokenizer, model_id=f"tiny-{model}")
 
 
 @pytest.fixture(scope="module", params=[(m, c) for m in ("ioi-tiny", "llama", "qwen2") for c in (True, False)],
