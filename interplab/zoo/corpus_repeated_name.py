@@ -66,7 +66,13 @@ split by name order, L2H0 attends S2 -> S1 0.75 when S1 is the intro's second na
 did not teach the duplicate-token head they were meant to (the earlier runs' 0.49-0.55 were not checked this way).
 Two more draws with five "A <verb>ed at the place with B" intros, ";" joiners and "in the evening" openers (seeds 2
 and 3, otherwise the defaults) fixed stayed_so (0.975, 1.00) but lost other families (7/10 and 8/10).
-Next: robustness on unseen phrasings, a real duplicate-token head.
+Seeds 3 and 4 at the shipped defaults (two runs side by side on the idle 2-core machine, 1237 s and 1200 s of
+training): seed 3 meets top-1 = IO >= 0.95 on all ten families but its logit diff is under 3 on ran_into_later (1.18)
+and both_liked_but (1.76); seed 4 fails sitting_and only (top-1 0.80); circuit goals met in both; no head attends
+S2 -> S1 >= 0.3 in both name orders in either (0.13, 0.03). So the recipe misses one or two families per seed, a
+different one each time: the gap is variance, not one phrasing the corpus lacks.
+Next: a recipe that holds across seeds (more IOI variety per step, a longer anneal, a wider model), and a real
+duplicate-token head.
 
 Pure Python (no torch).
 
