@@ -112,12 +112,13 @@ for layer in range(lab.n_layers):
     carried = {f"{p}:{tokens[p]!r}": round(float(row[p]), 2) for p in range(len(tokens)) if abs(row[p]) > 0.05}
     print(f"resid_pre {layer}: positions with |value| > 0.05: {carried}")
 # Layer 0: only S2 differs between the runs, so only S2 can restore anything, and it restores everything (1.00).
-# Between, the effect stays at S2: the model works out *at S2* what this repeated name means, and the end knows
-# nothing of it yet. In the last row it has mostly moved to END, but not all of it: the last block still has heads
-# that read S2 from the end (exercise 5). Only S2 and END ever matter.
+# At layer 1 the effect is still all at S2: layer 0 works out *at S2* what this name means, and the end knows
+# nothing of it yet. At layer 2 it is split between S2 and END: layer-1 heads have already carried part of it to
+# the end, layer-2 heads carry the rest (exercise 5). In the last row it is all at END: the last block no longer
+# reads S2. Only S2 and END ever matter.
 assert torch.isclose(res.values[0, S2], torch.tensor(1.0), atol=1e-3) and res.values[0].abs().sum() < 1.001
-assert all(float(res.values[layer, S2]) > 0.9 for layer in range(1, lab.n_layers - 1))
-assert float(res.values[-1, END]) > 0.5 and float(res.values[-1, S2]) > 0.05
+assert float(res.values[1, S2]) > 0.9 and min(float(res.values[2, S2]), float(res.values[2, END])) > 0.2
+assert float(res.values[-1, END]) > 0.9 and abs(float(res.values[-1, S2])) < 0.05
 assert set(torch.nonzero(res.values.abs() > 0.05)[:, 1].tolist()) == {S2, END}
 """),
     md("""
@@ -302,11 +303,15 @@ for h in readers + movers:
           f"{float(push['IO'].heads[h][END]):+.2f}, on logit(S) - logit(the) {float(push['S'].heads[h][END]):+.2f}")
 # The S2 heads write almost nothing directly: their effect reaches the logits through later parts. The END heads
 # write most of the logit difference, and on both names: together they push the S name *down* and the IO name
-# *up*. Yet they look at S2, where the S name stands: so what they read there is not only "this name" but also
+# *up*. They split the work by layer: the earliest movers mostly push S down, the latest ones mostly lift IO.
+# Yet all of them look at S2, where the S name stands: so what they read there is not only "this name" but also
 # which is the other one.
+first, latest = ([h for h in movers if h[0] == layer] for layer in (movers[0][0], movers[-1][0]))
 assert all(abs(float(dla_clean.heads[h][END])) < 0.5 for h in readers)
 assert sum(float(dla_clean.heads[h][END]) for h in movers) > 0.5 * clean_ld
 assert sum(float(push["S"].heads[h][END]) for h in movers) < 0 < sum(float(push["IO"].heads[h][END]) for h in movers)
+assert all(float(push["S"].heads[h][END]) < float(push["IO"].heads[h][END]) < 0 for h in first)
+assert all(float(push["IO"].heads[h][END]) > float(push["S"].heads[h][END]) > 0 for h in latest)
 """),
     md("""
 ## Roles, and ioi-tiny vs GPT-2
@@ -346,7 +351,7 @@ assert reach["q"] < 0.05 < reach["v"] and all(into["v"].value(*h) > 0.05 for h i
 >   S-inhibition heads** in the paper's sense: path patching into the movers'
 >   queries finds about nothing (printed above); the S2 signal enters through the movers' *values*, from the
 >   layer-0 heads (and MLP0 between them: notebook 04 measures that edge). Its movers do not look at IO, they look
->   at S2 and read there which name is the other one; and the last layer's heads that look at an intro name pick
+>   at S2 and read there which name is the other one; and the heads that look at one intro name pick
 >   it by its position, whichever name stands there (notebook 03), because nothing steers where they look.
 > - **What transfers.** The methods: position sweeps, head x position patching, attention, direct effects, path
 >   patching, sufficiency and necessity tests. And the questions they answer: *where* the task's information is
@@ -447,7 +452,7 @@ for label, value in need.items():
 assert need["noising the movers at END"] < 0 and need["mean-ablating the movers at END"] < 0.3 * clean_ld
 assert need["mean-ablating the movers at END"] > need["noising the movers at END"]
 assert 0 < need["mean-ablating the readers at S2"] < 0.8 * clean_ld
-assert need["mean-ablating all but the circuit"] > 0.8 * clean_ld
+assert need["mean-ablating all but the circuit"] > 0.7 * clean_ld
 """),
     md("""
 ## Exercise 9: noising vs denoising on the residual stream
@@ -675,11 +680,17 @@ print("Italy + 1 * v:   ", top(italy, [ilab.steer("resid_post", layer, v, alpha=
 """),
     code("""
 # ANSWER
-# Not Paris (printed). Italy + v = Italy + France - Spain: it adds France but subtracts a Spain that was never
-# there. For Spain the subtraction cancelled; for Italy it lands somewhere no prompt of the training data goes,
-# and the model answers something else. A contrast vector is a *difference between two things*: it moves one
-# into the other, not any country into France.
-assert top(italy, [ilab.steer("resid_post", layer, v, alpha=1.0, pos=-1)])[0][0] != " Paris"
+at_1 = [ilab.steer("resid_post", layer, v, alpha=1.0, pos=-1)]
+steered = {prompt: p_paris(prompt, at_1) for prompt in (spain, italy)}
+print("p(' Paris') at alpha 1:", {prompt: round(p, 3) for prompt, p in steered.items()})
+# Paris, but less sure than on Spain (printed). Italy + v = Italy + France - Spain: it adds France and subtracts a
+# Spain that was never there. For Spain the subtraction cancelled exactly, and the result *is* France's
+# activation (exercise 1); for Italy it lands on no prompt's activation. In this model the France part of v is
+# strong enough to win anyway, with some probability left on other capitals (Rome among them). Whether a contrast
+# vector, a *difference between two things*, also moves a third thing is a question for each model: on another
+# checkpoint the same recipe can answer something else. Check it, as here, before calling v "the France direction".
+assert top(italy, [ilab.steer("resid_post", layer, v, alpha=1.0, pos=-1)])[0][0] == " Paris"
+assert steered[italy] < steered[spain]
 """),
     md("""
 ## Exercise 4: does the model use this direction? Project it out
@@ -825,26 +836,27 @@ assert any(att(run, *h, S2) > 0.5 for h in later)
 assert any(max(att(run, *h, FIRST), att(run, *h, SECOND)) > 0.9 for h in later)
 """),
     md("""
-## Exercise 3: the last layer, answer or position?
+## Exercise 3: heads on one intro name, answer or position?
 
-The last layer's name heads could read the *answer* (the name that is not repeated), or read a *slot* of the intro
-(the first name, or the second) whatever it holds. Swap the order of the intro, *"When John and Mary went to the
-store, John gave a drink to"*: the answer is still Mary, but it now sits in the second slot.
+The heads after layer 0 that look from the end at one intro name could read the *answer* (the name that is not
+repeated), or read a *slot* of the intro (the first name, or the second) whatever it holds. Swap the order of the
+intro, *"When John and Mary went to the store, John gave a drink to"*: the answer is still Mary, but it now sits in
+the second slot.
 
 **Predict:** for each of these heads, will its attention follow Mary into the second slot, or stay on its slot?
 """),
     code("""
 run_swapped = lab.run(swapped, cache=["pattern"])
-copiers = [h for h in range(lab.n_heads) if max(att(run, last, h, k) for k in (FIRST, SECOND)) > 0.5]
+copiers = [h for h in later if max(att(run, *h, k) for k in (FIRST, SECOND)) > 0.5]
 print(f"head     {'ABBA (Mary first)':>20}     {'BABA (Mary second)':>20}")
 for h in copiers:
-    cells = [f"first {att(r, last, h, FIRST):.2f} second {att(r, last, h, SECOND):.2f}" for r in (run, run_swapped)]
-    print(f"L{last}H{h}   " + "     ".join(cells))
+    cells = [f"first {att(r, *h, FIRST):.2f} second {att(r, *h, SECOND):.2f}" for r in (run, run_swapped)]
+    print(f"L{h[0]}H{h[1]}   " + "     ".join(cells))
 """),
     code("""
 # ANSWER
-slot = {h: ("first" if att(run, last, h, FIRST) > att(run, last, h, SECOND) else "second") for h in copiers}
-print("each head's slot, in both orders:", {f"L{last}H{h}": s for h, s in slot.items()})
+slot = {h: ("first" if att(run, *h, FIRST) > att(run, *h, SECOND) else "second") for h in copiers}
+print("each head's slot, in both orders:", {f"L{h[0]}H{h[1]}": s for h, s in slot.items()})
 # They stay: each head attends to one *position* of the intro, the first or the second name, in both orders, and
 # copies whatever name is there. Together they put both candidates forward; none of them knows which one is the
 # answer. The choice is made elsewhere: the heads that read S2 from the end push the S name down and the IO up
@@ -852,7 +864,7 @@ print("each head's slot, in both orders:", {f"L{last}H{h}": s for h, s in slot.i
 # 01's box.)
 for h in copiers:
     k = FIRST if slot[h] == "first" else SECOND
-    assert att(run, last, h, k) > 0.8 and att(run_swapped, last, h, k) > 0.8
+    assert att(run, *h, k) > 0.8 and att(run_swapped, *h, k) > 0.8
 assert {"first", "second"} <= set(slot.values())
 """),
 ]
@@ -1038,7 +1050,8 @@ writers = sorted(direct, key=direct.get, reverse=True)[:len(at_end)]
 print("largest direct writers:", [name(h) for h in writers], "| at END (exercise 2):", [name(h) for h in at_end])
 print("parts pushing the wrong name by more than 1:", [(p, round(v, 2)) for p, v in dla.top(40) if v < -1])
 print("last layer's copiers, direct share of the difference:", {name(h): round(direct[h], 2) for h in late_copiers})
-# The heads that look at S2 from END write the answer directly, by pushing the S2 name *down*: the other name wins.
+# The heads that look at S2 from END write the answer directly: all push the S2 name *down*, the layer-2 one lifts
+# the other name too, most of all (printed below): the other name wins.
 # Other parts push the wrong way (printed), and these heads more than make up for it. The copiers push both names
 # about equally, so their share of a *difference* is near 0; change the metric and they appear:
 push = {}
@@ -1112,7 +1125,7 @@ print("largest |path| into the queries, keys, values:", {s: round(v, 3) for s, v
 # reaches the queries: no head steers where the movers look, which is what S-inhibition heads do in GPT-2 small. In
 # Wang et al.'s terms the S2 readers play the part of the duplicate-token and induction heads (which feed the
 # S-inhibition heads' values at S2), and each mover is an S-inhibition head and a name mover in one: it looks at S2
-# and pushes that name down (exercise 4), where GPT-2's name movers look at IO and push it up.
+# and pushes that name down or the other one up (exercise 4), where GPT-2's name movers look at IO and copy it.
 assert set(feeders) == set(at_s2)
 assert max(reach["q"], reach["k"]) < 0.25 * reach["v"], reach
 """),
@@ -1202,13 +1215,17 @@ print("the circuit through the MLP:", circuits[f"through {mlp}"])
 hand = set(circuits[f"through {mlp}"])
 for label in ("top EAP-IG, |score|", "top EAP-IG, > 0"):
     print(f"{label}: adds {sorted(set(circuits[label]) - hand)}, leaves out {sorted(hand - set(circuits[label]))}")
+wrong_way = next(edge for edge, score in edges.top(len(edges.edges)) if score < 0)
+with_it = lab.circuit(clean, corrupt, metric, circuits[f"through {mlp}"] + [wrong_way]).faithfulness
+print(f"the strongest edge that pushes the wrong way: {wrong_way} ({edges[wrong_way]:+.2f}); "
+      f"the circuit with it kept: faithfulness {with_it:.2f}")
 # Through the MLP the small circuit keeps most of the logit difference; without the MLP almost none: the S2
-# readers' output matters as that MLP's input, next to the name's own embedding. Taking the top edges by |score|
-# is not the same as choosing a circuit: edges that push the *wrong* way rank high too, and keeping one of them
-# costs faithfulness; a link of the chain can fall just below the cut. Rankings propose, `lab.circuit` checks.
+# readers' output matters as that MLP's input, next to the name's own embedding. Here the top edges by |score| are
+# the circuit you wrote, or nearly (printed): the ranking and the reasoning agree. They need not: an edge that
+# pushes the *wrong* way ranks by its size like the others, and keeping it costs faithfulness (printed); a link of
+# the chain can fall just below a cut. Rankings propose, `lab.circuit` checks.
 assert faith[f"through {mlp}"] > 0.5 and faith["heads only"] < 0.2
-assert any(edges[e] < 0 for e in circuits["top EAP-IG, |score|"])
-assert faith["top EAP-IG, |score|"] < faith[f"through {mlp}"]
+assert edges[wrong_way] < 0 and with_it < faith[f"through {mlp}"]
 """),
     md("""
 ## Exercise 9: estimates against exact patching (AtP and AtP*)
@@ -1243,16 +1260,17 @@ print("S2 readers' output, exact:", {name(h): round(float(sweeps["z"].values[h])
 """),
     code("""
 # ANSWER
-# The estimate finds the later heads (in the right order, a little low) but badly underestimates the S2 readers:
-# their effect runs through nonlinear steps (an MLP, the final norm) to a logit difference that flips sign, far
-# outside the range where one gradient is a good guide. grad_drop does not rescue them: it catches effects that
-# cancel, not this. qk_fix brings the query and key estimates closer to exact (they are small here: the corruption
-# does not change where the heads look). Use the estimates to rank, exact patching to measure.
+# The estimate finds the later heads (in the right order, a little low) but underestimates the S2 readers, by
+# about half or more: their effect runs through nonlinear steps (an MLP, the final norm) to a logit difference
+# that flips sign, far outside the range where one gradient is a good guide. grad_drop does not rescue them: it
+# catches effects that cancel, not this. qk_fix brings the query and key estimates closer to exact (they are
+# small here: the corruption does not change where the heads look). Use the estimates to rank, exact patching to
+# measure.
 assert corr(torch.tensor([float(estimates["z"].values[h]) for h in later]),
             torch.tensor([float(sweeps["z"].values[h]) for h in later])) > 0.8
 for h in at_s2:
-    assert abs(float(estimates["z"].values[h])) < 0.5 * float(sweeps["z"].values[h])
-    assert abs(float(estimates["z, grad_drop"].values[h])) < 0.5 * float(sweeps["z"].values[h])
+    assert abs(float(estimates["z"].values[h])) < 0.6 * float(sweeps["z"].values[h])
+    assert abs(float(estimates["z, grad_drop"].values[h])) < 0.6 * float(sweeps["z"].values[h])
 for site in ("q", "k"):
     assert corr(estimates[f"{site}, qk_fix"].values, sweeps[site].values) > corr(estimates[site].values,
                                                                                    sweeps[site].values)
@@ -1291,13 +1309,18 @@ mlp_sweep = lab.patch_sweep(clean, corrupt, "mlp_out", ("layer", "pos"), metric=
 layer = int(mlp[3:])
 print(f"{mlp}'s output patched at S2 alone restores {float(mlp_sweep.values[layer, S2]):.2f}; "
       f"at END {float(mlp_sweep.values[layer, END]):+.2f}")
-assert set(major(card_end)) == set(movers) and set(major(card_s2)) == set(feeders)
+extra = [h for h in major(card_end) if h not in movers]
+print("the card counts at END, path patching here not:", {name(h): round(paths[h], 2) for h in extra})
+assert set(movers) <= set(major(card_end)) and set(major(card_s2)) == set(feeders)
+assert all(0.05 < paths[h] < 0.15 for h in extra)
 assert all(claims.values()) and float(mlp_sweep.values[layer, S2]) > 0.5
 """),
     md("""
 **Where they agree.** Path patching names the card's heads for both roles (the assert above checks it): the heads
 whose output matters at the end are the ones with the direct path to the logits, and the heads whose output matters
-at S2 are the ones that feed them. The card also says that some heads pick an intro name by position and that
+at S2 are the ones that feed them. Where the lists differ (printed), it is by a head near the cut: the card averages
+200 pairs of many templates, this notebook one template, on which that head has a direct path below 0.15 but not
+near 0 (exercise 10 mixes templates). The card also says that some heads pick an intro name by position and that
 patching one of them changes little: exercises 3, 4 and 6 agree.
 
 **Where the tools say more, or otherwise.**

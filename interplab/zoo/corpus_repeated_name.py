@@ -60,19 +60,31 @@ prompts each, the circuit figures from ``evaluate_ioi_tiny``):
   1.07); held-out ``test`` accuracy 0.995, logit diff +12.6. Seven phrasings of our own, outside the repo, as a
   proxy for the hidden ones: top-1 0.47-1.00 (a ";" before S2 and "In the evening S read a story to" near 0.5).
   A second run at the defaults gave the same bytes (model.safetensors sha256 a97f2654..., 1531 s of training).
-Shipped (2026-12-01): that run, trained by the defaults (seed 2). Its "duplicate-token signature" is a position:
-split by name order, L2H0 attends S2 -> S1 0.75 when S1 is the intro's second name and 0.11 when it is the first
-(it looks at the second slot); no head attends S2 -> S1 >= 0.3 in both orders (best 0.20, L1H3), so the roll calls
-did not teach the duplicate-token head they were meant to (the earlier runs' 0.49-0.55 were not checked this way).
+Shipped first (2026-12-01): that run, trained by the then defaults (seed 2, a pool of 60000 documents). Its
+"duplicate-token signature" is a position: split by name order, L2H0 attends S2 -> S1 0.75 when S1 is the intro's
+second name and 0.11 when it is the first (it looks at the second slot); no head attends S2 -> S1 >= 0.3 in both
+orders (best 0.20, L1H3), so the roll calls did not teach the duplicate-token head they were meant to (the earlier
+runs' 0.49-0.55 were not checked this way).
 Two more draws with five "A <verb>ed at the place with B" intros, ";" joiners and "in the evening" openers (seeds 2
 and 3, otherwise the defaults) fixed stayed_so (0.975, 1.00) but lost other families (7/10 and 8/10).
-Seeds 3 and 4 at the shipped defaults (two runs side by side on the idle 2-core machine, 1237 s and 1200 s of
-training): seed 3 meets top-1 = IO >= 0.95 on all ten families but its logit diff is under 3 on ran_into_later (1.18)
-and both_liked_but (1.76); seed 4 fails sitting_and only (top-1 0.80); circuit goals met in both; no head attends
-S2 -> S1 >= 0.3 in both name orders in either (0.13, 0.03). So the recipe misses one or two families per seed, a
-different one each time: the gap is variance, not one phrasing the corpus lacks.
-Next: a recipe that holds across seeds (more IOI variety per step, a longer anneal, a wider model), and a real
-duplicate-token head.
+Seeds 3 and 4 at those defaults (two runs side by side on the idle 2-core machine, 1237 s and 1200 s of training):
+seed 3 meets top-1 = IO >= 0.95 on all ten families but its logit diff is under 3 on ran_into_later (1.18) and
+both_liked_but (1.76); seed 4 fails sitting_and only (top-1 0.80); circuit goals met in both; no head attends
+S2 -> S1 >= 0.3 in both name orders in either (0.13, 0.03). So the recipe missed one or two families per seed, a
+different one each time.
+A larger pool (``--pool 300000``: each training document is drawn under twice in 4000 steps instead of about eight
+times; two runs side by side, 1533 s and 1529 s of training): seed 2 meets **all ten families** (top-1 = IO
+0.975-1.00, logit diff 3.07-15.9, ran_into_later the lowest), held-out ``test`` accuracy 1.000, logit diff +15.1,
+top-1 0.970 (0.845 with 60000), and every circuit goal (max single head 0.39, a layer-1/2 head 0.38 at the end,
+S2's residual 1.03); seed 3 fails sitting_and (0.85) and stayed_so (0.90), and its best late head at the end
+restores 0.198 (goal 0.2). Neither has a duplicate-token head in both name orders (L1H1 attends S2 -> S1 0.89 in
+ABBA, 0.01 in BABA). Seven phrasings of our own, outside the repo: five at top-1 0.97-1.00, "On Friday A and B
+cooked dinner together. Afterwards S handed a obj to" 0.50 and "... In the evening S read a story to" 0.30 (IO > S
+in 0.95 and 0.98 of them: the top-1 there is another token).
+Shipped (2026-12-01, second): the seed-2 run with the larger pool, which the defaults now train (a second run at the
+defaults gave the same bytes).
+Next: a recipe that holds across seeds, a real duplicate-token head, and the top-1 on openers such as "In the
+evening S".
 
 Pure Python (no torch).
 

