@@ -78,7 +78,10 @@ def pair(request, tmp_path_factory):
 def _close(a, b, what=""):
     assert a.shape == b.shape, what
     err = (a.float() - b.float()).abs().max().item()
-    assert err <= ATOL, f"{what}: off by {err:.3g}"
+    # float32 rounding grows with the values' size (ioi-tiny's logits reach ~20): other summation orders (a resumed
+    # forward over fewer positions) differ by ~1e-6 of it; a wrong edit is off by orders of magnitude more
+    tol = ATOL + 1e-6 * b.float().abs().max().item()
+    assert err <= tol, f"{what}: off by {err:.3g} (tolerance {tol:.3g})"
 
 
 def test_the_model_is_spread_as_asked(pair):

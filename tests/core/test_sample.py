@@ -45,8 +45,11 @@ def test_sampled_log_probabilities_are_the_edited_models_own(lab):
 
 
 def test_samples_are_reproducible_by_seed_and_differ_between_samples(lab):
-    a = lab.sample(PROMPTS[1], n=4, max_new_tokens=5, seed=1)
-    b = lab.sample(PROMPTS[1], n=4, max_new_tokens=5, seed=1)
+    # a roll call goes on with any name: samples that differ need a prompt whose next token is open
+    open_prompt = "Roll call: Mary, John,"
+    assert float(lab.run(open_prompt).last_logits[0].softmax(-1).max()) < 0.5
+    a = lab.sample(open_prompt, n=4, max_new_tokens=5, seed=1)
+    b = lab.sample(open_prompt, n=4, max_new_tokens=5, seed=1)
     assert a.ids == b.ids
     assert len({tuple(x) for x in a.ids[0]}) > 1
     assert a.mean_logprob().shape == (1, 4) and (a.mean_logprob() <= 0).all()
