@@ -99,11 +99,10 @@ def test_heldout_logit_diff(ioi, split):
 
 
 def test_heldout_phrasing_families_are_well_formed(ioi):
-    # issue 15's held-out phrasings (evaluate_ioi_tiny.HELDOUT_FAMILIES): clean/corrupt differ in S2 only, S twice,
-    # IO once. The shipped model does not meet the issue's top-1 goal on every family yet (see MODEL_CARD.md's goals
-    # table), so no accuracy assertion here.
+    # issue 15's held-out phrasings (evaluate_ioi_tiny.HELDOUT_FAMILIES) and the later set: clean/corrupt differ in
+    # S2 only, S twice, IO once
     _, tok = ioi
-    for family in ev.HELDOUT_FAMILIES:
+    for family in ev.ALL_FAMILIES:
         ds = ev.family_dataset(family, 10, seed=7)
         assert ds == ev.family_dataset(family, 10, seed=7)
         for r in ds:
@@ -115,6 +114,14 @@ def test_heldout_phrasing_families_are_well_formed(ioi):
             assert corpus._pair_is_test(io, s)
 
 
+def test_heldout_phrasing_families_meet_issue_15(ioi):
+    # each family on its own: top-1 = IO >= 0.95 and mean logit diff >= 3 (the card's figures, same prompts)
+    model, tok = ioi
+    scores = ev.family_scores(model, tok, n=40, seed=0)
+    missed = {f: v for f, v in scores.items() if v["top1"] < 0.95 or v["logit_diff"] < 3}
+    assert not missed, missed
+
+
 @pytest.mark.parametrize("module,simple", [("corpus", False), ("corpus_repeated_name", False),
                                            ("corpus_repeated_name", True)])
 def test_heldout_families_never_occur_in_training_text(module, simple):
@@ -122,8 +129,8 @@ def test_heldout_families_never_occur_in_training_text(module, simple):
     import random
 
     gen = importlib.import_module(f"interplab.zoo.{module}")
-    regs = {f: ev.family_regex(f) for f in ev.HELDOUT_FAMILIES}
-    for f in ev.HELDOUT_FAMILIES:  # each regex matches its own family
+    regs = {f: ev.family_regex(f) for f in ev.ALL_FAMILIES}  # both sets: the goal's and the later one
+    for f in ev.ALL_FAMILIES:  # each regex matches its own family
         assert regs[f].search(ev.family_dataset(f, 1)[0]["clean"]), f
     rng = random.Random("train-2")
     for _ in range(20_000):

@@ -83,8 +83,22 @@ cooked dinner together. Afterwards S handed a obj to" 0.50 and "... In the eveni
 in 0.95 and 0.98 of them: the top-1 there is another token).
 Shipped (2026-12-01, second): the seed-2 run with the larger pool, which the defaults now train (a second run at the
 defaults gave the same bytes).
-Next: a recipe that holds across seeds, a real duplicate-token head, and the top-1 on openers such as "In the
-evening S".
+Then (2026-12-01, later; ``--threads 2``, one run at a time on the 2-core machine, 954-1019 s of training for 4000
+steps; one thread takes about 25 minutes alone, the issue's limit): a second set of fourteen phrasings
+(``evaluate_ioi_tiny.LATER_FAMILIES``, written for this and kept out of the corpus) shows how far the shipped model
+carries: it meets top-1 = IO >= 0.95 and logit diff >= 3 on seven of them; five are at 0.00-0.60 ("Last week A and
+B visited a friend. S brought a obj to" 0.00, "After the game, A and B went home. S said goodbye to" 0.275; the
+top-1 is mostly a name not in the prompt, IO > S in 0.60-1.00). Candidate changes, each measured on both sets (40
+prompts a family):
+- bystanders named before the candidates (openers "Kate said that", "According to Kate,", "Kate was there.", "Kate
+  left early, and") and a nameless scene sentence before a quarter of the prompts ("It was a cold day."): the
+  later set rose to top-1 >= 0.80 on all fourteen at seed 2, but sitting_and fell to 0.85 (both_liked_but's logit
+  diff to 2.0); at seed 3 sitting_and 0.85 again (every other goal family >= 0.975), the later set 0.30-1.00;
+  with 5000 steps and ``--ema 0.998`` (seed 2) ran_into_later 0.90 and stayed_so 0.925;
+- those plus 88 intros composed from verb lists ("A and B went fishing", "A thanked B"): ran_into_later 0.35 (S
+  and IO confused), stayed_so 0.925, the later set worse.
+Next: the model must be retrained with two threads anyway (the time limit); a recipe that meets every goal family
+*and* carries to the later set, and a real duplicate-token head.
 
 Pure Python (no torch).
 

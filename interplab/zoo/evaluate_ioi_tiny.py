@@ -323,15 +323,36 @@ HELDOUT_FAMILIES = {
     "came_in_minute": "The {place} was quiet when {A} and {B} came in. After a minute {S} waved to",
 }
 
+# A second set, written during issue 15's work as a stand-in for phrasings that others will try: the corpus was
+# changed with these in view but never given them (tests/test_zoo.py checks that no training document matches one).
+# The card reports them without a goal.
+LATER_FAMILIES = {
+    "friday_cooked": "On Friday {A} and {B} cooked dinner together. Afterwards {S} handed a {obj} to",
+    "walking_home": "While {A} and {B} were walking home, {S} gave a {obj} to",
+    "were_friends": "{A} and {B} were friends. {S} wrote a letter to",
+    "found_gave": "At the {place}, {A} and {B} found a {obj}. {S} gave it to",
+    "semicolon": "{A} met {B} at the {place}; {S} handed the {obj} to",
+    "after_school": "After school, {A} played with {B} in the {place}. Then {S} threw the {obj} to",
+    "rain": "It rained all day, so {A} and {B} stayed inside. In the evening {S} read a story to",
+    "on_sunday": "On Sunday {A} and {B} went to the {place}. {S} gave a {obj} to",
+    "there": "{A} and {B} went to the {place} together. There, {S} handed a {obj} to",
+    "suddenly": "{A} was with {B} at the {place}. Suddenly {S} threw a {obj} to",
+    "after_game": "After the game, {A} and {B} went home. {S} said goodbye to",
+    "in_place": "In the {place}, {A} talked with {B}. Then {S} gave the {obj} to",
+    "dinner_paid": "{A} and {B} had dinner at the {place}. Later {S} paid for",
+    "last_week": "Last week {A} and {B} visited a friend. {S} brought a {obj} to",
+}
+ALL_FAMILIES = {**HELDOUT_FAMILIES, **LATER_FAMILIES}
+
 
 def family_dataset(family, n=40, seed=0):
-    """``n`` clean/corrupt pairs of one held-out phrasing family: held-out name pairs, both name orders (S first or
-    second in the intro), random place/object/bystander; corrupt = S2 replaced by the IO."""
+    """``n`` clean/corrupt pairs of one held-out phrasing family (of either set): held-out name pairs, both name
+    orders (S first or second in the intro), random place/object/bystander; corrupt = S2 replaced by the IO."""
     import random
 
     from interplab.zoo import corpus
 
-    template = HELDOUT_FAMILIES[family]
+    template = ALL_FAMILIES[family]
     rng = random.Random(f"family-{family}-{seed}")
     out = []
     for _ in range(n):
@@ -348,14 +369,14 @@ def family_regex(family):
     """A regex matching any text that starts with an instance of the family (names, places, objects: any word)."""
     import re
 
-    parts = re.split(r"(\{[A-Za-z]+\})", HELDOUT_FAMILIES[family])
+    parts = re.split(r"(\{[A-Za-z]+\})", ALL_FAMILIES[family])
     return re.compile("^" + "".join(r"\w+" if p.startswith("{") else re.escape(p) for p in parts))
 
 
-def family_scores(model, tok, n=40, seed=0):
-    """{family: {"top1", "accuracy", "logit_diff"}} on ``family_dataset(family, n, seed)``."""
+def family_scores(model, tok, n=40, seed=0, families=HELDOUT_FAMILIES):
+    """{family: {"top1", "accuracy", "logit_diff"}} on ``family_dataset(family, n, seed)`` for each of ``families``."""
     out = {}
-    for fam in HELDOUT_FAMILIES:
+    for fam in families:
         ds = family_dataset(fam, n, seed)
         acc, ld = score(model, tok, ds)
         out[fam] = {"top1": top1_accuracy(model, tok, ds), "accuracy": acc, "logit_diff": ld}
@@ -392,6 +413,7 @@ def evaluate(path=MODEL_DIR, n=200, seed=0, corpus_name=None):
         acc, ld = score(model, tok, ds)
         out["splits"][split] = {"accuracy": acc, "logit_diff": ld, "top1": top1_accuracy(model, tok, ds)}
     out["families"] = family_scores(model, tok, n=40, seed=seed)
+    out["later_families"] = family_scores(model, tok, n=40, seed=seed, families=LATER_FAMILIES)
     ds = corpus.ioi_dataset(n, "test", seed=seed)
     out["patching"] = patch_experiments(model, tok, ds)
     out["attention"] = attention_summary(model, tok, ds)
@@ -420,6 +442,14 @@ def report(res) -> str:
                     [(k, ["`" + HELDOUT_FAMILIES[k] + "`", v["top1"], v["accuracy"], v["logit_diff"]])
                      for k, v in fam.items()],
                     fmt="{:.3f}"))
+    later = res.get("later_families")
+    if later:
+        s.append("\n\n### A second set of phrasings, written while the corpus was changed, never in it (no goal; 40 "
+                 "prompts each)\n")
+        s.append(_table(["family", "template", "top-1 = IO", "accuracy (IO > S)", "mean logit diff IO - S"],
+                        [(k, ["`" + LATER_FAMILIES[k] + "`", v["top1"], v["accuracy"], v["logit_diff"]])
+                         for k, v in later.items()],
+                        fmt="{:.3f}"))
     p = res["patching"]
     s.append(f"\n\nPatching dataset: `ioi_dataset({p['n_prompts']}, 'test')` (held-out pairs and templates). "
              f"Mean logit diff clean {p['clean_logit_diff']:+.2f}, corrupt {p['corrupt_logit_diff']:+.2f}. "
