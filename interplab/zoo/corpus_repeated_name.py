@@ -90,13 +90,20 @@ carries: it meets top-1 = IO >= 0.95 and logit diff >= 3 on seven of them; five 
 B visited a friend. S brought a obj to" 0.00, "After the game, A and B went home. S said goodbye to" 0.275; the
 top-1 is mostly a name not in the prompt, IO > S in 0.60-1.00). Candidate changes, each measured on both sets (40
 prompts a family):
-- bystanders named before the candidates (openers "Kate said that", "According to Kate,", "Kate was there.", "Kate
-  left early, and") and a nameless scene sentence before a quarter of the prompts ("It was a cold day."): the
-  later set rose to top-1 >= 0.80 on all fourteen at seed 2, but sitting_and fell to 0.85 (both_liked_but's logit
-  diff to 2.0); at seed 3 sitting_and 0.85 again (every other goal family >= 0.975), the later set 0.30-1.00;
-  with 5000 steps and ``--ema 0.998`` (seed 2) ran_into_later 0.90 and stayed_so 0.925;
+- bystanders named before the candidates (openers "{X} said that", "{X} saw that", "According to {X},", "{X} told
+  us that", "{X} and {Y} heard that", "{X} was there.", "{X} left early, and"; five bystanders drawn instead of
+  three) and, before a quarter of the prompts, a nameless scene sentence (PREAMBLES: "It was a cold day.", "It was
+  a long week.", "The {place2} was quiet.", "Nobody was home.", "The weather was nice.", "It was snowing
+  outside.", "The {place2} was full of people.", "Everyone was busy that day.", "It was the first day of
+  spring.", "The town was small."): seed 2 meets 12 of the 14 later phrasings (lowest semicolon 0.75) but misses
+  sitting_and and ran_into_later (0.85) and both_liked_but's logit diff (1.8); seed 3 misses sitting_and only
+  (0.85, logit diff 1.9), later 9 of 14 (semicolon 0.30); seed 4 was stopped at step 3250 with sitting_and 0.75;
+  5000 steps with ``--ema 0.998`` (seed 2): ran_into_later 0.90, stayed_so 0.925, later 9 of 14;
 - those plus 88 intros composed from verb lists ("A and B went fishing", "A thanked B"): ran_into_later 0.35 (S
-  and IO confused), stayed_so 0.925, the later set worse.
+  and IO confused), stayed_so 0.925, later 8 of 14;
+- the first change without the "{X} left early, and" opener (seed 2; a ", and" before the candidates was a guess at
+  sitting_and's trouble): 7 of 10 (sitting_and 0.60, yesterday_period 0.90 and logit diff 1.2, bystander_asked
+  0.875), later 8 of 14. So sitting_and is not that opener's doing.
 Next: the model must be retrained with two threads anyway (the time limit); a recipe that meets every goal family
 *and* carries to the later set, and a real duplicate-token head.
 
