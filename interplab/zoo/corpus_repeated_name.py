@@ -104,6 +104,8 @@ prompts a family):
 - the first change without the "{X} left early, and" opener (seed 2; a ", and" before the candidates was a guess at
   sitting_and's trouble): 7 of 10 (sitting_and 0.60, yesterday_period 0.90 and logit diff 1.2, bystander_asked
   0.875), later 8 of 14. So sitting_and is not that opener's doing.
+- the shipped recipe itself at two threads (seed 2, 956 s of training): 6 of 10 (then_period 0.90, ran_into_later
+  0.90, stayed_so 0.925, both_liked_but logit diff 2.1), later 8 of 14: the shipped one-thread run is a lucky draw.
 Next: the model must be retrained with two threads anyway (the time limit); a recipe that meets every goal family
 *and* carries to the later set, and a real duplicate-token head.
 
