@@ -106,6 +106,26 @@ prompts a family):
   0.875), later 8 of 14. So sitting_and is not that opener's doing.
 - the shipped recipe itself at two threads (seed 2, 956 s of training): 6 of 10 (then_period 0.90, ran_into_later
   0.90, stayed_so 0.925, both_liked_but logit diff 2.1), later 8 of 14: the shipped one-thread run is a lucky draw.
+Then (2026-12-01, eleventh session; the same settings, one run at a time, 1002-1065 s of training):
+- the shipped recipe at two threads, seed 5: 6 of 10 (stayed_so 0.775, yesterday_period 0.85, ran_into_later
+  logit diff 1.8, came_in_minute 0.925), later 6 of 14, no duplicate-token head (best S2 -> S1 0.05);
+- the bystander-opener corpus, seeds 6 and 7: 7 of 10 each (seed 6: stayed_so 0.725, sitting_and 0.90; seed 7:
+  stayed_so 0.875, ran_into_later 0.90, afterwards_talk 0.925), later 5 and 8 of 14;
+- that corpus plus **stray words**: in 30% of the training prompts, a sentence of 3-6 everyday words that no
+  template or held-out phrasing uses ("Lamp car often trip danced.") before the prompt, or one or two of them put
+  between the words before S2 (157 words: nouns, past-tense verbs, adjectives, adverbs, four weekdays, five
+  months; the evaluation prompts never get them). A word the model has not seen must not pull the name movers
+  away: three of the shipped model's five lowest later phrasings hold a token that never occurs in its training
+  text (" Friday" -> " F" "ri" "day", " inside" -> " in" "sid" "e", " game" -> " g" "am" "e"; so does
+  on_sunday, 0.90). Seeds 2, 3, 4, 5 meet 8, 8, 7 and 6 of 10 (seed 2: stayed_so 0.60, sitting_and 0.90; seed 3:
+  sitting_and 0.875, both_liked_but logit diff 2.4; seed 4: yesterday_period 0.825, afterwards_talk 0.90,
+  then_period 0.925; seed 5: ran_into_later 0.70, stayed_so 0.75, then_period 0.85, sitting_and 0.90) and 10, 11, 9
+  and 9 of the 14 later phrasings; seed 2 has the first head that attends S2 -> S1 >= 0.3 in both name orders
+  (0.31, L2H3; the others 0.02-0.26). The circuit goals held in every run.
+So across twelve two-thread draws of three recipes the goal families met were 6-9 of 10, never all ten; the stray
+words lift the later set (9-11 of 14 against 5-12) but not the goal set. The seed decides more than any corpus
+change tried. The misses are the same few families (sitting_and, stayed_so, ran_into_later, both_liked_but's
+logit diff), and their top-1 is mostly a name that is not in the prompt or S.
 Next: the model must be retrained with two threads anyway (the time limit); a recipe that meets every goal family
 *and* carries to the later set, and a real duplicate-token head.
 
