@@ -122,10 +122,11 @@ Then (2026-12-01, eleventh session; the same settings, one run at a time, 1002-1
   then_period 0.925; seed 5: ran_into_later 0.70, stayed_so 0.75, then_period 0.85, sitting_and 0.90) and 10, 11, 9
   and 9 of the 14 later phrasings; seed 2 has the first head that attends S2 -> S1 >= 0.3 in both name orders
   (0.31, L2H3; the others 0.02-0.26). The circuit goals held in every run.
-So across twelve two-thread draws of three recipes the goal families met were 6-9 of 10, never all ten; the stray
-words lift the later set (9-11 of 14 against 5-12) but not the goal set. The seed decides more than any corpus
-change tried. The misses are the same few families (sitting_and, stayed_so, ran_into_later, both_liked_but's
-logit diff), and their top-1 is mostly a name that is not in the prompt or S.
+So across ten two-thread draws of three recipes at 4000 steps (the runs above at the defaults' other settings) the
+goal families met were 6-9 of 10, never all ten; the stray words lift the later set (9-11 of 14 against 5-12) but
+not the goal set. The seed decides more than any corpus change tried. The misses are the same few families
+(sitting_and, stayed_so, ran_into_later, both_liked_but's logit diff), and their top-1 is mostly a name that is not
+in the prompt or S.
 Next: the model must be retrained with two threads anyway (the time limit); a recipe that meets every goal family
 *and* carries to the later set, and a real duplicate-token head.
 
