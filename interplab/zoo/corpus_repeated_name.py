@@ -108,7 +108,7 @@ prompts a family):
   0.90, stayed_so 0.925, both_liked_but logit diff 2.1), later 8 of 14: the shipped one-thread run is a lucky draw.
 Then (2026-12-01, eleventh session; the same settings, one run at a time, 1002-1065 s of training):
 - the shipped recipe at two threads, seed 5: 6 of 10 (stayed_so 0.775, yesterday_period 0.85, ran_into_later
-  logit diff 1.8, came_in_minute 0.925), later 6 of 14, no duplicate-token head (best S2 -> S1 0.05);
+  0.90 and logit diff 1.8, came_in_minute 0.925), later 6 of 14, no duplicate-token head (best S2 -> S1 0.05);
 - the bystander-opener corpus, seeds 6 and 7: 7 of 10 each (seed 6: stayed_so 0.725, sitting_and 0.90; seed 7:
   stayed_so 0.875, ran_into_later 0.90, afterwards_talk 0.925), later 5 and 8 of 14;
 - that corpus plus **stray words**: in 30% of the training prompts, a sentence of 3-6 everyday words that no
