@@ -249,7 +249,9 @@ def test_ioi_dataset_pairs_and_splits(ioi, module):
 def test_training_script_smoke(tmp_path, corpus_name):
     out = tmp_path / "m"
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.run([sys.executable, "-m", "interplab.zoo.train_ioi_tiny", "--steps", "3", "--out", str(out),
+    # repeated-name: a 6-step schedule stopped at step 3 (the shipped recipe stops its schedule early too)
+    steps = ["--steps", "3"] if corpus_name == "classic" else ["--steps", "6", "--stop-at", "3"]
+    proc = subprocess.run([sys.executable, "-m", "interplab.zoo.train_ioi_tiny", *steps, "--out", str(out),
                            "--threads", "1", "--eval-every", "3", "--corpus", corpus_name], capture_output=True,
                           text=True, timeout=120, env=env, cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -260,7 +262,8 @@ def test_training_script_smoke(tmp_path, corpus_name):
     assert model.config.n_layer == 4 and model.config.n_head == 4 and model.config.n_embd == 128
     assert len(tok.encode(" Mary")) == 1 and (out / "model.safetensors").exists()
     info = json.loads((out / "training_info.json").read_text())
-    assert info["args"]["corpus"] == corpus_name
+    assert info["args"]["corpus"] == corpus_name and info["steps"] == 3 and "step 3:" in proc.stdout
+    assert "step 6:" not in proc.stdout and info["args"]["steps"] == (3 if corpus_name == "classic" else 6)
     if corpus_name == "repeated-name":  # the curriculum and the wider embedding init are on by default
         assert info["args"]["simple_steps"] > 0 and info["args"]["emb_std"] == 0.1
         assert "simple documents" in proc.stdout and "p_simple 1.00" in proc.stdout

@@ -29,13 +29,13 @@ CORPORA = {"classic": corpus, "repeated-name": corpus_repeated_name}
 # settings that depend on the corpus (an option left unset takes these); repeated-name = how the shipped model was
 # trained
 CORPUS_DEFAULTS = {
-    "classic": dict(steps=2000, simple_steps=0, anneal_steps=0, simple_final=0.0, emb_std=None, threads=1, ema=0.0,
-                    pool=60000),
+    "classic": dict(steps=2000, stop_at=None, simple_steps=0, anneal_steps=0, simple_final=0.0, emb_std=None,
+                    threads=1, ema=0.0, pool=60000, seed=2),
     # the shipped model's recipe (see corpus_repeated_name's status): one thread, so that two candidates train side
     # by side on a 2-core machine; 300000 documents, so that each is drawn under twice in 4000 steps (with 60000,
     # about eight times, each seed missed one or two held-out phrasing families, a different one each time)
-    "repeated-name": dict(steps=4000, simple_steps=300, anneal_steps=700, simple_final=0.1, emb_std=0.1, threads=1,
-                          ema=0.995, pool=300000),
+    "repeated-name": dict(steps=4000, stop_at=None, simple_steps=300, anneal_steps=700, simple_final=0.1, emb_std=0.1,
+                          threads=1, ema=0.995, pool=300000, seed=2),
 }
 
 DEFAULT_OUT = Path(__file__).parent / "ioi_tiny"
@@ -150,7 +150,10 @@ def add_head_dropout(model, p: float):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(DEFAULT_OUT))
-    ap.add_argument("--steps", type=int, default=None, help="(*)")
+    ap.add_argument("--steps", type=int, default=None, help="(*) length of the learning-rate schedule")
+    ap.add_argument("--stop-at", type=int, default=None,
+                    help="(*) stop after this many steps of the schedule and save that step's weights (unset: all "
+                         "of --steps)")
     ap.add_argument("--batch", type=int, default=48)
     ap.add_argument("--seq", type=int, default=48)
     ap.add_argument("--lr", type=float, default=5e-3)
@@ -181,16 +184,20 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu",
                     help="torch device to train on (the shipped model is trained on cpu: other devices give other "
                          "weights)")
-    ap.add_argument("--seed", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=None, help="(*)")
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--ema", type=float, default=None,
                     help="(*) evaluate and save an exponential moving average of the weights with this decay "
                          "(0: the last step's weights); the held-out phrasings swing from one step to the next "
                          "without it")
     args = ap.parse_args(argv)
+    if args.steps is not None and args.stop_at is None:  # a schedule of one's own runs to its end
+        args.stop_at = args.steps
     for k, v in CORPUS_DEFAULTS[args.corpus].items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+    if args.stop_at is None or args.stop_at > args.steps:
+        args.stop_at = args.steps
     use_simple = args.simple_steps > 0 or args.simple_final > 0
     if use_simple and args.corpus == "classic":
         ap.error("the curriculum (--simple-steps, --simple-final) needs --corpus repeated-name")
@@ -206,7 +213,7 @@ def main(argv=None):
     data = CORPORA[args.corpus]
     tok = train_tokenizer(args.vocab_size, args.seed, data)
     eos = tok.eos_token_id
-    small = args.steps <= 50
+    small = args.stop_at <= 50
     pool = make_pool(tok, 2000 if small else args.pool, args.seed, args.p_ioi, corpus=data)
     simple_pool = (make_pool(tok, 500 if small else args.simple_pool, args.seed, args.p_ioi, simple=True, corpus=data)
                    if use_simple else None)
@@ -242,7 +249,7 @@ def main(argv=None):
     evalset = data.ioi_dataset(200, "test", seed=1)
     model.train()
     t_train = time.time()
-    for step in range(args.steps):
+    for step in range(args.stop_at):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         x, y, w = make_batch(pool, rng, args.batch, args.seq, eos, args.answer_weight, simple_pool,
@@ -258,7 +265,7 @@ def main(argv=None):
         opt.step()
         if ema is not None:
             ema.update_parameters(model)
-        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
+        if (step + 1) % args.eval_every == 0 or step + 1 == args.stop_at:
             shown = model if ema is None else ema.module
             shown.eval().to("cpu")  # the evaluation builds its batches on the CPU
             acc, ld = score(shown, tok, evalset)
@@ -269,7 +276,7 @@ def main(argv=None):
                   f"answer loss {ans_loss:.3f}  held-out acc {acc:.3f}  "
                   f"logit diff {ld:.2f}  "
                   f"{time.time() - t_train:.0f}s", flush=True)
-            if args.steps > 50:
+            if not small:
                 shown.eval()
                 fam = family_scores(shown, tok, n=20, seed=1)
                 model.train()
@@ -299,7 +306,7 @@ def main(argv=None):
     tcfg = json.loads(tcfg_path.read_text())
     tcfg["tokenizer_class"] = "PreTrainedTokenizerFast"
     tcfg_path.write_text(json.dumps(tcfg, indent=2) + "\n")
-    info = {"steps": args.steps, "train_seconds": round(train_s, 1), "threads": args.threads,
+    info = {"steps": args.stop_at, "train_seconds": round(train_s, 1), "threads": args.threads,
             "n_params": n_params, "args": vars(args)}
     (out / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
     print(f"saved to {out} after {train_s:.0f}s of training", flush=True)
