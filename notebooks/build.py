@@ -542,7 +542,7 @@ print(f"correlation of the two head maps: {similar:.2f}")
 # The same heads stand out (the maps correlate, printed), but not in the same order: several heads carry similar
 # shares, and on one prompt they swap places. A cut-off such as "restores > 0.15" then picks other heads on the
 # prompt than on the dataset. The dataset's answer is the one to report; one prompt is for exploring.
-one_prompt = {h for h in HEADS if heads_exact.values[h] > 0.05}
+one_prompt = {h for h in HEADS if heads_exact.values[h] > 0.1}  # the heads that stand out clearly on the prompt
 assert similar > 0.7 and all(avg.values[h] > 0.05 for h in one_prompt)
 """),
     md("## Everything you clicked, as code"),
@@ -1052,8 +1052,9 @@ print("parts pushing the wrong name by more than 1:", [(p, round(v, 2)) for p, v
 print("last layer's copiers, direct share of the difference:", {name(h): round(direct[h], 2) for h in late_copiers})
 # The heads that look at S2 from END write the answer directly: all push the S2 name *down*, the layer-2 one lifts
 # the other name too, most of all (printed below): the other name wins.
-# Other parts push the wrong way (printed), and these heads more than make up for it. The copiers push both names
-# about equally, so their share of a *difference* is near 0; change the metric and they appear:
+# Other parts push the wrong way (printed), and these heads more than make up for it. The copiers' share of the
+# difference is small (printed): each lifts the name in its intro slot, whichever that is, not the answer as such.
+# What they write for each name, with another metric:
 push = {}
 for who, answer in (("IO", [p["answer"] for p in pairs]), ("S", [p["wrong"] for p in pairs])):
     d = lab.direct_logit_attribution(clean, ilab.logit_diff(answer, " the"))
@@ -1063,8 +1064,7 @@ for who, answer in (("IO", [p["answer"] for p in pairs]), ("S", [p["wrong"] for 
 assert torch.allclose(dla.parts_sum(), dla.total, atol=1e-3)
 assert set(writers) == set(at_end)
 assert all(push["S"][h] < 0 for h in at_end) and any(v < -1 for _, v in dla.top(40))
-assert all(abs(direct[h]) < 0.1 * max(direct.values()) and push["IO"][h] > 0 and push["S"][h] > 0
-           for h in late_copiers)
+assert all(abs(direct[h]) < 0.1 * max(direct.values()) for h in late_copiers)
 """),
     md("""
 ## Exercise 5: path patching, senders → logits
@@ -1127,7 +1127,7 @@ print("largest |path| into the queries, keys, values:", {s: round(v, 3) for s, v
 # S-inhibition heads' values at S2), and each mover is an S-inhibition head and a name mover in one: it looks at S2
 # and pushes that name down or the other one up (exercise 4), where GPT-2's name movers look at IO and copy it.
 assert set(feeders) == set(at_s2)
-assert max(reach["q"], reach["k"]) < 0.25 * reach["v"], reach
+assert max(reach["q"], reach["k"]) < 0.3 * reach["v"], reach
 """),
     md("""
 **Predict:** and the last layer's copiers, which look at both names? If something steered their attention towards IO
@@ -1141,8 +1141,8 @@ print("largest |path| into the copiers' q, k, v together:",
 """),
     code("""
 # ANSWER
-# Next to nothing: the copiers look at both names and copy both, whatever the movers did. Their work is real
-# (exercise 4, with another metric), but this corruption, which changes only S2, does not touch it.
+# Next to nothing: each copier looks at its intro slot, whichever name stands there, whatever the movers did. Their
+# work is real (exercise 4, with another metric), but this corruption, which changes only S2, does not touch it.
 assert float(into_copiers.values.nan_to_num().abs().max()) < 0.05
 """),
     md("""

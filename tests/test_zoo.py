@@ -81,6 +81,11 @@ def test_model_card_reports_figures():
     for needle in ("python -m interplab.zoo.evaluate_ioi_tiny", "accuracy", "logit diff", "resid_pre", "L1",
                    "cannot"):
         assert needle in card
+    # a schedule stopped early is named as such, so that a reader can retrain it
+    info = json.loads((MODEL_DIR / "training_info.json").read_text())
+    done, schedule = info["steps"], info["args"]["steps"]
+    assert (f"the first {done} steps of a {schedule}-step" if done != schedule else f"{done} steps") in card
+    assert "three other samples of prompts" in card  # the check of the family goals on other name pairs
 
 
 # ------------------------------------------------------------------------------------------- behaviour
@@ -117,7 +122,7 @@ def test_heldout_phrasing_families_are_well_formed(ioi):
 def test_heldout_phrasing_families_meet_issue_15(ioi):
     # each family on its own: top-1 = IO >= 0.95 and mean logit diff >= 3 (the card's figures, same prompts)
     model, tok = ioi
-    scores = ev.family_scores(model, tok, n=40, seed=0)
+    scores = ev.family_scores(model, tok, seed=0)
     missed = {f: v for f, v in scores.items() if v["top1"] < 0.95 or v["logit_diff"] < 3}
     assert not missed, missed
 

@@ -156,8 +156,25 @@ Then (2026-12-01, twelfth session):
 - twelve more phrasings, kept out of training, to choose the checkpoint without looking at the goal set: they did
   not follow it (9-10 of 12 at every checkpoint of the first run; two of them low throughout), and would have
   chosen step 3500 (8 of 10) there, so they were not kept.
-Next: the model must be retrained within the time limit (two threads, or one with a schedule stopped by step 3500);
-a run and a step that meet every goal family *and* have a duplicate-token head, found by saving checkpoints.
+Then (2026-12-02, thirteenth session): the shipped run again (seed 2, one thread, alone on the machine), saving its
+weight average from step 3000: it retraced the shipped run's log step for step, and step 3250 was reached after 1262
+s of training (3750 after 1457 s; the first run reached 4000 after 1533 s). At 200 prompts a family (the card's
+count since this session; at 40 a family's mean logit diff moved by about 0.5 between samples), step 3250 meets all
+ten families (ran_into_later the lowest, logit diff 3.07; the step-4000 model meets 8: ran_into_later and stayed_so
+at top-1 0.945), steps 3000, 3500 and 3750 meet 9, 8 and 9. **Shipped (2026-12-02, third): the first 3250 steps of
+that schedule** (``stop_at=3250`` in the defaults; the same heads in the same roles as the step-4000 model). Its
+margin is thin: on three other samples of 200 prompts (the card's "other samples" row) ran_into_later's logit diff
+is 2.64-3.06, so that family sits at the goal's edge; its duplicate-token signature is still the positional L1H1. Of
+the runs above, the two checkpoints that meet the families with a margin on other samples too (the stray-word
+corpus, seed 3, two threads, step 2500: lowest top-1 0.99 and logit diff 4.1 at 100 prompts; the bystander corpus,
+seed 3, two threads, step 2000: 0.98 and 4.1) have no head attending S2 -> S1 >= 0.1.
+A try at teaching that head directly, not kept: odd-one-out lists ("Votes: Sophie, Sophie, Peter, Amber, Peter,
+Kevin, Amber. Only once: Kevin.", the answer weighted like an IOI answer) as a fifth of the non-IOI documents (taken
+from the roll calls' share; 3% of all), seed 2, one thread, 3250 steps of the 4000-step schedule: the model did not
+learn the lists (top-1 0.19 on 100 of them; no head gives a repeated name's first mention more than 0.24 there), has
+no S2 -> S1 head in IOI prompts (0.05) and meets 5-7 of the ten families at 100 prompts from step 2000 on.
+Next: a corpus in which a duplicate-token head forms early, before the held-out phrasings peak; both together at
+one checkpoint is what no run has shown yet.
 
 Pure Python (no torch).
 

@@ -343,9 +343,13 @@ LATER_FAMILIES = {
     "last_week": "Last week {A} and {B} visited a friend. {S} brought a {obj} to",
 }
 ALL_FAMILIES = {**HELDOUT_FAMILIES, **LATER_FAMILIES}
+# prompts per family in the card and the goal test: at 40, a family's mean logit diff moved by about 0.5 from one
+# sample of name pairs to another, enough to turn a family near the goal's edge from met to missed
+FAMILY_PROMPTS = 200
+OTHER_SAMPLE_SEEDS = (1, 2, 3)  # the card's check of the goal families on other samples (the card's own: seed 0)
 
 
-def family_dataset(family, n=40, seed=0):
+def family_dataset(family, n=FAMILY_PROMPTS, seed=0):
     """``n`` clean/corrupt pairs of one held-out phrasing family (of either set): held-out name pairs, both name
     orders (S first or second in the intro), random place/object/bystander; corrupt = S2 replaced by the IO."""
     import random
@@ -373,7 +377,7 @@ def family_regex(family):
     return re.compile("^" + "".join(r"\w+" if p.startswith("{") else re.escape(p) for p in parts))
 
 
-def family_scores(model, tok, n=40, seed=0, families=HELDOUT_FAMILIES):
+def family_scores(model, tok, n=FAMILY_PROMPTS, seed=0, families=HELDOUT_FAMILIES):
     """{family: {"top1", "accuracy", "logit_diff"}} on ``family_dataset(family, n, seed)`` for each of ``families``."""
     out = {}
     for fam in families:
@@ -412,8 +416,10 @@ def evaluate(path=MODEL_DIR, n=200, seed=0, corpus_name=None):
         ds = corpus.ioi_dataset(n, split, seed=seed)
         acc, ld = score(model, tok, ds)
         out["splits"][split] = {"accuracy": acc, "logit_diff": ld, "top1": top1_accuracy(model, tok, ds)}
-    out["families"] = family_scores(model, tok, n=40, seed=seed)
-    out["later_families"] = family_scores(model, tok, n=40, seed=seed, families=LATER_FAMILIES)
+    out["families"] = family_scores(model, tok, seed=seed)
+    out["later_families"] = family_scores(model, tok, seed=seed, families=LATER_FAMILIES)
+    # the goal families again on other name pairs, objects and places: how far the figures above are the sample's
+    out["families_other_samples"] = {other: family_scores(model, tok, seed=other) for other in OTHER_SAMPLE_SEEDS}
     ds = corpus.ioi_dataset(n, "test", seed=seed)
     out["patching"] = patch_experiments(model, tok, ds)
     out["attention"] = attention_summary(model, tok, ds)
@@ -435,8 +441,8 @@ def report(res) -> str:
     s.append(_table(["split", "accuracy (IO > S)", "mean logit diff IO - S", "top-1 = IO"],
                     [(k, [v["accuracy"], v["logit_diff"], v["top1"]]) for k, v in res["splits"].items()],
                     fmt="{:.3f}"))
-    s.append("\n\n### Held-out phrasings (never produced by the corpus generator; 40 prompts each, held-out name "
-             "pairs, both name orders)\n")
+    s.append(f"\n\n### Held-out phrasings (never produced by the corpus generator; {FAMILY_PROMPTS} prompts each, "
+             "held-out name pairs, both name orders)\n")
     fam = res["families"]
     s.append(_table(["family", "template", "top-1 = IO", "accuracy (IO > S)", "mean logit diff IO - S"],
                     [(k, ["`" + HELDOUT_FAMILIES[k] + "`", v["top1"], v["accuracy"], v["logit_diff"]])
@@ -444,8 +450,8 @@ def report(res) -> str:
                     fmt="{:.3f}"))
     later = res.get("later_families")
     if later:
-        s.append("\n\n### A second set of phrasings, written while the corpus was changed, never in it (no goal; 40 "
-                 "prompts each)\n")
+        s.append("\n\n### A second set of phrasings, written while the corpus was changed, never in it (no goal; "
+                 f"{FAMILY_PROMPTS} prompts each)\n")
         s.append(_table(["family", "template", "top-1 = IO", "accuracy (IO > S)", "mean logit diff IO - S"],
                         [(k, ["`" + LATER_FAMILIES[k] + "`", v["top1"], v["accuracy"], v["logit_diff"]])
                          for k, v in later.items()],

@@ -35,6 +35,14 @@ def circuit_summary(res) -> str:
     return "\n".join(lines)
 
 
+def _steps(training: dict) -> str:
+    """"4000 steps", or "the first 3250 steps of a 4000-step learning-rate schedule" for a run stopped early."""
+    done, schedule = training.get("steps", "?"), training.get("args", {}).get("steps")
+    if schedule is None or schedule == done:
+        return f"{done} steps"
+    return f"the first {done} steps of a {schedule}-step learning-rate schedule (`--stop-at {done}`)"
+
+
 def render(res, figures: str) -> str:
     t = res.get("training") or {}
     sizes = res["files_bytes"]
@@ -89,11 +97,11 @@ and pad.
 
 ## Training
 
-`python -m interplab.zoo.train_ioi_tiny` (seed {args.get('seed', 0)}, {t.get('steps', '?')} steps, batch
+`python -m interplab.zoo.train_ioi_tiny` (seed {args.get('seed', 0)}, {_steps(t)}, batch
 {args.get('batch', '?')} x {args.get('seq', '?')} tokens, AdamW lr {args.get('lr', '?')} with warm-up and cosine decay,
 head dropout {args.get('head_dropout', 0)} (each head's output zeroed with that probability per sequence){ema},
-{t.get('threads', '?')} CPU thread(s)): **{t.get('train_seconds', 0) / 60:.1f} minutes** of training on the shared
-2-core build machine (the CPU was shared with other jobs; on an idle core it is faster).
+{t.get('threads', '?')} CPU thread(s)): **{t.get('train_seconds', 0) / 60:.1f} minutes** of training on the
+2-core build machine (measured by the run itself; building the tokenizer and the document pool comes on top).
 Files: {", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sizes.items())}; total {total / 2**20:.2f} MiB.
 
 ## Measured figures
@@ -181,7 +189,11 @@ _LIMITS_CLASSIC = """\
 _LIMITS_REPEATED_NAME = """\
 - IOI with two candidates named in the first clause and the subject repeated later. Prompts with three candidates,
   pronouns ("he gave it to"), names outside the list, a bystander named *before* the candidates, or words it has
-  never seen are unpredictable."""
+  never seen are unpredictable.
+- Phrasings of its own kind that it was not trained on: it meets the goal on each of the ten held-out families, with
+  the least margin on ran_into_later (the goals' "other samples" row), and on about half of the second set. A
+  sentence a student types may get the wrong name on top; check it with the logit lens or a patching sweep before
+  building a lesson on it."""
 
 
 class _Args(dict):
@@ -191,6 +203,23 @@ class _Args(dict):
 
 def len_vocab(res):
     return "vocabulary of the saved tokenizer"
+
+
+def _other_samples_row(res) -> tuple[str, str, bool]:
+    """The family goals on the other samples of prompts, worst family and sample: a family near the goal's edge
+    shows here."""
+    other = res.get("families_other_samples") or {}
+    goal = "not a goal of the issues, a check of the two above: the same on three other samples of prompts each"
+    if not other:
+        return goal, "not measured", False
+    rows = [(seed, fam, v) for seed, fams in other.items() for fam, v in fams.items()]
+    s_top1, f_top1, v_top1 = min(rows, key=lambda r: r[2]["top1"])
+    s_ld, f_ld, v_ld = min(rows, key=lambda r: r[2]["logit_diff"])
+    missed = sorted({fam for _, fam, v in rows if v["top1"] < 0.95 or v["logit_diff"] < 3})
+    return (goal + f" (seeds {', '.join(str(k) for k in other)})",
+            f"worst top-1 {f_top1} {v_top1['top1']:.3f} (seed {s_top1}), worst logit diff {f_ld} "
+            f"{v_ld['logit_diff']:+.2f} (seed {s_ld})" + (f"; missed by {', '.join(missed)}" if missed else ""),
+            not missed)
 
 
 def goals(res) -> str:
@@ -229,6 +258,7 @@ def goals(res) -> str:
          f"{wf_top1} {fam[wf_top1]['top1']:.3f}", fam[wf_top1]["top1"] >= 0.95),
         ("issue 15, held-out phrasings: mean logit diff >= 3 on each family (worst family)",
          f"{wf_ld} {fam[wf_ld]['logit_diff']:+.2f}", fam[wf_ld]["logit_diff"] >= 3),
+        _other_samples_row(res),
         ("not a goal: the second set of phrasings (`LATER_FAMILIES`), each with top-1 = IO >= 0.95 and mean logit "
          "diff >= 3", f"{len(later_ok)} of {len(later)}; lowest top-1 {later_worst} "
          f"{later[later_worst]['top1']:.3f}" if later else "not measured", bool(later) and len(later_ok) == len(later)),
@@ -246,26 +276,26 @@ def goals(res) -> str:
 INTERPRETATION = """How the shipped checkpoint does it, read from the tables above (a retrained model may use
 other head numbers for the same roles):
 
-1. **S2 is read where it stands, layer 0.** L0H0 attends from S2 mostly to S2 itself (0.37) and passes the name
-   on; patched at S2 it restores 0.19 of the logit difference (L0H1 0.08). MLP0 at S2, which reads their output and
+1. **S2 is read where it stands, layer 0.** L0H0 attends from S2 mostly to S2 itself (0.38) and passes the name
+   on; patched at S2 it restores 0.20 of the logit difference (L0H1 0.08). MLP0 at S2, which reads their output and
    the name's own embedding, is the link to later layers: patched there alone it restores about everything
    (notebooks/01_ioi_patching.ipynb, exercise 3; notebooks/04_circuit.ipynb measures the edges). `resid_pre` at S2
    carries all of the effect at layer 1; at layer 2 it is split between S2 (0.64) and the end (0.36); at layer 3
    it is all at the end.
-2. **No duplicate-token head.** From S2, L1H1 gives S1, the earlier copy of the name, 0.53 on average, which meets
-   the duplicate-token goal as the issue words it; but split by name order it gives S1 0.89 when S1 is the intro's
-   *second* name (ABBA) and 0.01 when it is the first (BABA): it looks at the intro's second slot, whichever name
+2. **No duplicate-token head.** From S2, L1H1 gives S1, the earlier copy of the name, 0.54 on average, which meets
+   the duplicate-token goal as the issue words it; but split by name order it gives S1 0.91 when S1 is the intro's
+   *second* name (ABBA) and 0.00 when it is the first (BABA): it looks at the intro's second slot, whichever name
    stands there (the columns "S2->S1 ABBA/BABA" above). No head looks at the copy in both orders (no head gives S1
    more than 0.05 in both). So the attention patterns do not show where the repetition is detected; patching puts
    the difference at S2 in layer 0 (L0H0 and MLP0).
 3. **Moved to the end in two steps, layers 1 and 2.** L1H1 and L1H2, then L2H2 and L2H3, attend from the end to S2
-   (0.62 to 0.85 on average); patched at the final position they restore 0.22, 0.18, 0.38 and 0.17. They write
+   (0.56 to 0.91 on average); patched at the final position they restore 0.25, 0.18, 0.42 and 0.16. They write
    the answer directly on the logits, and split the work: the layer-1 heads mostly push the S name down, the
    layer-2 heads mostly lift the IO name (notebooks/01_ioi_patching.ipynb, exercise 6). By Wang et al.'s procedure
    all four are name movers, not S-inhibition heads: path patching into their queries finds next to nothing; the
    S2 signal reaches them through their *values*, from L0H0 and MLP0 at S2. Layer 3 adds nothing for this
-   corruption (its heads restore 0.01 or less).
-4. **Intro names picked by position.** L1H3 and L3H1 attend from the end to the intro names (0.44 to 0.54 each on
+   corruption (its heads restore 0.00).
+4. **Intro names picked by position.** L1H3 and L3H1 attend from the end to the intro names (0.44 to 0.55 each on
    average: on one prompt each looks at one intro slot, whichever name stands there; the averages mix ABBA and
    BABA prompts), and the layer-0 heads spread their attention over both (about 0.3 each). Patching one changes
    little, because each copies its slot's name in the clean and the corrupt run alike.
