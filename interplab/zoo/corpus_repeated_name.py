@@ -173,6 +173,18 @@ Kevin, Amber. Only once: Kevin.", the answer weighted like an IOI answer) as a f
 from the roll calls' share; 3% of all), seed 2, one thread, 3250 steps of the 4000-step schedule: the model did not
 learn the lists (top-1 0.19 on 100 of them; no head gives a repeated name's first mention more than 0.24 there), has
 no S2 -> S1 head in IOI prompts (0.05) and meets 5-7 of the ten families at 100 prompts from step 2000 on.
+Then (fourteenth session): the shipped model and the two checkpoints above predict " again" after a name repeated in
+a roll call with top-1 0.98-0.99, yet no head attends from the repeat to its first mention above 0.32 (0.12 and
+0.14 in the two checkpoints): with lists this short, "said before" is read from an average over the earlier names,
+so the roll calls need no duplicate-token head. A task that an average cannot solve, not kept: seat lists ("Rooms:
+8 George, 6 James, 5 Ryan, 7 Megan. So: Megan 7, Ryan 5."; at a repeated name its number is the token before the
+first mention, so a head at the repeat must find that mention), seed 2, one thread, the shipped schedule. As a fifth
+of the non-IOI documents (3% of all) with weight 1: lookups at chance (top-1 0.10 on 100 lists) at steps 1750 and
+2250. As 35% of them (5% of all), the first lookup weighted like an IOI answer: at chance at every step to 3250,
+which meets 9 of the ten families (sitting_and 0.77 at 200 prompts) and 12 of the 14 later ones, with the
+positional head again (L2H0, S2 -> S1 0.61 ABBA, 0.07 BABA). As a quarter of all documents: at chance at step
+2750, and IOI learned later (7 of ten families at 2750). This 4-layer model does not find the lookup within the
+budget.
 Next: a corpus in which a duplicate-token head forms early, before the held-out phrasings peak; both together at
 one checkpoint is what no run has shown yet.
 
