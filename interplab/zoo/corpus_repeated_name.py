@@ -183,8 +183,9 @@ of the non-IOI documents (3% of all) with weight 1: lookups at chance (top-1 0.1
 2250. As 35% of them (5% of all), the first lookup weighted like an IOI answer: at chance at every step to 3250,
 which meets 9 of the ten families (sitting_and 0.77 at 200 prompts) and 12 of the 14 later ones, with the
 positional head again (L2H0, S2 -> S1 0.61 ABBA, 0.07 BABA). As a quarter of all documents: at chance at step
-2750, and IOI learned later (7 of ten families at 2750). This 4-layer model does not find the lookup within the
-budget.
+2750, and IOI learned later (7 of ten families at 2750). Trained on seat lists alone (1000 steps of a 1000-step
+schedule, no IOI), the weighted lookup's loss stays at ln 9 (2.19-2.21 at steps 250-1000): this 4-layer model, at
+these settings, does not find the lookup within the budget, even alone.
 Next: a corpus in which a duplicate-token head forms early, before the held-out phrasings peak; both together at
 one checkpoint is what no run has shown yet.
 
