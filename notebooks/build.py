@@ -258,8 +258,8 @@ def attn_swapped(head, k):
     return float(swapped_run.cache["pattern", head[0]][0, head[1], S2, k])
 
 
-looks_at_s1 = [h for h in HEADS if attn_prob(h, S2, S1) > 0.5]
-print("from S2, > 0.5 on S1 in our prompt:", [name(h) for h in looks_at_s1])
+looks_at_s1 = [h for h in HEADS if attn_prob(h, S2, S1) > 0.4]
+print("from S2, > 0.4 on S1 in our prompt:", [name(h) for h in looks_at_s1])
 print("the same heads, intro swapped (-> S1, now first; -> IO, now second):",
       {name(h): (round(attn_swapped(h, S1_swapped), 2), round(attn_swapped(h, IO_swapped), 2)) for h in looks_at_s1})
 both_orders = max(HEADS, key=lambda h: min(attn_prob(h, S2, S1), attn_swapped(h, S1_swapped)))
@@ -269,13 +269,13 @@ print(f"most on S1 in both orders: {name(both_orders)}, {attn_prob(both_orders, 
 # itself, more than at either intro name: they pass the name on, in the form MLP0 reads. In our prompt a later head
 # looks from S2 back at S1, as a duplicate-token head would. Swap the intro and it stays on the intro's *second*
 # slot, now holding the other name: it looks at a place, not at the copy of its name. No head follows the copy in
-# both orders (printed). Averaged over prompts of both orders, such a head gives S1 about half its attention and
-# looks like a duplicate-token head; only the swap tells them apart (the model card's attention table has the two
-# orders apart). Where ioi-tiny notices the repetition, attention patterns do not show; patching says only that
-# what decides the answer is written at S2 by layer 0 and MLP0 (exercises 1, 3 and 4).
+# both orders (printed). Averaged over prompts of both orders, such a head gives S1 a third or more of its
+# attention and looks like a duplicate-token head; only the swap tells them apart (the model card's attention table
+# has the two orders apart). Where ioi-tiny notices the repetition, attention patterns do not show; patching says
+# only that what decides the answer is written at S2 by layer 0 and MLP0 (exercises 1, 3 and 4).
 assert all(attn_prob(h, END, S2) > max(attn_prob(h, END, IO), attn_prob(h, END, S1)) for h in movers)
 assert all(attn_prob(h, S2, S2) > max(attn_prob(h, S2, IO), attn_prob(h, S2, S1)) for h in readers)
-assert looks_at_s1 and all(attn_swapped(h, IO_swapped) > 0.5 > attn_swapped(h, S1_swapped) for h in looks_at_s1)
+assert looks_at_s1 and all(attn_swapped(h, IO_swapped) > 0.3 > 0.1 > attn_swapped(h, S1_swapped) for h in looks_at_s1)
 assert min(attn_prob(both_orders, S2, S1), attn_swapped(both_orders, S1_swapped)) < 0.3
 """),
     md("""
@@ -302,16 +302,17 @@ for h in readers + movers:
     print(f"{name(h)}: direct on the logit diff {float(dla_clean.heads[h][END]):+.2f} | on logit(IO) - logit(the) "
           f"{float(push['IO'].heads[h][END]):+.2f}, on logit(S) - logit(the) {float(push['S'].heads[h][END]):+.2f}")
 # The S2 heads write almost nothing directly: their effect reaches the logits through later parts. The END heads
-# write most of the logit difference, and on both names: together they push the S name *down* and the IO name
-# *up*. They split the work by layer: the earliest movers mostly push S down, the latest ones mostly lift IO.
+# write most of the logit difference, and on both names: together they push the S name *down*, far below the IO
+# name. They split the work by layer: the earliest movers push both names down, S much more; the latest ones lift
+# IO and push S down.
 # Yet all of them look at S2, where the S name stands: so what they read there is not only "this name" but also
 # which is the other one.
 first, latest = ([h for h in movers if h[0] == layer] for layer in (movers[0][0], movers[-1][0]))
 assert all(abs(float(dla_clean.heads[h][END])) < 0.5 for h in readers)
 assert sum(float(dla_clean.heads[h][END]) for h in movers) > 0.5 * clean_ld
-assert sum(float(push["S"].heads[h][END]) for h in movers) < 0 < sum(float(push["IO"].heads[h][END]) for h in movers)
+assert sum(float(push["S"].heads[h][END]) for h in movers) < min(0, sum(float(push["IO"].heads[h][END]) for h in movers))
 assert all(float(push["S"].heads[h][END]) < float(push["IO"].heads[h][END]) < 0 for h in first)
-assert all(float(push["IO"].heads[h][END]) > float(push["S"].heads[h][END]) > 0 for h in latest)
+assert all(float(push["IO"].heads[h][END]) > 0 > float(push["S"].heads[h][END]) for h in latest)
 """),
     md("""
 ## Roles, and ioi-tiny vs GPT-2
@@ -510,7 +511,8 @@ print("readers' outputs, exact:", {name(h): round(float(heads_exact.values[h]), 
 # estimate to find where to look, exact patching to measure.
 assert corr > 0.8
 assert float(attr.values[0, S2]) < 0.8 * float(res.values[0, S2])
-assert all(float(heads_attr.values[h]) < 0.8 * float(heads_exact.values[h]) for h in readers)
+big = [h for h in readers if float(heads_exact.values[h]) > 0.15]
+assert big and all(float(heads_attr.values[h]) < 0.8 * float(heads_exact.values[h]) for h in big)
 """),
     md("""
 ## Exercise 11: one prompt can mislead, a dataset of pairs
@@ -647,26 +649,27 @@ assert abs(steer_1 - patched) < 0.05 and top(spain, [ilab.steer("resid_post", la
     md("""
 ## Exercise 2: more is better?
 
-**Predict:** if alpha 1 turns Spain into France, will alpha 3 make ' Paris' *more* likely than alpha 1.5? And on the
-France prompt itself, `ilab.project(site, layer, v, coeff=3)` triples the component along `v` (coeff 1 leaves the
-activation as it is): more ' Paris', or less?
+**Predict:** if alpha 1 turns Spain into France, will alpha 6 make ' Paris' *more* likely than alpha 1.5? And on the
+France prompt itself, `ilab.project(site, layer, v, coeff=10)` multiplies the component along `v` by ten (coeff 1
+leaves the activation as it is): more ' Paris', or less?
 """),
     code("""
-for alpha in (1.0, 1.5, 2.0, 3.0):
+for alpha in (1.0, 1.5, 3.0, 6.0):
     print(f"Spain steered, alpha {alpha}: p(' Paris') = "
           f"{p_paris(spain, [ilab.steer('resid_post', layer, v, alpha=alpha, pos=-1)]):.3f}")
-for coeff in (1.0, 3.0):
+for coeff in (1.0, 3.0, 10.0):
     print(f"France, coeff {coeff}: {top(france, [ilab.project('resid_post', layer, v, coeff=coeff)])}")
 """),
     code("""
 # ANSWER
-# Less, both times. Past the point where the activation looks like France's, pushing further moves it off the
-# activations the model was trained on: the later layers were never shown such a residual stream, and probability
-# leaks to other tokens (printed). A steering vector has a useful range; size alpha against the residual norm
-# (printed at the top) and check the output, not the direction.
-alphas = {a: p_paris(spain, [ilab.steer("resid_post", layer, v, alpha=a, pos=-1)]) for a in (1.5, 3.0)}
-coeffs = {c: p_paris(france, [ilab.project("resid_post", layer, v, coeff=c)]) for c in (1.0, 3.0)}
-assert alphas[3.0] < alphas[1.5] and coeffs[3.0] < coeffs[1.0]
+# Less, both times. A little past the point where the activation looks like France's, ' Paris' may still gain a
+# little (printed), but pushing further moves the activation off the ones the model was trained on: the later
+# layers were never shown such a residual stream, and probability leaks to other tokens (printed). A steering
+# vector has a useful range; size alpha against the residual norm (printed at the top) and check the output, not
+# the direction.
+alphas = {a: p_paris(spain, [ilab.steer("resid_post", layer, v, alpha=a, pos=-1)]) for a in (1.5, 6.0)}
+coeffs = {c: p_paris(france, [ilab.project("resid_post", layer, v, coeff=c)]) for c in (1.0, 10.0)}
+assert alphas[6.0] < alphas[1.5] and coeffs[10.0] < coeffs[1.0]
 """),
     md("""
 ## Exercise 3: the same vector on Italy
@@ -683,13 +686,14 @@ print("Italy + 1 * v:   ", top(italy, [ilab.steer("resid_post", layer, v, alpha=
 at_1 = [ilab.steer("resid_post", layer, v, alpha=1.0, pos=-1)]
 steered = {prompt: p_paris(prompt, at_1) for prompt in (spain, italy)}
 print("p(' Paris') at alpha 1:", {prompt: round(p, 3) for prompt, p in steered.items()})
-# Paris, but less sure than on Spain (printed). Italy + v = Italy + France - Spain: it adds France and subtracts a
-# Spain that was never there. For Spain the subtraction cancelled exactly, and the result *is* France's
-# activation (exercise 1); for Italy it lands on no prompt's activation. In this model the France part of v is
-# strong enough to win anyway, with some probability left on other capitals (Rome among them). Whether a contrast
-# vector, a *difference between two things*, also moves a third thing is a question for each model: on another
-# checkpoint the same recipe can answer something else. Check it, as here, before calling v "the France direction".
-assert top(italy, [ilab.steer("resid_post", layer, v, alpha=1.0, pos=-1)])[0][0] == " Paris"
+# Not on this checkpoint: Italy's own capital keeps the top, and ' Paris' only rises from next to nothing, far
+# below where it gets on Spain (printed). Italy + v = Italy + France - Spain: it adds France and subtracts a Spain
+# that was never there. For Spain the subtraction cancelled exactly, and the result *is* France's activation
+# (exercise 1); for Italy it lands on no prompt's activation, and the France part of v is not strong enough to win
+# there (try a larger alpha). Whether a contrast vector, a *difference between two things*, also moves a third
+# thing is a question for each model: on another checkpoint the same recipe can answer something else (an earlier
+# ioi-tiny said ' Paris' here). Check it, as here, before calling v "the France direction".
+assert top(italy, at_1)[0][0] == top(italy)[0][0] == " Rome" and p_paris(italy) < steered[italy]
 assert steered[italy] < steered[spain]
 """),
     md("""
@@ -786,7 +790,7 @@ first_mary = next(layer for layer in range(res.n_layers) if res.top_tokens[layer
 print(f"' Mary' is first on top after layer {first_mary}; p(' Mary') at the end: {res.prob_of(mary)[-1, -1]:.3f}")
 # After layer 0 the end predicts ' John', the repeated name: layer 0 at the end cannot know which name is the
 # subject, and a name seen twice gets the most of its attention. The heads that read S2 from the end push that
-# name down and the other one up, and the prediction flips to ' Mary'; the later layers make it near-certain.
+# name down, far below the other one, and the prediction flips to ' Mary'; the later layers make it near-certain.
 # Earlier positions predict ordinary continuations (see the widget).
 assert res.top_tokens[0][-1][0] == " John" and 0 < first_mary < res.n_layers - 1
 assert res.prob_of(mary)[-1, -1] > 0.5
@@ -859,7 +863,7 @@ slot = {h: ("first" if att(run, *h, FIRST) > att(run, *h, SECOND) else "second")
 print("each head's slot, in both orders:", {f"L{h[0]}H{h[1]}": s for h, s in slot.items()})
 # They stay: each head attends to one *position* of the intro, the first or the second name, in both orders, and
 # copies whatever name is there. Together they put both candidates forward; none of them knows which one is the
-# answer. The choice is made elsewhere: the heads that read S2 from the end push the S name down and the IO up
+# answer. The choice is made elsewhere: the heads that read S2 from the end push the S name down, far below the IO
 # (notebook 01), so of the two names, the IO wins. (GPT-2's name movers instead attend to the IO itself: notebook
 # 01's box.)
 for h in copiers:
@@ -987,8 +991,8 @@ assert all(h[0] == 0 for h in at_s2) and all(h[0] > 0 for h in at_end)
     md("""
 ## Exercise 3: where do they look?
 
-**Predict:** from END, which name do the heads that matter at END attend to: IO, S1 or S2? And the last layer's heads,
-which no sweep has shown so far: where do they look from END?
+**Predict:** from END, which name do the heads that matter at END attend to: IO, S1 or S2? And the heads after layer 0
+that no sweep has shown so far: where do they look from END?
 """),
     code("""
 run = lab.run(clean, cache=["pattern"])
@@ -1009,7 +1013,7 @@ attention_widget(lab, clean[0], layer=at_end[0][0], head=at_end[0][1])  # pick o
 # ANSWER
 print("END heads, attention END->S2:", {name(h): round(attn(h, END, S2), 2) for h in at_end})
 copiers = [h for h in HEADS if attn(h, END, IO) >= 0.2 and attn(h, END, S1) >= 0.2]
-late_copiers = [h for h in copiers if h[0] == lab.n_layers - 1]
+late_copiers = [h for h in copiers if h[0] > 0 and h not in at_end]
 print("heads attending from END to IO and S1 alike, on average over the pairs (>= 0.2 each):",
       [name(h) for h in copiers])
 FIRST, SECOND = torch.minimum(IO, S1), torch.maximum(IO, S1)  # the intro names by position, whichever is IO
@@ -1019,10 +1023,10 @@ print("the same heads, by intro position (first name / second name):",
 # Some heads (printed) look at IO and S1 alike on average, but split by position each of the later ones looks
 # mostly at ONE intro slot, the first name or the second, whatever name stands there (the pairs mix both orders,
 # so the averages come out about equal): positional copiers. They copy a candidate in the clean and in the corrupt
-# run alike, so patching one changes little: that is why no sweep showed the last layer's.
+# run alike, so patching one changes little: that is why no sweep showed them.
 assert all(attn(h, END, S2) > max(attn(h, END, IO), attn(h, END, S1)) for h in at_end)
 assert late_copiers and all(abs(float(sweeps["z"].values[h])) < 0.1 for h in late_copiers)
-assert all(max(attn(h, END, FIRST), attn(h, END, SECOND)) > 0.5 and
+assert all(max(attn(h, END, FIRST), attn(h, END, SECOND)) > 0.4 and
            max(attn(h, END, FIRST), attn(h, END, SECOND)) > 3 * min(attn(h, END, FIRST), attn(h, END, SECOND))
            for h in late_copiers)
 """),
@@ -1034,7 +1038,7 @@ MLP) and reads each part through the unembedding, the final norm's scale frozen 
 add up exactly to the logit difference.
 
 **Predict:** on the clean prompts, which heads write the most logit difference *directly*, and with which sign? What
-is the direct share of the last layer's heads, which look at both names? Does any part push towards the *wrong*
+is the direct share of the later copiers, which look at both names? Does any part push towards the *wrong*
 name?
 """),
     code("""
@@ -1049,11 +1053,11 @@ direct = {h: float(dla.heads[h][END]) for h in HEADS}
 writers = sorted(direct, key=direct.get, reverse=True)[:len(at_end)]
 print("largest direct writers:", [name(h) for h in writers], "| at END (exercise 2):", [name(h) for h in at_end])
 print("parts pushing the wrong name by more than 1:", [(p, round(v, 2)) for p, v in dla.top(40) if v < -1])
-print("last layer's copiers, direct share of the difference:", {name(h): round(direct[h], 2) for h in late_copiers})
-# The heads that look at S2 from END write the answer directly: all push the S2 name *down*, the layer-2 one lifts
-# the other name too, most of all (printed below): the other name wins.
+print("later copiers, direct share of the difference:", {name(h): round(direct[h], 2) for h in late_copiers})
+# The heads that look at S2 from END write the answer directly: all push the S2 name *down*, and lift the other
+# name, the layer-2 ones most (printed below): the other name wins.
 # Other parts push the wrong way (printed), and these heads more than make up for it. The copiers' share of the
-# difference is small (printed): each lifts the name in its intro slot, whichever that is, not the answer as such.
+# difference is small (printed): what each writes moves the two names about alike, whichever is the answer.
 # What they write for each name, with another metric:
 push = {}
 for who, answer in (("IO", [p["answer"] for p in pairs]), ("S", [p["wrong"] for p in pairs])):
@@ -1130,11 +1134,12 @@ assert set(feeders) == set(at_s2)
 assert max(reach["q"], reach["k"]) < 0.3 * reach["v"], reach
 """),
     md("""
-**Predict:** and the last layer's copiers, which look at both names? If something steered their attention towards IO
+**Predict:** and the later copiers, which look at both names? If something steered their attention towards IO
 (as GPT-2's S-inhibition heads steer the name movers), path patching into their queries would show it. Will it?
 """),
     code("""
-into_copiers = lab.path_patch(clean, corrupt, metric, senders=[h for h in HEADS if h[0] < lab.n_layers - 1],
+into_copiers = lab.path_patch(clean, corrupt, metric,
+                              senders=[h for h in HEADS if h[0] < min(c[0] for c in late_copiers)],
                               receivers=[(*h, s) for h in late_copiers for s in ("q", "k", "v")])
 print("largest |path| into the copiers' q, k, v together:",
       round(float(into_copiers.values.nan_to_num().abs().max()), 3))
@@ -1327,8 +1332,8 @@ patching one of them changes little: exercises 3, 4 and 6 agree.
 - The card calls the movers name movers, not S-inhibition heads (printed above). Exercise 6 is the evidence: they
   have the direct path to the logits, and nothing reaches their queries. The two jobs GPT-2 small splits between two
   classes of heads are one head's job here. The card finds no duplicate-token head: the head that looks from S2 at
-  S1 looks at a place in the sentence (notebook 01, exercise 5), and it is in none of these lists; the S2 readers
-  carry the difference.
+  S1 looks at a place in the sentence (notebook 01, exercise 5); if it is in these lists, it is for its other job,
+  as a mover at END. The S2 readers carry the difference.
 - The card's sentence on the MLPs (printed above): they add little at the final position, where notebook 01 looked;
   at S2, one MLP is a link the circuit cannot do without: its output patched at S2 alone restores most of the
   behaviour (printed above), edge attribution puts it in the strongest chain (exercise 7), and the circuit without it
@@ -1370,10 +1375,11 @@ to_s2 = {h: float(torch.stack([mixed_run.cache["pattern", h[0]][i, h[1], -1, s2]
                   .mean()) for h in HEADS}
 print("heads with a direct path > 0.05 on the mixed pairs, attention END->S2 there:",
       {name(h): round(to_s2[h], 2) for h in HEADS if mixed_direct[h] > 0.05})
-# The same heads feed the movers' values, and the template's movers all have a large direct path here too; but
-# the order of the movers shifts, and another head that looks at S2 from END joins them above the cut. The
+# The same heads feed the movers' values, and the template's movers all have a large direct path here too, but
+# in another order and with other shares (printed above), and any head above the cut looks at S2 from END. The
 # templates put S2 at other distances from the end, with other words between, and the heads share the work
-# differently on each: a threshold on such a list is a choice, not a finding.
+# differently on each: a head near the cut can move across it, and a threshold on such a list is a choice, not a
+# finding.
 assert set(movers) <= set(major(mixed_direct)) and set(mixed_feeders) == set(feeders)
 assert all(to_s2[h] > 0.5 for h in HEADS if mixed_direct[h] > 0.05)
 """),

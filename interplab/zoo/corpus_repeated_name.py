@@ -186,6 +186,26 @@ positional head again (L2H0, S2 -> S1 0.61 ABBA, 0.07 BABA). As a quarter of all
 2750, and IOI learned later (7 of ten families at 2750). Trained on seat lists alone (1000 steps of a 1000-step
 schedule, no IOI), the weighted lookup's loss stays at ln 9 (2.19-2.21 at steps 250-1000): this 4-layer model, at
 these settings, does not find the lookup within the budget, even alone.
+Then (fifteenth session), why the seat lists failed: their digits collapse. Trained on seat lists alone (2000
+steps, no head dropout) the model gives each of the nine digits 0.11 at a lookup, and their embeddings lie 0.3-0.5
+apart where names lie 1.1-1.5 apart (norms about 1): the unembedding is tied, a token whose every occurrence is a
+uniform guess is pulled toward the others, and then cannot be told apart when it is to be copied. With names as the
+values instead ("Tables: Jane Eva, Amber Anna, Simon Helen. So: Anna Amber", 5% of all documents, the first lookup
+weighted), not kept: still at chance at steps 2500 and 3000 (top-1 0.06 on 200 lists; no head gives the repeat's
+first mention more than 0.16). Long roll calls (6-14 names, 8-16 items, the first " again" weighted like an IOI
+answer), seed 2, one thread, the shipped schedule, not kept: a head attending S2 -> S1 in both name orders grows
+while families are lost (100 prompts a family): step 2500 meets 9 of ten (stayed_so 0.91; L1H2 0.53 ABBA, 0.23
+BABA), 2750 9 (0.50, 0.24), 3000 7 (L1H3 0.27, 0.34), 3250 7 (ran_into_later's logit diff 1.89; L1H3 0.29,
+0.42); in the roll calls themselves " again" is still read from an average (a repeat's first mention gets at most
+0.11 from any head).
+The same corpus at two threads (about 0.3 s a step on this machine's two cores, against 0.45-0.5 for one thread
+beside another run) with a longer schedule, 5500 steps, saving the weight average from step 3000: step 3000 meets
+all ten families with a margin (200 prompts: lowest top-1 stayed_so 0.975, lowest logit diff came_in_minute 7.4;
+on three other samples 0.965 and 7.3 at worst) and 13 of the 14 later phrasings (rain 0.91); steps 3250 and 3500
+meet nine (stayed_so 0.92 and 0.94 at 100 prompts). Its duplicate-token signature is the positional kind again
+(L1H2: 0.32 on average, 0.51 ABBA, 0.05 BABA). **Shipped (2026-12-02, fifteenth session): the first 3000 steps of
+that schedule**, long roll calls in the corpus, two threads: one draw, like every run here (no other seed of
+this recipe was tried; other seeds of earlier recipes lost families).
 Next: a corpus in which a duplicate-token head forms early, before the held-out phrasings peak; both together at
 one checkpoint is what no run has shown yet.
 
@@ -471,9 +491,9 @@ def roll_call(rng: random.Random) -> str:
     """A list of names in which a name said before is followed by " again": predicting " again" needs the name's
     earlier mention, meant to teach a head at a repeated name to attend to its first mention (the duplicate-token
     signal that GPT-2 reads at S2; the shipped checkpoint did not learn one, see the module's status)."""
-    names = rng.sample(NAMES, rng.randint(3, 6))
+    names = rng.sample(NAMES, rng.randint(6, 14))  # long lists, so that an average over earlier names is a weak cue
     seen, items, last = set(), [], None
-    for _ in range(rng.randint(4, 9)):
+    for _ in range(rng.randint(8, 16)):
         earlier = sorted(seen - {last})  # never the name just said: that would need no look-back
         n = rng.choice(earlier) if earlier and rng.random() < 0.35 else rng.choice([x for x in names if x != last])
         items.append(f"{n} again" if n in seen else n)
@@ -506,7 +526,11 @@ def training_document(rng: random.Random, p_ioi: float = 0.6, simple: bool = Fal
     if r < 0.35:
         return induction(rng), ""
     if r < 0.7:
-        return roll_call(rng), ""
+        text = roll_call(rng)
+        if " again" not in text:
+            return text, ""
+        head, tail = text.split(" again", 1)
+        return head, " again" + tail  # the first " again" is weighted like an IOI answer
     return fact(rng), ""  # 30% of the rest: the capitals are known well enough to steer between them
 
 

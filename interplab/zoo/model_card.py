@@ -176,9 +176,10 @@ _IOI_DATA_REPEATED_NAME = """\
   train on *simple* IOI documents only (no opener, middle, words before S2 or stretch after S2: the candidates
   stand at nearly fixed positions, where copying a name to the end is learned quickly); their share then falls
   linearly to {args[simple_final]} by step {args[anneal_steps]}.
-- Roll calls ("Roll call: Kate, John, Anne, Kate again, John again."): " again" follows a name said before, meant
-  to teach a head at a repeated name to attend to its first mention (the duplicate-token signal GPT-2 reads at S2;
-  this checkpoint has no such head in IOI prompts: see the circuit section).
+- Roll calls ("Roll call: Kate, John, Anne, Kate again, John again.", 6 to 14 names in 8 to 16 items; the first
+  " again" has the answer's loss weight): " again" follows a name said before, meant to teach a head at a repeated
+  name to attend to its first mention (the duplicate-token signal GPT-2 reads at S2). This checkpoint reads " again"
+  from an average over the earlier names instead, and has no such head in IOI prompts: see the circuit section.
 """
 
 
@@ -190,8 +191,8 @@ _LIMITS_REPEATED_NAME = """\
 - IOI with two candidates named in the first clause and the subject repeated later. Prompts with three candidates,
   pronouns ("he gave it to"), names outside the list, a bystander named *before* the candidates, or words it has
   never seen are unpredictable.
-- Phrasings of its own kind that it was not trained on: it meets the goal on each of the ten held-out families, with
-  the least margin on ran_into_later (the goals' "other samples" row), and on about half of the second set. A
+- Phrasings of its own kind that it was not trained on: it meets the goal on each of the ten held-out families, on
+  three other samples of prompts too (the goals' "other samples" row), and on all but one of the second set. A
   sentence a student types may get the wrong name on top; check it with the logit lens or a patching sweep before
   building a lesson on it."""
 
@@ -277,28 +278,28 @@ INTERPRETATION = """How the shipped checkpoint does it, read from the tables abo
 other head numbers for the same roles):
 
 1. **S2 is read where it stands, layer 0.** L0H0 attends from S2 mostly to S2 itself (0.38) and passes the name
-   on; patched at S2 it restores 0.20 of the logit difference (L0H1 0.08). MLP0 at S2, which reads their output and
-   the name's own embedding, is the link to later layers: patched there alone it restores about everything
-   (notebooks/01_ioi_patching.ipynb, exercise 3; notebooks/04_circuit.ipynb measures the edges). `resid_pre` at S2
-   carries all of the effect at layer 1; at layer 2 it is split between S2 (0.64) and the end (0.36); at layer 3
-   it is all at the end.
-2. **No duplicate-token head.** From S2, L1H1 gives S1, the earlier copy of the name, 0.54 on average, which meets
-   the duplicate-token goal as the issue words it; but split by name order it gives S1 0.91 when S1 is the intro's
-   *second* name (ABBA) and 0.00 when it is the first (BABA): it looks at the intro's second slot, whichever name
+   on; patched at S2 it restores 0.46 of the logit difference (the other layer-0 heads 0.05 or less). MLP0 at S2,
+   which reads their output and the name's own embedding, is the link to later layers: patched there alone it
+   restores about everything (notebooks/01_ioi_patching.ipynb, exercise 3; notebooks/04_circuit.ipynb measures the
+   edges). `resid_pre` at S2 carries all of the effect at layer 1; at layer 2 it is split between S2 (0.66) and the
+   end (0.33); at layer 3 it is all at the end.
+2. **No duplicate-token head.** From S2, L1H2 gives S1, the earlier copy of the name, 0.32 on average, which meets
+   the duplicate-token goal as the issue words it; but split by name order it gives S1 0.51 when S1 is the intro's
+   *second* name (ABBA) and 0.05 when it is the first (BABA): it looks at the intro's second slot, whichever name
    stands there (the columns "S2->S1 ABBA/BABA" above). No head looks at the copy in both orders (no head gives S1
    more than 0.05 in both). So the attention patterns do not show where the repetition is detected; patching puts
    the difference at S2 in layer 0 (L0H0 and MLP0).
-3. **Moved to the end in two steps, layers 1 and 2.** L1H1 and L1H2, then L2H2 and L2H3, attend from the end to S2
-   (0.56 to 0.91 on average); patched at the final position they restore 0.25, 0.18, 0.42 and 0.16. They write
-   the answer directly on the logits, and split the work: the layer-1 heads mostly push the S name down, the
-   layer-2 heads mostly lift the IO name (notebooks/01_ioi_patching.ipynb, exercise 6). By Wang et al.'s procedure
-   all four are name movers, not S-inhibition heads: path patching into their queries finds next to nothing; the
-   S2 signal reaches them through their *values*, from L0H0 and MLP0 at S2. Layer 3 adds nothing for this
-   corruption (its heads restore 0.00).
-4. **Intro names picked by position.** L1H3 and L3H1 attend from the end to the intro names (0.44 to 0.55 each on
-   average: on one prompt each looks at one intro slot, whichever name stands there; the averages mix ABBA and
-   BABA prompts), and the layer-0 heads spread their attention over both (about 0.3 each). Patching one changes
-   little, because each copies its slot's name in the clean and the corrupt run alike.
+3. **Moved to the end in two steps, layers 1 and 2.** L1H0 and L1H2, then L2H0 and L2H2, attend from the end to S2
+   (0.73 to 0.91 on average); patched at the final position they restore 0.18, 0.21, 0.29 and 0.28. They write
+   the answer directly on the logits, and split the work: the layer-1 heads push both names down, the S name much
+   more; the layer-2 heads lift the IO name and push the S name down (notebooks/01_ioi_patching.ipynb, exercise 6).
+   By Wang et al.'s procedure all four are name movers, not S-inhibition heads: path patching into their queries
+   finds next to nothing; the S2 signal reaches them through their *values*, from L0H0 and MLP0 at S2. Layer 3 adds
+   nothing for this corruption (its heads restore 0.00).
+4. **Intro names picked by position.** L2H1, L2H3 and L3H1 attend from the end to the intro names (0.30 to 0.51
+   each on average: on one prompt each looks at one intro slot, whichever name stands there; the averages mix ABBA
+   and BABA prompts), and the layer-0 heads spread their attention over both (0.23 to 0.36 each). Patching one
+   changes little, because each copies its slot's name in the clean and the corrupt run alike.
 5. At the end the MLPs add little for this corruption, but MLP0 at S2 is a link of the circuit: patched there
    alone it restores about as much as the whole S2 residual.
 

@@ -9,8 +9,8 @@ leading space); (2) train a 4-layer, 4-head, d_model=128 GPT-2 on packed documen
 copying sequences, capital-city facts) cut at random offsets, with extra loss weight on the IOI answer token and
 head dropout (each head's output dropped with probability 0.1, so that no single head carries the circuit);
 (3) save a standard ``GPT2LMHeadModel`` (safetensors) and a ``PreTrainedTokenizerFast`` in one folder.
-The card figures come from ``python -m interplab.zoo.evaluate_ioi_tiny``. With the default single thread the
-run is deterministic for a given torch version (more threads change float summation order, so other weights).
+The card figures come from ``python -m interplab.zoo.evaluate_ioi_tiny``. The run is deterministic for a given
+torch version and thread count (another thread count changes float summation order, so gives other weights).
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ CORPORA = {"classic": corpus, "repeated-name": corpus_repeated_name}
 CORPUS_DEFAULTS = {
     "classic": dict(steps=2000, stop_at=None, simple_steps=0, anneal_steps=0, simple_final=0.0, emb_std=None,
                     threads=1, ema=0.0, pool=60000, seed=2),
-    # the shipped model's recipe (see corpus_repeated_name's status): one thread, so that two candidates train side
-    # by side on a 2-core machine; 300000 documents, so that each is drawn under twice in 4000 steps (with 60000,
-    # about eight times, each seed missed one or two held-out phrasing families, a different one each time); the
-    # first 3250 steps of a 4000-step schedule: the whole schedule took 25.5 minutes of training on one core, over
-    # the issue's 25 with the tokenizer, and the weight average of step 3250 meets more held-out phrasing families
-    # than step 4000's (10 of 10 against 8, at 200 prompts each)
-    "repeated-name": dict(steps=4000, stop_at=3250, simple_steps=300, anneal_steps=700, simple_final=0.1, emb_std=0.1,
-                          threads=1, ema=0.995, pool=300000, seed=2),
+    # the shipped model's recipe (see corpus_repeated_name's status): two threads (both cores: the run is
+    # deterministic for a given thread count, and about 1.6 times faster than on one); 300000 documents, so that
+    # each is drawn under twice (with 60000, about eight times, each seed missed one or two held-out phrasing
+    # families, a different one each time); the first 3000 steps of a 5500-step schedule: the learning rate is
+    # still half its peak there, and that step's weight average met all ten held-out phrasing families with a
+    # margin (steps 3250 and 3500 met nine), in about 16 minutes in all, within the issue's 25
+    "repeated-name": dict(steps=5500, stop_at=3000, simple_steps=300, anneal_steps=700, simple_final=0.1, emb_std=0.1,
+                          threads=2, ema=0.995, pool=300000, seed=2),
 }
 
 DEFAULT_OUT = Path(__file__).parent / "ioi_tiny"
