@@ -36,7 +36,7 @@ CORPUS_DEFAULTS = {
     # each is drawn under twice (with 60000, about eight times, each seed missed one or two held-out phrasing
     # families, a different one each time); the first 3000 steps of a 5500-step schedule: the learning rate is
     # still half its peak there, and that step's weight average met all ten held-out phrasing families with a
-    # margin (steps 3250 and 3500 met nine), in about 16 minutes in all, within the 25
+    # margin (steps 3250 and 3500 met nine), in 15 minutes as a whole process, within the 25
     "repeated-name": dict(steps=5500, stop_at=3000, simple_steps=300, anneal_steps=700, simple_final=0.1, emb_std=0.1,
                           threads=2, ema=0.995, pool=300000, seed=2),
 }
