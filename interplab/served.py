@@ -174,7 +174,7 @@ def _eos_ids(lab) -> set[int]:
 
 def _as_generation(lab, prompts, rows, lengths, new, edits, stop_at_eos, eos):
     tok = lab.tokenizer
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    pad = lab.pad_id
     width, longest = max(lengths), max((len(n) for n in new), default=0)
     ids = torch.full((len(prompts), longest), pad, dtype=torch.long)
     seqs = torch.full((len(prompts), width + longest), pad, dtype=torch.long)

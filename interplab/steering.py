@@ -439,7 +439,7 @@ def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool 
     tok = lab.tokenizer
     ids, mask, lengths = lab.encode(prompts, side="left", new_tokens=max_new_tokens)
     width = ids.shape[1]
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    pad = lab.pad_id
 
     bans = [lab.token_id(s.token) for s in sampler if s.op == "ban"]
     forces = {s.step: lab.token_id(s.token) for s in sampler if s.op == "force"}

@@ -130,9 +130,7 @@ class Engine:
         if device is not None or dtype is not None:
             model = model.to(device=device, dtype=dtype_of(dtype))
         self.model = model.eval()
-        self.tokenizer = tokenizer
-        if getattr(tokenizer, "pad_token_id", None) is None and getattr(tokenizer, "eos_token", None) is not None:
-            tokenizer.pad_token = tokenizer.eos_token
+        self.tokenizer = tokenizer  # the caller's object: read, never changed (its pad_token stays as it was)
         self.model_id = model_id or getattr(getattr(model, "config", None), "_name_or_path", None) or "<in-memory>"
         self.seed = seed
         self.load_options: dict = {}  # Lab.load's placement keywords (device_map, ...), for the log's to_code()
@@ -191,6 +189,17 @@ class Engine:
         return hooks.attached_hooks()
 
     # ---- tokens ----------------------------------------------------------------------------------------
+    @property
+    def pad_id(self) -> int:
+        """The id that fills padded positions: the tokenizer's pad token, else its eos token (GPT-2 has no pad
+        token), else 0. Padded positions are masked, so the choice changes no number, only what a decoded row
+        shows."""
+        for name in ("pad_token_id", "eos_token_id"):
+            i = getattr(self.tokenizer, name, None)
+            if i is not None:
+                return i
+        return 0
+
     def encode(self, prompts, *, side: str = "right", new_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor,
                                                                                    list[int]]:
         """Padded input ids, attention mask and real lengths: the one place prompts become a batch.
@@ -209,8 +218,7 @@ class Engine:
             # past it: a bare IndexError, or silent extrapolation
             check_context(self.model, len(r), which, new_tokens=new_tokens)
         n = max(len(r) for r in rows)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ids = torch.full((len(rows), n), pad, dtype=torch.long)
+        ids = torch.full((len(rows), n), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), n), dtype=torch.long)
         for i, r in enumerate(rows):
             cols = slice(0, len(r)) if side == "right" else slice(n - len(r), n)

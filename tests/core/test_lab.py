@@ -174,3 +174,25 @@ def test_memo_is_never_stale(own_lab, change):
         for f in cleanup:
             f()
     assert torch.allclose(lab.run(P1).logits, _direct(lab, P1), atol=1e-5)
+
+
+def test_a_tokenizer_without_pad_token_is_left_as_it_was(models, tokenizer):
+    """GPT-2's tokenizer has no pad token: the lab pads with its eos id and does not set one on the caller's object;
+    a padded batch gives each prompt the logits and greedy text it gets alone (the padding is masked)."""
+    import copy
+
+    tok = copy.deepcopy(tokenizer)
+    tok.pad_token = None
+    assert tok.pad_token_id is None and tok.eos_token_id is not None
+    lab = ilab.Lab(models["gpt2"], tok, model_id="tiny-gpt2")
+    short = "The capital of France is"
+    batch = lab.to_tokens([P1, short])
+    n = len(tok(short)["input_ids"])
+    assert (batch[1, n:] == tok.eos_token_id).all()
+    assert tok.pad_token is None  # still none after the lab used it
+    together = lab.run([P1, short]).logits
+    alone = lab.run(short).logits
+    torch.testing.assert_close(together[1, :n], alone[0], rtol=1e-4, atol=1e-4)
+    gen = lab.generate([P1, short], max_new_tokens=4, greedy=True)
+    assert gen.texts[1] == lab.generate(short, max_new_tokens=4, greedy=True).text
+    assert tok.pad_token is None
