@@ -127,9 +127,10 @@ def test_heldout_phrasing_families_meet_issue_15(ioi):
     assert not missed, missed
 
 
-@pytest.mark.parametrize("module,simple", [("corpus", False), ("corpus_repeated_name", False),
-                                           ("corpus_repeated_name", True)])
-def test_heldout_families_never_occur_in_training_text(module, simple):
+@pytest.mark.parametrize("module,simple,third", [("corpus", False, 0), ("corpus_repeated_name", False, 0),
+                                                 ("corpus_repeated_name", True, 0),
+                                                 ("corpus_repeated_name", False, 0.25)])
+def test_heldout_families_never_occur_in_training_text(module, simple, third):
     import importlib
     import random
 
@@ -138,10 +139,33 @@ def test_heldout_families_never_occur_in_training_text(module, simple):
     for f in ev.ALL_FAMILIES:  # each regex matches its own family
         assert regs[f].search(ev.family_dataset(f, 1)[0]["clean"]), f
     rng = random.Random("train-2")
+    options = {"third_name": third} if third else {}
     for _ in range(20_000):
-        prefix, rest = gen.training_document(rng, 0.85, simple=True) if simple else gen.training_document(rng, 0.85)
+        prefix, rest = (gen.training_document(rng, 0.85, simple=True) if simple else
+                        gen.training_document(rng, 0.85, **options))
         hits = [f for f, r in regs.items() if r.search(prefix + rest)]
         assert not hits, (hits, prefix + rest)
+
+
+def test_third_name_option_repeats_a_third_intro_name_and_keeps_the_answer():
+    """--third-name: the intro names three people; the answer is the one of them not said again (the other two are
+    S and the third name); with the option off the text is the same as without it."""
+    import random
+    import re
+
+    from interplab.zoo import corpus_repeated_name as gen
+
+    rng = random.Random(0)
+    for _ in range(400):
+        ex = gen.ioi_example(rng, third_name=1.0)
+        words = re.findall(r"[A-Z][a-z]+", ex["prompt"])
+        names = [w for w in words if w in gen.NAMES]
+        intro = names[:3]
+        assert len(set(intro)) == 3 and ex["io"] in intro and ex["s"] in intro, ex
+        assert [n for n in intro if names.count(n) == 1] == [ex["io"]], ex
+    a, b = random.Random(1), random.Random(1)
+    assert [gen.training_document(a, 0.85) for _ in range(300)] == [
+        gen.training_document(b, 0.85, third_name=0.0) for _ in range(300)]
 
 
 def test_classic_prompt_answer_is_io(ioi):

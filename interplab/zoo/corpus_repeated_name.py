@@ -206,8 +206,34 @@ meet nine (stayed_so 0.92 and 0.94 at 100 prompts). Its duplicate-token signatur
 (L1H2: 0.32 on average, 0.51 ABBA, 0.05 BABA). **Shipped (2026-12-02, fifteenth session): the first 3000 steps of
 that schedule**, long roll calls in the corpus, two threads: one draw, like every run here (no other seed of
 this recipe was tried; other seeds of earlier recipes lost families).
-Next: a corpus in which a duplicate-token head forms early, before the held-out phrasings peak; both together at
-one checkpoint is what no run has shown yet.
+Then (sixteenth session), not kept: intros with a third name that is repeated before S2 ("Vera, Diana and Lisa went
+to the garden. Then Diana left, and then Lisa ... argued with" -> Vera; ``INTROS_THREE``, the extra name in any of
+the three slots, and ``MIDDLES_THREE``, which repeat it; ``train_ioi_tiny --third-name P`` puts them in a share P
+of the training IOI prompts; evaluation prompts unchanged), so that the intro's slots no longer tell where S1 is
+and only a match of names does. The shipped schedule otherwise (seed 2, 5500 steps, the weight average saved every
+250 steps), 100 prompts a family:
+- 25%, one thread: a head attending S2 -> S1 in both name orders forms early and stays (L1H3: 0.42 ABBA / 0.26
+  BABA at step 2000, 0.27-0.32 / 0.28-0.30 from 2500 to 4000; 0.27-0.35 on average, under the goal's 0.3 from
+  step 3250), the first run in which it forms before the phrasings peak; but the phrasings are learned later and
+  weaker: 5-8 of ten families (step 3250: 8, ran_into_later's logit diff 2.4, came_in_minute's 2.9, every top-1
+  >= 0.96), 5-7 of the 14 later phrasings;
+- 40%, one thread: the positional kind again (L1H2 0.54-0.68 ABBA, 0.07-0.13 BABA); step 3250 meets all ten
+  families (lowest logit diff 3.25), later 7 of 14;
+- 12%, two threads: the positional head turns into a both-orders one late (L1H2 0.25/0.09 at step 2500, 0.36/0.23
+  at 3000, 0.39/0.28 at 3500, 0.34 on average) while ran_into_later stays under the goal (logit diff 1.3-2.5; the
+  nine other families met from step 2750);
+- from here on without the middle ". Later, C went out" (a guess at ran_into_later's trouble; ``MIDDLES_THREE``
+  as it is now): 12%, two threads: positional (L1H0 0.84 ABBA, 0.02 BABA), 8-9 of ten (sitting_and 0.84-0.90);
+- 25%, two threads (``--third-name 0.25``, the defaults otherwise): 9 of ten at steps 2500-2750 (stayed_so or
+  sitting_and at 0.94) while L1H3 is positional (0.49/0.13); from step 3000 that head attends S2 -> S1 in both
+  orders (0.25/0.26 at 3000, 0.23/0.24 at 3250, 0.25/0.24 at 3500), and steps 3250 and 3500 meet **all ten
+  families** (lowest top-1 0.97, lowest logit diff 4.0-4.4) and 11 of the 14 later phrasings: the first checkpoint
+  with a duplicate-token head that is not positional and every family, but that head's 0.24-0.25 on average is
+  under the goal's 0.3 (the shipped positional L1H2 has 0.32).
+So a third name makes the both-orders head likelier (three runs of five, against about four of the twenty runs
+before) but not certain, and where it forms early the phrasings are weaker at the same step.
+Next: the last run to step 4500 (25 minutes at two threads): whether its head passes 0.3 while the families hold;
+the card's 200 prompts a family and other samples on its checkpoints.
 
 Pure Python (no torch).
 
@@ -348,6 +374,17 @@ ACTIONS_TRAIN = [
     ("handed it to", "hand it to"), ("showed it to", "show it to"), ("sold it to", "sell it to"),
     ("passed it to", "pass it to"), ("threw it back to", "throw it back to"), ("left it for", "leave it for"),
 ]
+# Intros with a third name that is repeated before S2 (an option of the training text, off by default; see the
+# status): then the intro's slots no longer tell where S1 is, only a match of names does.
+INTROS_THREE = [
+    "{N1}, {N2} and {N3} went to the {place}", "{N1}, {N2} and {N3} met at the {place}",
+    "{N1} and {N2} met {N3} at the {place}", "{N1} saw {N2} and {N3} at the {place}",
+    "{N1}, {N2} and {N3} had lunch", "{N1} went to the {place} with {N2} and {N3}",
+    "{N1} called {N2} and {N3}", "{N1}, {N2} and {N3} sat together",
+    "{N1} and {N2} were at the {place} with {N3}", "{N1}, {N2} and {N3} were bored",
+]
+MIDDLES_THREE = [". {C} went home", ". Then {C} left", ", but {C} left early", ". {C} sat down",
+                 ", and {C} was tired", ". {C} had to go", ", so {C} stayed behind"]
 ACTIONS_TEST = [("brought a {obj2} to", "bring a {obj2} to"), ("lent the {obj2} to", "lend the {obj2} to")]
 
 
@@ -381,12 +418,14 @@ def _cap(text: str) -> str:
 
 
 def ioi_example(rng: random.Random, *, test_pair: bool = False, test_template: bool = False,
-                max_mentions: int = 3, simple: bool = False) -> dict:
+                max_mentions: int = 3, simple: bool = False, third_name: float = 0.0) -> dict:
     """One IOI prompt: returns dict(prompt, corrupt, io, s); ``corrupt`` replaces S2 by the IO name.
 
     ``max_mentions=2`` (evaluation prompts): only bystanders in the middle, before and after S2, so S occurs twice
     and IO once. Otherwise (training text) those slots may also take S (never the IO), so S may occur three times.
     ``simple``: no opener, middle, words before S2 or stretch after S2 (the curriculum's first stage).
+    ``third_name``: in training text, the share of prompts whose intro names a third person, repeated before S2
+    ("A, C and B went to the park. Then C left, and B gave ... to" -> A).
     """
     a, b = _sample_pair(rng, test_pair)
     io, s = (a, b) if rng.random() < 0.5 else (b, a)  # ABBA (S second in the intro) or BABA (S first)
@@ -400,15 +439,25 @@ def ioi_example(rng: random.Random, *, test_pair: bool = False, test_template: b
             return s
         return queue.pop() if queue else bystanders[0]
 
+    # (no draw when the option is off, so the default text is the same as before it existed)
+    third = max_mentions > 2 and not simple and third_name > 0 and rng.random() < third_name
     place, place2 = rng.sample(PLACES, 2)
     obj, obj2 = rng.sample(OBJECTS, 2)
     fill = dict(A=a, B=b, place=place, place2=place2, obj=obj, obj2=obj2)
-    intro = intro.format(**fill)
-    if rng.random() < 0.35:  # subordinate intro: "When A and B ..., S2 ..."
+    if third:
+        c = rng.choice([n for n in others if n not in bystanders])
+        names = [a, b]
+        names.insert(rng.randrange(3), c)
+        intro = rng.choice(INTROS_THREE).format(N1=names[0], N2=names[1], N3=names[2], place=place)
+        head = intro + rng.choice(MIDDLES_THREE).format(C=c) + rng.choice(JOINERS)
+        new_sentence = head.endswith(".")
+    elif rng.random() < 0.35:  # subordinate intro: "When A and B ..., S2 ..."
+        intro = intro.format(**fill)
         sub_middle = "" if simple else rng.choice(SUB_MIDDLES)
         head = f"{rng.choice(SUBORDINATORS)} {intro}{sub_middle},".format(X=pick(), place2=place2)
         new_sentence = False
     else:
+        intro = intro.format(**fill)
         opener = "" if simple else rng.choice(OPENERS)
         middle = "" if simple else rng.choice(MIDDLES)
         head = (f"{opener} {intro}" if opener else intro) + middle.format(X=pick(True), Y=pick(), **fill)
@@ -511,13 +560,14 @@ def fact(rng: random.Random) -> str:
     return rng.choice(forms)
 
 
-def training_document(rng: random.Random, p_ioi: float = 0.6, simple: bool = False) -> tuple[str, str]:
+def training_document(rng: random.Random, p_ioi: float = 0.6, simple: bool = False,
+                      third_name: float = 0.0) -> tuple[str, str]:
     """(prefix, rest): for IOI documents ``prefix`` is the prompt and ``rest`` starts with the answer token;
     for other documents ``prefix`` is the whole text and ``rest`` is empty. ``simple``: IOI documents without the
-    optional parts (see ``ioi_example``)."""
+    optional parts; ``third_name``: see ``ioi_example``."""
     r = rng.random()
     if r < p_ioi:
-        ex = ioi_example(rng, simple=simple)
+        ex = ioi_example(rng, simple=simple, third_name=third_name)
         ending = rng.choice([".", ". They were happy.", " at the end.", "."])
         return ex["prompt"], " " + ex["io"] + ending
     r = rng.random()
@@ -534,13 +584,13 @@ def training_document(rng: random.Random, p_ioi: float = 0.6, simple: bool = Fal
     return fact(rng), ""  # 30% of the rest: the capitals are known well enough to steer between them
 
 
-def tokenizer_training_text(seed: int = 0, n: int = 20000):
+def tokenizer_training_text(seed: int = 0, n: int = 20000, third_name: float = 0.0):
     """Text for training the BPE tokenizer: the corpus plus every name/place/object/country many times, so each
     becomes one token with a leading space (" Mary")."""
     rng = random.Random(f"tok-{seed}")
     words = NAMES + PLACES + OBJECTS + list(FACTS) + list(FACTS.values()) + FILLER
     for _ in range(n):
-        prefix, rest = training_document(rng)
+        prefix, rest = training_document(rng, third_name=third_name)
         yield prefix + rest
     for _ in range(200):
         yield " " + " ".join(words) + " " + ". ".join(words)

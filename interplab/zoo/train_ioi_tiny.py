@@ -44,7 +44,7 @@ CORPUS_DEFAULTS = {
 DEFAULT_OUT = Path(__file__).parent / "ioi_tiny"
 
 
-def train_tokenizer(vocab_size: int = 3000, seed: int = 0, corpus=corpus):
+def train_tokenizer(vocab_size: int = 3000, seed: int = 0, corpus=corpus, **text_options):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -56,7 +56,7 @@ def train_tokenizer(vocab_size: int = 3000, seed: int = 0, corpus=corpus):
         vocab_size=vocab_size, special_tokens=[corpus.EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(corpus.tokenizer_training_text(seed), trainer=trainer)
+    tok.train_from_iterator(corpus.tokenizer_training_text(seed, **text_options), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token=corpus.EOS, eos_token=corpus.EOS, unk_token=corpus.EOS,
         pad_token=corpus.EOS, clean_up_tokenization_spaces=False, model_max_length=128,
@@ -68,15 +68,16 @@ def train_tokenizer(vocab_size: int = 3000, seed: int = 0, corpus=corpus):
     return fast
 
 
-def make_pool(tokenizer, n_docs: int, seed: int, p_ioi: float = 0.6, simple: bool = False, corpus=corpus):
+def make_pool(tokenizer, n_docs: int, seed: int, p_ioi: float = 0.6, simple: bool = False, corpus=corpus,
+              **text_options):
     """Encode ``n_docs`` training documents: list of (ids, answer_index or -1); ``simple``: the curriculum's simple
-    documents (corpus_repeated_name only)."""
+    documents (corpus_repeated_name only); ``text_options``: passed to the corpus's ``training_document``."""
     if simple:
         rng = random.Random(f"train-{seed}-simple")
         docs = [corpus.training_document(rng, p_ioi, simple=True) for _ in range(n_docs)]
     else:
         rng = random.Random(f"train-{seed}")
-        docs = [corpus.training_document(rng, p_ioi) for _ in range(n_docs)]
+        docs = [corpus.training_document(rng, p_ioi, **text_options) for _ in range(n_docs)]
     pre = tokenizer.backend_tokenizer.encode_batch([d[0] for d in docs])
     rest = tokenizer.backend_tokenizer.encode_batch([d[1] for d in docs])
     pool = []
@@ -178,6 +179,9 @@ def main(argv=None):
                     help="(*) curriculum: the share of simple documents falls linearly to --simple-final by this step")
     ap.add_argument("--simple-final", type=float, default=None,
                     help="(*) share of simple documents after the anneal")
+    ap.add_argument("--third-name", type=float, default=0.0,
+                    help="repeated-name only: the share of training IOI prompts whose intro names a third person, "
+                         "repeated before S2 (see corpus_repeated_name's status; not in the shipped model)")
     ap.add_argument("--simple-pool", type=int, default=20000, help="number of distinct simple documents")
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--emb-std", type=float, default=None,
@@ -204,6 +208,10 @@ def main(argv=None):
     use_simple = args.simple_steps > 0 or args.simple_final > 0
     if use_simple and args.corpus == "classic":
         ap.error("the curriculum (--simple-steps, --simple-final) needs --corpus repeated-name")
+    if args.third_name and args.corpus == "classic":
+        ap.error("--third-name needs --corpus repeated-name")
+    # only when set, so that the classic corpus (which has no such option) is called as before
+    text_options = {"third_name": args.third_name} if args.third_name else {}
 
     import torch
 
@@ -214,10 +222,10 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     t0 = time.time()
     data = CORPORA[args.corpus]
-    tok = train_tokenizer(args.vocab_size, args.seed, data)
+    tok = train_tokenizer(args.vocab_size, args.seed, data, **text_options)
     eos = tok.eos_token_id
     small = args.stop_at <= 50
-    pool = make_pool(tok, 2000 if small else args.pool, args.seed, args.p_ioi, corpus=data)
+    pool = make_pool(tok, 2000 if small else args.pool, args.seed, args.p_ioi, corpus=data, **text_options)
     simple_pool = (make_pool(tok, 500 if small else args.simple_pool, args.seed, args.p_ioi, simple=True, corpus=data)
                    if use_simple else None)
     print(f"tokenizer: {len(tok)} tokens; {len(pool)} + {len(simple_pool or [])} simple documents; "
