@@ -226,14 +226,19 @@ and only a match of names does. The shipped schedule otherwise (seed 2, 5500 ste
   as it is now): 12%, two threads: positional (L1H0 0.84 ABBA, 0.02 BABA), 8-9 of ten (sitting_and 0.84-0.90);
 - 25%, two threads (``--third-name 0.25``, the defaults otherwise): 9 of ten at steps 2500-2750 (stayed_so or
   sitting_and at 0.94) while L1H3 is positional (0.49/0.13); from step 3000 that head attends S2 -> S1 in both
-  orders (0.25/0.26 at 3000, 0.23/0.24 at 3250, 0.25/0.24 at 3500), and steps 3250 and 3500 meet **all ten
-  families** (lowest top-1 0.97, lowest logit diff 4.0-4.4) and 11 of the 14 later phrasings: the first checkpoint
-  with a duplicate-token head that is not positional and every family, but that head's 0.24-0.25 on average is
-  under the goal's 0.3 (the shipped positional L1H2 has 0.32).
-So a third name makes the both-orders head likelier (three runs of five, against about four of the twenty runs
-before) but not certain, and where it forms early the phrasings are weaker at the same step.
-Next: the last run to step 4500 (25 minutes at two threads): whether its head passes 0.3 while the families hold;
-the card's 200 prompts a family and other samples on its checkpoints.
+  orders (0.25/0.26 at 3000, 0.23/0.24 at 3250, 0.25/0.24 at 3500), and steps 3250 and 3500 meet all ten
+  families. Step 3500 at the card's 200 prompts (``evaluate_ioi_tiny --model``): all ten families (lowest top-1
+  sitting_and 0.97, lowest logit diff both_liked_but 4.0), all ten on three other samples (0.965 and 3.86 at
+  worst), 10 of the 14 later phrasings, the circuit goals (largest single head 0.24, a layer-1 head 0.26 at the
+  end, S2's residual 1.04 at layer 1), test split top-1 0.91 (the shipped model 0.975). But L1H3 is not a
+  duplicate-token head: from S2 it attends to IO as much as to S1 (S2 -> IO 0.33, S2 -> S1 0.26), an average over
+  the earlier names; so "high in both name orders" alone does not tell a duplicate-token head from one that
+  attends to every earlier name (S2 -> S1 must also stand above S2 -> IO).
+So a third name makes a head that looks back from S2 in both name orders likelier (three runs of five, against
+about four of the twenty runs before), but in the one run that met every family with it, it is an average over the
+names, and no head attends S2 -> S1 >= 0.3.
+Next: the last run to step 4500 (25 minutes at two threads), to see whether its head turns to S1 alone while the
+families hold; the both-orders runs above were judged by S2 -> S1 only, and may be averages too.
 
 Pure Python (no torch).
 
