@@ -88,6 +88,27 @@ def test_model_card_reports_figures():
     assert "three other samples of prompts" in card  # the check of the family goals on other name pairs
 
 
+def test_card_tells_a_duplicate_token_head_from_a_positional_or_averaging_one():
+    from interplab.zoo.model_card import duplicate_token_head
+
+    # one layer, three heads, the kinds the retraining runs grew (corpus_repeated_name's status):
+    # H0 looks at the intro's second slot (S1 there in ABBA prompts only), H1 at every earlier name (IO the most),
+    # H2 at the earlier copy of the name in both orders
+    kinds = {"S2->S1 ABBA": [0.60, 0.35, 0.31], "S2->S1 BABA": [0.05, 0.33, 0.36], "S2->IO": [0.30, 0.40, 0.10]}
+
+    def attention(heads):
+        a = {k: [[v[h] for h in heads]] for k, v in kinds.items()}
+        a["S2->S1"] = [[(x + y) / 2 for x, y in zip(a["S2->S1 ABBA"][0], a["S2->S1 BABA"][0])]]
+        return a
+
+    (_, head), s1, io, met = duplicate_token_head(attention([0, 1, 2]))
+    assert (head, round(s1, 2), round(io, 2), met) == (2, 0.31, 0.10, True)
+    # without it: the best in both orders is the averaging head, shown with the IO figure that disqualifies it
+    (_, head), s1, io, met = duplicate_token_head(attention([0, 1]))
+    assert (head, round(s1, 2), round(io, 2), met) == (1, 0.33, 0.40, False)
+    assert duplicate_token_head(attention([0]))[3] is False  # the positional head alone
+
+
 # ------------------------------------------------------------------------------------------- behaviour
 @pytest.mark.parametrize("split", ["test_pairs", "test_templates", "test"])
 def test_heldout_accuracy(ioi, split):

@@ -237,8 +237,34 @@ and only a match of names does. The shipped schedule otherwise (seed 2, 5500 ste
 So a third name makes a head that looks back from S2 in both name orders likelier (three runs of five, against
 about four of the twenty runs before), but in the one run that met every family with it, it is an average over the
 names, and no head attends S2 -> S1 >= 0.3.
-Next: the last run to step 4500 (25 minutes at two threads), to see whether its head turns to S1 alone while the
-families hold; the both-orders runs above were judged by S2 -> S1 only, and may be averages too.
+Then (seventeenth session), the both-orders heads above measured against S2 -> IO (100 prompts): every one
+averages over the earlier names. Run a's L1H3 gives IO 0.39-0.48 against S1 0.26-0.42 (steps 2000-4000), run c's
+L1H2 IO 0.32-0.36 against S1 0.23-0.39, run e's L1H3 IO 0.33-0.37 against S1 0.23-0.35. The card's check now asks
+for S2 -> S1 above S2 -> IO as well (``model_card.duplicate_token_head``). Three more runs at 25% third names, two
+threads, 100 prompts a family:
+- run e on to step 4500 (the 5500-step schedule): a second head, L2H3, turns to the earlier copy of the name from
+  step 3750: S2 -> S1 0.12/0.18 (ABBA/BABA) at 3750, 0.21/0.34 at 4000, 0.21/0.44 at 4500, with S2 -> IO 0.04-0.09;
+  the first head of any run here that looks at S1 far more than at IO in both orders, and 0.31 on average at 4500
+  (the issue's figure); but ABBA stays at 0.21, and sitting_and falls under the goal as it forms (top-1 0.90-0.94:
+  nine of ten families at every step from 3750 to 4500);
+- a 4500-step schedule, seed 2: L2H3 that way from step 3000 (0.34-0.43 ABBA, 0.19-0.24 BABA, S2 -> IO 0.15-0.20,
+  0.28-0.33 on average), while sitting_and stays at top-1 0.74-0.81 (its misses are mostly names that are not in
+  the prompt at all; nine of ten families from step 3250);
+- the same, seed 3: learns the families sooner (held-out accuracy 0.85 at step 1500, against 0.54) but meets 7-9 of
+  ten from step 3000 (yesterday_period 0.76-0.94 throughout); L1H3 looks at S1 0.61-0.68 in ABBA and 0.11-0.30 in
+  BABA (S2 -> IO 0.21-0.26), L1H1 averages (0.31-0.49 / 0.22-0.36, IO 0.30-0.35).
+At two threads the 4500 steps took 1439 and 1490 s of training, 24:51 and 25:43 from launch to saved weights (with
+snapshots saved and measured beside them): at the issue's 25-minute edge, so a shipped recipe would stop by 4250.
+A probe, not kept: groups of two with a lookup ("Today, Amber and Peter went to the farm, and Sophie and Kate went
+to the library. Then Peter gave a pencil to" -> Amber: S1's partner, so that neither an average over the earlier
+names nor an intro slot gives the answer, only the earlier copy of S does), as the whole corpus, 1500 steps of a
+1500-step schedule, seed 2: top-1 0.31 at the end (about chance among the other names), and a head that looks from
+S2 at S1 (L1H1, 0.20, S2 -> the answer 0.00) only at the last snapshot: slow to learn even alone.
+So with a third name in a quarter of the prompts, a head that looks at the earlier copy of the name (both orders,
+S1 above IO) forms in two of three runs, after 3000-3750 steps; in each, one phrasing family drops under the goal
+as it forms, and no checkpoint meets both. Next: a run that starts from the third-name recipe's step 3000 with a
+lower third-name share (the families held best at 12-25%), or the sitting_and misses (names absent from the prompt)
+looked at first.
 
 Pure Python (no torch).
 

@@ -223,6 +223,21 @@ def _other_samples_row(res) -> tuple[str, str, bool]:
             not missed)
 
 
+def duplicate_token_head(attention, threshold=0.30):
+    """((layer, head), S2 -> S1 in the weaker name order, that head's S2 -> IO, met) for the head most like a
+    duplicate-token head. Such a head looks at the name's earlier copy in both name orders (a head that looks at one
+    intro *slot* fails that) and at it more than at the other intro name (one that averages over the earlier names
+    fails that); ``attention``: evaluate_ioi_tiny.attention_summary's output."""
+    a = attention
+    if "S2->S1 ABBA" not in a:  # figures from before the split by name order
+        return (0, 0), float("nan"), float("nan"), False
+    cells = [(l, h) for l in range(len(a["S2->S1"])) for h in range(len(a["S2->S1"][0]))]
+    both = {(l, h): min(a["S2->S1 ABBA"][l][h], a["S2->S1 BABA"][l][h]) for l, h in cells}
+    met = {(l, h): v >= threshold and a["S2->S1"][l][h] > a["S2->IO"][l][h] for (l, h), v in both.items()}
+    (l, h), v = max(both.items(), key=lambda kv: (met[kv[0]], kv[1]))  # a head that meets it first, then the closest
+    return (l, h), v, a["S2->IO"][l][h], met[l, h]
+
+
 def goals(res) -> str:
     """The issue's goals, each checked against the figures above (the same checks as tests/test_zoo.py)."""
     p = res["patching"]
@@ -241,9 +256,7 @@ def goals(res) -> str:
     dup = {(l, h): res["attention"]["S2->S1"][l][h] for l in range(L) for h in range(H)}
     (dl, dh), best_dup = max(dup.items(), key=lambda kv: kv[1])
     a = res["attention"]
-    both = {(l, h): min(a["S2->S1 ABBA"][l][h], a["S2->S1 BABA"][l][h]) for l in range(L) for h in range(H)} if (
-        "S2->S1 ABBA" in a) else {(0, 0): float("nan")}
-    (bl2, bh2), best_both = max(both.items(), key=lambda kv: kv[1])
+    (bl2, bh2), best_both, both_io, dup_met = duplicate_token_head(a)
     later = res.get("later_families") or {}
     later_ok = [k for k, v in later.items() if v["top1"] >= 0.95 and v["logit_diff"] >= 3]
     later_worst = min(later, key=lambda k: later[k]["top1"]) if later else None
@@ -266,8 +279,9 @@ def goals(res) -> str:
         ("issue 15: a head attends from S2 to S1 with weight >= 0.30 on average (duplicate-token head)",
          f"L{dl}H{dh} {best_dup:.2f}", best_dup >= 0.30),
         ("not a goal of the issues, a check of the one above: the same head in both name orders (S2 -> S1 >= 0.30 "
-         "in ABBA and in BABA prompts alike; a head that looks at one intro *position* fails it)",
-         f"L{bl2}H{bh2} {best_both:.2f}", best_both >= 0.30),
+         "in ABBA and in BABA prompts alike; a head that looks at one intro *position* fails it), and more on S1 "
+         "than on IO (a head that averages over the earlier names fails that)",
+         f"L{bl2}H{bh2} {best_both:.2f} (S2 -> IO {both_io:.2f})", dup_met),
     ]
     lines = ["| goal | measured | |", "|---|---|---|"]
     lines += [f"| {g} | {v} | {'met' if ok else '**NOT met**'} |" for g, v, ok in rows]
