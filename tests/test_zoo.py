@@ -295,16 +295,24 @@ def test_ioi_dataset_pairs_and_splits(ioi, module):
 
 
 # ------------------------------------------------------------------------------------------- retraining
+def _train(out, *options):
+    """Run the training script in a subprocess on one thread; returns the finished process."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-m", "interplab.zoo.train_ioi_tiny", *options, "--out", str(out),
+                           "--threads", "1"], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 @pytest.mark.parametrize("corpus_name", ["classic", "repeated-name"])
 def test_training_script_smoke(tmp_path, corpus_name):
     out = tmp_path / "m"
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
     # repeated-name: a 6-step schedule stopped at step 3 (the shipped recipe stops its schedule early too)
     steps = ["--steps", "3"] if corpus_name == "classic" else ["--steps", "6", "--stop-at", "3"]
-    proc = subprocess.run([sys.executable, "-m", "interplab.zoo.train_ioi_tiny", *steps, "--out", str(out),
-                           "--threads", "1", "--eval-every", "3", "--corpus", corpus_name], capture_output=True,
-                          text=True, timeout=120, env=env, cwd=Path(__file__).resolve().parents[1])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    options = [*steps, "--eval-every", "3", "--corpus", corpus_name]
+    snapshots = ["--save-every", "1", "--save-from", "2"] if corpus_name == "repeated-name" else []
+    proc = _train(out, *options, *snapshots)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(out)
@@ -317,6 +325,17 @@ def test_training_script_smoke(tmp_path, corpus_name):
     if corpus_name == "repeated-name":  # the curriculum and the wider embedding init are on by default
         assert info["args"]["simple_steps"] > 0 and info["args"]["emb_std"] == 0.1
         assert "simple documents" in proc.stdout and "p_simple 1.00" in proc.stdout
+        import torch
+
+        # --save-every: the snapshot is a model folder of its own, one step short of the final weights
+        snap = AutoModelForCausalLM.from_pretrained(out / "step-2")
+        assert json.loads((out / "step-2" / "training_info.json").read_text())["steps"] == 2
+        assert not (out / "step-1").exists() and not (out / "step-3").exists()
+        assert any(not torch.equal(a, b) for a, b in zip(snap.parameters(), model.parameters()))
+        # and saving snapshots leaves the run's own weights as they are without them
+        plain = tmp_path / "plain"
+        _train(plain, *options)
+        assert (plain / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
 
 
 # ------------------------------------------------------------------------------------------- random models

@@ -254,14 +254,16 @@ def resid_grid(model, tok, dataset):
 def attention_summary(model, tok, dataset):
     """Mean attention probability, per head, from END to IO/S1/S2/bystander-or-other and from S2 to S1 and to IO
     (clean prompts; eager attention weights from ``output_attentions``). "S2->S1 ABBA" / "S2->S1 BABA": S2 -> S1 over
-    the prompts whose intro names IO first (S1 second) / S first only: a head that looks at the earlier copy of the
-    name (duplicate-token) is high in both, a head that looks at one intro *position* in one of them only."""
+    the prompts whose intro names IO first (S1 second) / S first only ("S2->IO ABBA" / "BABA" likewise): a head that
+    looks at the earlier copy of the name (duplicate-token) is high in both, a head that looks at one intro
+    *position* in one of them only."""
     import torch
 
     gs = Groups(tok, dataset)
     L, H = model.config.n_layer, model.config.n_head
     keys = ["END->IO", "END->S1", "END->S2", "END->END", "S2->S1", "S2->IO", "S2->S2"]
-    acc = {k: torch.zeros(L, H) for k in keys + ["S2->S1 ABBA", "S2->S1 BABA"]}
+    split = [f"{k} {o}" for k in ("S2->S1", "S2->IO") for o in ("ABBA", "BABA")]
+    acc = {k: torch.zeros(L, H) for k in keys + split}
     count = {"ABBA": 0, "BABA": 0}
     for g in gs.groups:
         with torch.no_grad():
@@ -277,9 +279,10 @@ def attention_summary(model, tok, dataset):
                 q, kk = k.split("->")
                 acc[k][l] += a[r, :, p[q], p[kk]].sum(0)
             for o, mask in order.items():
-                acc[f"S2->S1 {o}"][l] += a[r, :, p["S2"], p["S1"]][mask].sum(0)
+                for kk in ("S1", "IO"):
+                    acc[f"S2->{kk} {o}"][l] += a[r, :, p["S2"], p[kk]][mask].sum(0)
     out = {k: (acc[k] / gs.size).tolist() for k in keys}
-    out.update({f"S2->S1 {o}": (acc[f"S2->S1 {o}"] / max(count[o], 1)).tolist() for o in count})
+    out.update({k: (acc[k] / max(count[k.split()[1]], 1)).tolist() for k in split})
     return out
 
 

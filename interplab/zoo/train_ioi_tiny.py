@@ -16,6 +16,7 @@ torch version and thread count (another thread count changes float summation ord
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import random
@@ -151,6 +152,27 @@ def add_head_dropout(model, p: float):
     return [block.attn.c_proj.register_forward_pre_hook(hook) for block in model.transformer.h]
 
 
+def save(model, tok, out: Path, info: dict):
+    """Write ``model`` (eval mode, CPU) and ``tok`` to ``out`` as a standard transformers folder with eager attention
+    and ``training_info.json``."""
+    model.eval().to("cpu")
+    out.mkdir(parents=True, exist_ok=True)
+    model.config._attn_implementation = "eager"
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    # make the folder independent of the transformers major version and keep eager attention
+    cfg_path = out / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["attn_implementation"] = "eager"
+    cfg["_attn_implementation"] = "eager"
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    tcfg_path = out / "tokenizer_config.json"
+    tcfg = json.loads(tcfg_path.read_text())
+    tcfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    tcfg_path.write_text(json.dumps(tcfg, indent=2) + "\n")
+    (out / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(DEFAULT_OUT))
@@ -193,6 +215,10 @@ def main(argv=None):
                          "weights)")
     ap.add_argument("--seed", type=int, default=None, help="(*)")
     ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--save-every", type=int, default=0,
+                    help="also save the weights every this many steps (from --save-from on) to OUT/step-N, so that "
+                         "one run gives the checkpoints a recipe search compares (0: only the last step)")
+    ap.add_argument("--save-from", type=int, default=0, help="the first step --save-every saves")
     ap.add_argument("--ema", type=float, default=None,
                     help="(*) evaluate and save an exponential moving average of the weights with this decay "
                          "(0: the last step's weights); the held-out phrasings swing from one step to the next "
@@ -295,31 +321,22 @@ def main(argv=None):
                     f"{k} {v['top1']:.2f}/{v['logit_diff']:.1f}" for k, v in fam.items()), flush=True)
             model.to(args.device)
             shown.to(args.device)  # (the average is updated from the model, on the model's device)
+        done = step + 1
+        if args.save_every and done >= args.save_from and done % args.save_every == 0 and done < args.stop_at:
+            shown = model if ema is None else ema.module
+            snapshot = copy.deepcopy(shown).to("cpu")  # (a copy: saving switches it to eager attention)
+            save(snapshot, tok, Path(args.out) / f"step-{done}",
+                 {"steps": done, "train_seconds": round(time.time() - t_train, 1), "threads": args.threads,
+                  "n_params": n_params, "args": vars(args)})
     train_s = time.time() - t_train
 
     for h in head_hooks:
         h.remove()
     if ema is not None:
         model = ema.module
-    model.eval().to("cpu")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model.config._attn_implementation = "eager"
-    model.save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
-    # make the folder independent of the transformers major version and keep eager attention
-    cfg_path = out / "config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["attn_implementation"] = "eager"
-    cfg["_attn_implementation"] = "eager"
-    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
-    tcfg_path = out / "tokenizer_config.json"
-    tcfg = json.loads(tcfg_path.read_text())
-    tcfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-    tcfg_path.write_text(json.dumps(tcfg, indent=2) + "\n")
-    info = {"steps": args.stop_at, "train_seconds": round(train_s, 1), "threads": args.threads,
-            "n_params": n_params, "args": vars(args)}
-    (out / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
+    save(model, tok, out, {"steps": args.stop_at, "train_seconds": round(train_s, 1), "threads": args.threads,
+                           "n_params": n_params, "args": vars(args)})
     print(f"saved to {out} after {train_s:.0f}s of training", flush=True)
     return out
 
