@@ -312,7 +312,9 @@ def test_training_script_smoke(tmp_path, corpus_name):
     steps = ["--steps", "3"] if corpus_name == "classic" else ["--steps", "6", "--stop-at", "3"]
     options = [*steps, "--eval-every", "3", "--corpus", corpus_name]
     snapshots = ["--save-every", "1", "--save-from", "2"] if corpus_name == "repeated-name" else []
-    proc = _train(out, *options, *snapshots)
+    # classic: with the kernels pinned to their AVX2 paths (the same sums on any x86-64 CPU)
+    isa = ["--cpu-isa", "avx2"] if corpus_name == "classic" else []
+    proc = _train(out, *options, *snapshots, *isa)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(out)
@@ -322,11 +324,17 @@ def test_training_script_smoke(tmp_path, corpus_name):
     info = json.loads((out / "training_info.json").read_text())
     assert info["args"]["corpus"] == corpus_name and info["steps"] == 3 and "step 3:" in proc.stdout
     assert "step 6:" not in proc.stdout and info["args"]["steps"] == (3 if corpus_name == "classic" else 6)
+    import torch
+
+    env = info["environment"]  # what decides the bytes besides the arguments
+    assert env["torch"] == torch.__version__ and env["transformers"]
+    if corpus_name == "classic":
+        assert env["MKL_CBWR"] == "AVX2" and env["cpu_capability"] == "AVX2"
+    else:
+        assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     if corpus_name == "repeated-name":  # the curriculum and the wider embedding init are on by default
         assert info["args"]["simple_steps"] > 0 and info["args"]["emb_std"] == 0.1
         assert "simple documents" in proc.stdout and "p_simple 1.00" in proc.stdout
-        import torch
-
         # --save-every: the snapshot is a model folder of its own, one step short of the final weights
         snap = AutoModelForCausalLM.from_pretrained(out / "step-2")
         assert json.loads((out / "step-2" / "training_info.json").read_text())["steps"] == 2

@@ -10,7 +10,8 @@ copying sequences, capital-city facts) cut at random offsets, with extra loss we
 head dropout (each head's output dropped with probability 0.1, so that no single head carries the circuit);
 (3) save a standard ``GPT2LMHeadModel`` (safetensors) and a ``PreTrainedTokenizerFast`` in one folder.
 The card figures come from ``python -m interplab.zoo.evaluate_ioi_tiny``. The run is deterministic for a given
-torch version and thread count (another thread count changes float summation order, so gives other weights).
+torch version, thread count and instruction set of the kernels (another thread count or CPU changes the order of
+float sums, so gives other weights; ``--cpu-isa avx2`` pins the kernels, and training_info.json records them).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import copy
 import json
 import math
+import os
 import random
 import time
 from pathlib import Path
@@ -214,6 +216,11 @@ def main(argv=None):
                     help="torch device to train on (the shipped model is trained on cpu: other devices give other "
                          "weights)")
     ap.add_argument("--seed", type=int, default=None, help="(*)")
+    ap.add_argument("--cpu-isa", choices=["native", "avx2"], default="native",
+                    help="native: the kernels this CPU's instruction set selects (MKL and torch's own kernels take "
+                         "other code paths, so other sums, on AVX-512 than on AVX2: the weights then depend on the "
+                         "CPU); avx2: both pinned to their AVX2 paths (MKL_CBWR=AVX2, ATEN_CPU_CAPABILITY=avx2), the "
+                         "same weights on any x86-64 CPU with AVX2, about 25%% slower here")
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--save-every", type=int, default=0,
                     help="also save the weights every this many steps (from --save-from on) to OUT/step-N, so that "
@@ -239,11 +246,19 @@ def main(argv=None):
     # only when set, so that the classic corpus (which has no such option) is called as before
     text_options = {"third_name": args.third_name} if args.third_name else {}
 
+    if args.cpu_isa == "avx2":  # read at the first MKL call / kernel dispatch, so in time before any torch op
+        os.environ["MKL_CBWR"] = "AVX2"
+        os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
     import torch
+    import transformers
 
     from interplab.zoo.evaluate_ioi_tiny import family_scores, score
 
     torch.set_num_threads(args.threads)
+    # what else decides the bytes besides the arguments: the library versions and the kernels' instruction set
+    environment = {"torch": torch.__version__, "transformers": transformers.__version__,
+                   "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                   "MKL_CBWR": os.environ.get("MKL_CBWR")}
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     t0 = time.time()
@@ -327,7 +342,7 @@ def main(argv=None):
             snapshot = copy.deepcopy(shown).to("cpu")  # (a copy: saving switches it to eager attention)
             save(snapshot, tok, Path(args.out) / f"step-{done}",
                  {"steps": done, "train_seconds": round(time.time() - t_train, 1), "threads": args.threads,
-                  "n_params": n_params, "args": vars(args)})
+                  "n_params": n_params, "environment": environment, "args": vars(args)})
     train_s = time.time() - t_train
 
     for h in head_hooks:
@@ -336,7 +351,7 @@ def main(argv=None):
         model = ema.module
     out = Path(args.out)
     save(model, tok, out, {"steps": args.stop_at, "train_seconds": round(train_s, 1), "threads": args.threads,
-                           "n_params": n_params, "args": vars(args)})
+                           "n_params": n_params, "environment": environment, "args": vars(args)})
     print(f"saved to {out} after {train_s:.0f}s of training", flush=True)
     return out
 
