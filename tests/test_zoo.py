@@ -91,22 +91,26 @@ def test_model_card_reports_figures():
 def test_card_tells_a_duplicate_token_head_from_a_positional_or_averaging_one():
     from interplab.zoo.model_card import duplicate_token_head
 
-    # one layer, three heads, the kinds the retraining runs grew (corpus_repeated_name's status):
-    # H0 looks at the intro's second slot (S1 there in ABBA prompts only), H1 at every earlier name (IO the most),
-    # H2 at the earlier copy of the name in both orders
-    kinds = {"S2->S1 ABBA": [0.60, 0.35, 0.31], "S2->S1 BABA": [0.05, 0.33, 0.36], "S2->IO": [0.30, 0.40, 0.10]}
+    # one layer, four heads, the kinds the retraining runs grew (corpus_repeated_name's status): H0 looks at the
+    # intro's second slot (S1 there in ABBA prompts, IO in BABA ones), H1 at every earlier name (IO a little more),
+    # H2 at the earlier copy of the name in both orders, H3 at the copy in ABBA but at both names alike in BABA
+    kinds = {"S2->S1 ABBA": [0.60, 0.35, 0.31, 0.41], "S2->IO ABBA": [0.05, 0.40, 0.10, 0.17],
+             "S2->S1 BABA": [0.05, 0.33, 0.36, 0.30], "S2->IO BABA": [0.55, 0.40, 0.10, 0.30]}
 
     def attention(heads):
         a = {k: [[v[h] for h in heads]] for k, v in kinds.items()}
-        a["S2->S1"] = [[(x + y) / 2 for x, y in zip(a["S2->S1 ABBA"][0], a["S2->S1 BABA"][0])]]
+        for k in ("S2->S1", "S2->IO"):
+            a[k] = [[(x + y) / 2 for x, y in zip(a[f"{k} ABBA"][0], a[f"{k} BABA"][0])]]
         return a
 
-    (_, head), s1, io, met = duplicate_token_head(attention([0, 1, 2]))
-    assert (head, round(s1, 2), round(io, 2), met) == (2, 0.31, 0.10, True)
-    # without it: the best in both orders is the averaging head, shown with the IO figure that disqualifies it
-    (_, head), s1, io, met = duplicate_token_head(attention([0, 1]))
+    (_, head), s1, io, met = duplicate_token_head(attention([0, 1, 2, 3]))
+    assert (head, round(s1, 2), round(io, 2), met) == (2, 0.31, 0.10, True)  # its weaker order, ABBA
+    # without it: the closest is the averaging head, shown with the IO figure that disqualifies it
+    (_, head), s1, io, met = duplicate_token_head(attention([0, 1, 3]))
     assert (head, round(s1, 2), round(io, 2), met) == (1, 0.33, 0.40, False)
-    assert duplicate_token_head(attention([0]))[3] is False  # the positional head alone
+    for alone in (0, 1, 3):  # each of the others alone fails
+        assert duplicate_token_head(attention([alone]))[3] is False
+    assert duplicate_token_head(attention([2]))[3] is True
 
 
 # ------------------------------------------------------------------------------------------- behaviour

@@ -265,6 +265,35 @@ S1 above IO) forms in two of three runs, after 3000-3750 steps; in each, one phr
 as it forms, and no checkpoint meets both. Next: a run that starts from the third-name recipe's step 3000 with a
 lower third-name share (the families held best at 12-25%), or the sitting_and misses (names absent from the prompt)
 looked at first.
+Then (eighteenth session), two findings that change how the runs above read:
+- the trained bytes depend on the CPU: MKL and torch's own kernels take other code paths (so other float sums) on
+  AVX-512 than on AVX2, and on this session's machine (AVX-512 with AMX) the shipped recipe gives model.safetensors
+  b7028d0e..., not the shipped f533b816...; that draw meets 9 of the ten families (afterwards_talk top-1 0.91 at
+  100 prompts) and 9 of the 14 later phrasings, so the shipped model was one lucky draw of its recipe on its CPU,
+  and the runs of earlier sessions were draws on whatever CPU each had (a seed-2 third-name run here is not
+  session 17's run e). ``MKL_CBWR=AVX2`` alone and ``ATEN_CPU_CAPABILITY=avx2`` alone each change a 60-step run's
+  bytes (``ONEDNN_MAX_CPU_ISA`` does not); ``train_ioi_tiny --cpu-isa avx2`` (new) sets both before the first
+  torch op (the same bytes as setting them outside), for the same weights on any x86-64 CPU with AVX2, and
+  training_info.json now records the library versions and the kernels' instruction set;
+- on the idle machine a two-thread step takes 0.21-0.24 s (0.3 s and more beside other work, as most earlier
+  timings were), so a full 5500-step schedule fits the issue's 25 minutes (1258 s of training).
+Runs at ``--third-name 0.25``, the weight average saved every 250 steps (``--save-every``, new), 100 prompts a
+family, the look-back heads measured on 100 ``test`` prompts split by name order (S2 -> S1 / S2 -> IO, ABBA then
+BABA; ``attention_summary`` now splits S2 -> IO too):
+- seed 2, the full 5500-step schedule: all ten families at every snapshot from step 3750 to 5500 (eight in a row;
+  no recipe above held them so steadily), 11-13 of the 14 later phrasings; L1H3 looks at the intro's second slot
+  and spreads over both names (S1 0.40-0.50 / 0.25-0.34, IO 0.30-0.35 / 0.47-0.59): no duplicate-token head;
+- seed 4, a 4250-step schedule: all ten at steps 3000 and 3250, nine after (stayed_so 0.94, then both_liked_but
+  0.91-0.92); no head looks from S2 at S1 (at most 0.14);
+- seed 2 with ``--cpu-isa avx2``, the 5500-step schedule: all ten at steps 3250 and 3750-4500 (nine at 3000 and
+  3500), 9-12 of the 14 later; L1H3 the slot-2 kind again (S1 0.41-0.56 / 0.14-0.25, IO 0.12-0.29 / 0.49-0.64),
+  L1H1 an average (S1 0.21-0.33, IO 0.13-0.26).
+Why a duplicate-token head does not form here, as far as these runs show: the answer is the intro name that is not
+S2's token, and the end can push S2's token down directly (the card: the S2 signal is read at S2 itself in layer 0,
+L0H0 and MLP0, and moved to the end); S1's *position* is never needed, so nothing in the loss pays a head for
+finding it. A look-back head pays only where information stands at the earlier copy (lookups), and no lookup task
+above was learned within the budget (seat lists, name tables, pair lookups). Every head since that looks from S2
+at S1 has been the slot kind or an average over the names.
 
 Pure Python (no torch).
 
