@@ -35,6 +35,14 @@ def circuit_summary(res) -> str:
     return "\n".join(lines)
 
 
+def _kernels(training: dict) -> str:
+    env = training.get("environment")
+    if not env:
+        return "this model's run did not record them"
+    return (f"this model: torch {env['torch']}, transformers {env['transformers']}, kernels "
+            f"{env['cpu_capability']}, MKL_CBWR {env['MKL_CBWR'] or 'unset'}")
+
+
 def _steps(training: dict) -> str:
     """"4000 steps", or "the first 3250 steps of a 4000-step learning-rate schedule" for a run stopped early."""
     done, schedule = training.get("steps", "?"), training.get("args", {}).get("steps")
@@ -102,6 +110,10 @@ and pad.
 head dropout {args.get('head_dropout', 0)} (each head's output zeroed with that probability per sequence){ema},
 {t.get('threads', '?')} CPU thread(s)): **{t.get('train_seconds', 0) / 60:.1f} minutes** of training on the
 2-core build machine (measured by the run itself; building the tokenizer and the document pool comes on top).
+The same command gives the same bytes only with the same torch version, thread count and instruction set of the
+kernels ({_kernels(t)}): MKL and torch take other code paths, so other float sums, on AVX-512 than on AVX2, and
+the weights differ, and with them the figures below (corpus_repeated_name's status has an example); `--cpu-isa
+avx2` pins the kernels, for the same weights on any x86-64 CPU with AVX2.
 Files: {", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sizes.items())}; total {total / 2**20:.2f} MiB.
 
 ## Measured figures
