@@ -285,9 +285,10 @@ BABA; ``attention_summary`` now splits S2 -> IO too):
   and spreads over both names (S1 0.40-0.50 / 0.25-0.34, IO 0.30-0.35 / 0.47-0.59): no duplicate-token head;
 - seed 4, a 4250-step schedule: all ten at steps 3000 and 3250, nine after (stayed_so 0.94, then both_liked_but
   0.91-0.92); no head looks from S2 at S1 (at most 0.14);
-- seed 2 with ``--cpu-isa avx2``, the 5500-step schedule: all ten at steps 3250 and 3750-4500 (nine at 3000 and
-  3500), 9-12 of the 14 later; L1H3 the slot-2 kind again (S1 0.41-0.56 / 0.14-0.25, IO 0.12-0.29 / 0.49-0.64),
-  L1H1 an average (S1 0.21-0.33, IO 0.13-0.26).
+- seed 2 with ``--cpu-isa avx2``, the 5500-step schedule: all ten at step 3250 and at every snapshot from 3750 to
+  5500 (nine at 3000 and 3500), 9-12 of the 14 later; L1H3 the slot-2 kind again (S1 0.39-0.56 / 0.14-0.26, IO
+  0.12-0.29 / 0.43-0.64), and L1H1 grows into one that looks at the copy in ABBA but at both names alike in BABA
+  (0.41 / 0.17 and 0.30 / 0.30 at step 5500).
 Why a duplicate-token head does not form here, as far as these runs show: the answer is the intro name that is not
 S2's token, and the end can push S2's token down directly (the card: the S2 signal is read at S2 itself in layer 0,
 L0H0 and MLP0, and moved to the end); S1's *position* is never needed, so nothing in the loss pays a head for
