@@ -348,6 +348,18 @@ def test_training_script_smoke(tmp_path, corpus_name):
         plain = tmp_path / "plain"
         _train(plain, *options)
         assert (plain / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+        # and a snapshot is the run stopped at that step, byte for byte (so a recipe search may ship one)
+        stopped = tmp_path / "stopped"
+        _train(stopped, "--steps", "6", "--stop-at", "2", "--eval-every", "3", "--corpus", corpus_name)
+        assert (stopped / "model.safetensors").read_bytes() == (out / "step-2" / "model.safetensors").read_bytes()
+
+
+def test_pinned_kernels_are_refused_where_the_cpu_cannot_run_them():
+    from interplab.zoo.train_ioi_tiny import pinned_kernels_problem
+
+    assert pinned_kernels_problem("avx2", "AVX2") is None and pinned_kernels_problem("native", "DEFAULT") is None
+    problem = pinned_kernels_problem("avx2", "DEFAULT")  # e.g. an ARM Mac, or an x86 CPU without AVX2
+    assert "DEFAULT" in problem and "--cpu-isa native" in problem
 
 
 # ------------------------------------------------------------------------------------------- random models
