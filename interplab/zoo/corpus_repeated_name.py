@@ -295,6 +295,25 @@ L0H0 and MLP0, and moved to the end); S1's *position* is never needed, so nothin
 finding it. A look-back head pays only where information stands at the earlier copy (lookups), and no lookup task
 above was learned within the budget (seat lists, name tables, pair lookups). Every head since that looks from S2
 at S1 has been the slot kind or an average over the names.
+Then (nineteenth session, on the eighteenth's machine), whether a pinned run can replace the shipped model:
+- the shipped recipe with ``--cpu-isa avx2`` gives model.safetensors 2b83db1d..., not f533b816... either: the
+  shipped bytes came from a machine whose kernels neither this CPU's native paths nor its AVX2 ones repeat (the
+  project's machines include aarch64 ones, which no x86 pin matches); measured like the card (200 prompts a
+  family), that draw misses one family (ran_into_later: top-1 0.995 but logit diff 2.46), and the native draw
+  b7028d0e... two (afterwards_talk top-1 0.93, ran_into_later 0.905);
+- pinning costs time, mostly MKL's: 300 steps (``--pool 5000``) took 118 s of training native, 150 s with
+  ``MKL_CBWR=AVX2`` alone, 126 s with ``ATEN_CPU_CAPABILITY=avx2`` alone, 158 s with both; the shipped recipe
+  1034 s pinned against 633 s native (1.6 times). So the eighteenth session's "as fast as native" was wrong, a
+  pinned full 5500-step schedule is past the 25 minutes (1849 s of training for seed 2), and a pinned recipe must
+  stop by about step 3750;
+- the best pinned run, seed 2 at ``--third-name 0.25`` (above), measured like the card (200 prompts a family, 100
+  a later family): step 3750 meets all ten (lowest top-1 then_period 0.99), 10 of the 14 later phrasings, test
+  split top-1 0.925; step 4000 all ten (stayed_so 0.97), 11 of 14, test 0.90; the shipped model all ten (0.975),
+  13 of 14, test 0.975. Seed 3 the same way: 6-8 of ten at every snapshot from 3000 to 4250, 7-8 of the later 14.
+  Seed 5, stopped at step 3750 (19:54 from launch to saved weights): nine of ten at every snapshot from 3000
+  (sitting_and 0.70-0.92), 8-10 of the later 14.
+So no pinned draw yet is as good as the shipped one, which stays: reproducible bit for bit from the defaults only
+on a machine like the one that trained it.
 
 Pure Python (no torch).
 

@@ -113,7 +113,10 @@ head dropout {args.get('head_dropout', 0)} (each head's output zeroed with that 
 The same command gives the same bytes only with the same torch version, thread count and instruction set of the
 kernels ({_kernels(t)}): MKL and torch take other code paths, so other float sums, on AVX-512 than on AVX2, and
 the weights differ, and with them the figures below (corpus_repeated_name's status has an example); `--cpu-isa
-avx2` pins the kernels, for the same weights on any x86-64 CPU with AVX2.
+avx2` pins the kernels, for the same weights on any x86-64 CPU with AVX2, at a cost in speed (mostly MKL's: the
+shipped recipe trained 1.6 times slower pinned on an AVX-512 Xeon). The shipped weights are one draw, on the machine
+that first trained them: neither path repeats them on the AVX-512 machines of later sessions, where the same
+command gives a model that misses one or two of the ten held-out phrasing families.
 Files: {", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sizes.items())}; total {total / 2**20:.2f} MiB.
 
 ## Measured figures
