@@ -341,7 +341,12 @@ def test_training_script_smoke(tmp_path, corpus_name):
     env = info["environment"]  # what decides the bytes besides the arguments
     assert env["torch"] == torch.__version__ and env["transformers"]
     if pinned:
-        assert env["MKL_CBWR"] == "AVX2" and env["cpu_capability"] == "AVX2"
+        from interplab.zoo.train_ioi_tiny import PINNED_KERNELS
+
+        assert env["cpu_capability"] == "AVX2"
+        assert {k: env[k] for k in ("MKL_CBWR", "ONEDNN_MAX_CPU_ISA")} == {
+            k: PINNED_KERNELS[k] for k in ("MKL_CBWR", "ONEDNN_MAX_CPU_ISA")}
+        assert PINNED_KERNELS["MKL_CBWR"].endswith(",STRICT")  # the strict mode, or Intel and AMD CPUs sum apart
     else:
         assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     if corpus_name == "repeated-name":  # the curriculum and the wider embedding init are on by default
@@ -360,6 +365,15 @@ def test_training_script_smoke(tmp_path, corpus_name):
         stopped = tmp_path / "stopped"
         _train(stopped, "--steps", "6", "--stop-at", "2", "--eval-every", "3", "--corpus", corpus_name)
         assert (stopped / "model.safetensors").read_bytes() == (out / "step-2" / "model.safetensors").read_bytes()
+
+
+def test_training_without_evaluation_gives_the_same_weights(tmp_path):
+    # --eval-every 0 (the cross-CPU check's runs): no evaluation, and the evaluation draws nothing the training uses
+    quiet, evaluated = tmp_path / "quiet", tmp_path / "evaluated"
+    proc = _train(quiet, "--steps", "2", "--corpus", "classic", "--eval-every", "0")
+    _train(evaluated, "--steps", "2", "--corpus", "classic", "--eval-every", "1")
+    assert "step 2:" not in proc.stdout and "saved to" in proc.stdout
+    assert (quiet / "model.safetensors").read_bytes() == (evaluated / "model.safetensors").read_bytes()
 
 
 def test_pinned_kernels_are_refused_where_the_cpu_cannot_run_them():

@@ -46,6 +46,12 @@ CORPUS_DEFAULTS = {
 
 DEFAULT_OUT = Path(__file__).parent / "ioi_tiny"
 
+# --cpu-isa avx2: each library that picks its kernels by the CPU, held to AVX2 paths that sum alike on any x86-64
+# CPU with AVX2: MKL's matrix products (the strict mode: its plain AVX2 mode still sums otherwise on AMD than on
+# Intel), torch's own vectorised kernels, and oneDNN's (which this training does not reach today, but which gives
+# other sums on AVX-512 for ops such as the exact GELU). The optimizer is the other part of the pin (see main)
+PINNED_KERNELS = {"MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
 
 def train_tokenizer(vocab_size: int = 3000, seed: int = 0, corpus=corpus, **text_options):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -226,12 +232,17 @@ def main(argv=None):
                          "weights)")
     ap.add_argument("--seed", type=int, default=None, help="(*)")
     ap.add_argument("--cpu-isa", choices=["native", "avx2"], default="native",
-                    help="native: the kernels this CPU's instruction set selects (MKL and torch's own kernels take "
-                         "other code paths, so other sums, on AVX-512 than on AVX2: the weights then depend on the "
-                         "CPU); avx2: both pinned to their AVX2 paths (MKL_CBWR=AVX2, ATEN_CPU_CAPABILITY=avx2), the "
-                         "same weights on any x86-64 CPU with AVX2 (slower on an AVX-512 CPU: 0.35 s a step "
-                         "against 0.21 on this project's Xeon, the shipped recipe at two threads)")
-    ap.add_argument("--eval-every", type=int, default=250)
+                    help="native: the kernels this CPU selects (MKL and torch's own kernels take other code paths, "
+                         "so other sums, on AVX-512 than on AVX2 and on AMD than on Intel: the weights then depend on "
+                         "the CPU); avx2: the kernels pinned to paths that sum alike on any x86-64 CPU with AVX2 "
+                         "(PINNED_KERNELS: MKL_CBWR=AVX2,STRICT, ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2; "
+                         "and the fused AdamW), checked under emulated Intel and AMD CPUs by "
+                         "scripts/pinned_weights.sh; slower on an AVX-512 CPU (300 steps: 104 s of training "
+                         "against 85 s on this project's Xeon; "
+                         "the shipped recipe 1.6 times slower on a busier one)")
+    ap.add_argument("--eval-every", type=int, default=250,
+                    help="evaluate the held-out split (and phrasings) every this many steps and at the last one; 0: "
+                         "never (for runs that only compare bytes)")
     ap.add_argument("--save-every", type=int, default=0,
                     help="also save the weights every this many steps (from --save-from on) to OUT/step-N, so that "
                          "one run gives the checkpoints a recipe search compares (0: only the last step)")
@@ -257,8 +268,7 @@ def main(argv=None):
     text_options = {"third_name": args.third_name} if args.third_name else {}
 
     if args.cpu_isa == "avx2":  # read at the first MKL call / kernel dispatch, so in time before any torch op
-        os.environ["MKL_CBWR"] = "AVX2"
-        os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
+        os.environ.update(PINNED_KERNELS)
     import torch
     import transformers
 
@@ -271,7 +281,7 @@ def main(argv=None):
     # what else decides the bytes besides the arguments: the library versions and the kernels' instruction set
     environment = {"torch": torch.__version__, "transformers": transformers.__version__,
                    "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                   "MKL_CBWR": os.environ.get("MKL_CBWR")}
+                   **{name: os.environ.get(name) for name in ("MKL_CBWR", "ONEDNN_MAX_CPU_ISA")}}
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     t0 = time.time()
@@ -290,7 +300,11 @@ def main(argv=None):
     model.to(args.device)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.2f}M parameters", flush=True)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    # pinned: the fused AdamW, one kernel of torch's own, whose square root is the CPU's exact instruction; the
+    # unfused one takes MKL's vector math for it, which rounds otherwise on AMD CPUs than on Intel ones
+    # (scripts/pinned_weights.sh). Native runs keep the unfused one, so the shipped recipe's bytes stay as they were
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01,
+                            fused=args.cpu_isa == "avx2")
     # the average is a copy made before the head-dropout hooks, so it has none
     ema = (torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(
         args.ema)).eval() if args.ema else None)
@@ -330,7 +344,7 @@ def main(argv=None):
         opt.step()
         if ema is not None:
             ema.update_parameters(model)
-        if (step + 1) % args.eval_every == 0 or step + 1 == args.stop_at:
+        if args.eval_every and ((step + 1) % args.eval_every == 0 or step + 1 == args.stop_at):
             shown = model if ema is None else ema.module
             shown.eval().to("cpu")  # the evaluation builds its batches on the CPU
             acc, ld = score(shown, tok, evalset)
