@@ -316,6 +316,22 @@ Then (nineteenth session, on the eighteenth's machine), whether a pinned run can
   at step 3750, where the shipped model has 0.991), but sitting_and stays at top-1 0.71-0.80: nine of ten.
 So no pinned draw yet is as good as the shipped one, which stays: reproducible bit for bit from the defaults only
 on a machine like the one that trained it.
+Then (twentieth session), whether the pin holds on other CPUs, checked under QEMU's user-mode emulation of an Intel
+Haswell (AVX2, no AVX-512) and an AMD EPYC-Rome (``scripts/pinned_weights.sh``, new; emulated float arithmetic is
+exact but about 4000 times slower, so the check trains the recipe's model at batch 2 for a few steps):
+- the eighteenth session's pin held on the emulated Intel but not on the AMD CPU, for two reasons: MKL's AVX2 mode
+  is not its strict one (a 32-row product differed; ``MKL_CBWR=AVX2,STRICT`` makes this Xeon's products equal the
+  AMD ones), and the unfused AdamW takes its square root from MKL's vector math, which takes another path on AMD
+  CPUs: emulated, 10146 of 49152 square roots differ from numpy's exact ones, where this Xeon's are all exact
+  (``torch.exp`` and ``torch.log`` differ there too; this training does not call them);
+- oneDNN also picks its kernels by the CPU (the exact GELU differs between AVX-512 and AVX2 unless
+  ``ONEDNN_MAX_CPU_ISA=AVX2``); this training does not reach it today;
+- so ``--cpu-isa avx2`` now sets ``PINNED_KERNELS`` (MKL's strict AVX2 mode, torch's and oneDNN's AVX2 kernels) and
+  trains with the fused AdamW (torch's own kernel, exact square root); native runs keep the unfused optimizer, so
+  the shipped recipe's bytes are as before. With both, the weights are the same here and on both emulated CPUs
+  (four steps). The pinned runs of the eighteenth and nineteenth sessions used the old pin, so a pinned search
+  starts again from here. On the idle machine 300 steps (``--pool 5000 --eval-every 0``) took 85 s of training
+  native, 107 s with the old pin and 104 s with the new one: the strict mode and the fused AdamW cost nothing.
 
 Pure Python (no torch).
 

@@ -40,7 +40,8 @@ def _kernels(training: dict) -> str:
     if not env:
         return "this model's run did not record them"
     return (f"this model: torch {env['torch']}, transformers {env['transformers']}, kernels "
-            f"{env['cpu_capability']}, MKL_CBWR {env['MKL_CBWR'] or 'unset'}")
+            f"{env['cpu_capability']}, MKL_CBWR {env['MKL_CBWR'] or 'unset'}, "
+            f"ONEDNN_MAX_CPU_ISA {env.get('ONEDNN_MAX_CPU_ISA') or 'unset'}")
 
 
 def _steps(training: dict) -> str:
@@ -111,12 +112,14 @@ head dropout {args.get('head_dropout', 0)} (each head's output zeroed with that 
 {t.get('threads', '?')} CPU thread(s)): **{t.get('train_seconds', 0) / 60:.1f} minutes** of training on the
 2-core build machine (measured by the run itself; building the tokenizer and the document pool comes on top).
 The same command gives the same bytes only with the same torch version, thread count and instruction set of the
-kernels ({_kernels(t)}): MKL and torch take other code paths, so other float sums, on AVX-512 than on AVX2, and
-the weights differ, and with them the figures below (corpus_repeated_name's status has an example); `--cpu-isa
-avx2` pins the kernels, for the same weights on any x86-64 CPU with AVX2, at a cost in speed (mostly MKL's: the
-shipped recipe trained 1.6 times slower pinned on an AVX-512 Xeon). The shipped weights are one draw, on the machine
-that first trained them: neither path repeats them on the AVX-512 machines of later sessions, where the same
-command gives a model that misses one or two of the ten held-out phrasing families.
+kernels ({_kernels(t)}): MKL and torch take other code paths, so other float sums, on AVX-512 than on AVX2, and on
+AMD than on Intel, and the weights differ, and with them the figures below (corpus_repeated_name's status has an
+example); `--cpu-isa avx2` pins the kernels to paths that sum alike on any x86-64 CPU with AVX2 (MKL's strict AVX2
+mode, torch's and oneDNN's AVX2 kernels, the fused AdamW), at a cost in speed (the shipped recipe trained 1.6
+times slower pinned on an AVX-512 Xeon); `scripts/pinned_weights.sh` checks it against emulated Intel and AMD
+CPUs. The shipped weights are one draw, unpinned, on the machine that first trained them: neither path repeats
+them on the AVX-512 machines of later sessions, where the same command gives a model that misses one or two of the
+ten held-out phrasing families.
 Files: {", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sizes.items())}; total {total / 2**20:.2f} MiB.
 
 ## Measured figures
