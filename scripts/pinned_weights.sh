@@ -29,7 +29,7 @@ train() {  # NAME [qemu-x86_64 -cpu CPU]: a pinned run into $work/NAME, then the
     local t0=$SECONDS
     HF_HUB_OFFLINE=1 "$@" "$py" -m interplab.zoo.train_ioi_tiny --cpu-isa avx2 --steps "$steps" --batch 2 \
         --eval-every 0 --out "$work/$name" >"$work/$name.log" 2>&1 \
-        || { echo "$name: the run failed (log: $work/$name.log)" >&2; tail -n 20 "$work/$name.log" >&2; exit 1; }
+        || { echo "$name: the run failed; the end of its log:" >&2; tail -n 20 "$work/$name.log" >&2; exit 1; }
     printf '%-22s %s  %s  %4ds\n' "$name" \
         "$(sed -n 's/.*"cpu_capability": "\([A-Z0-9]*\)".*/\1/p' "$work/$name/training_info.json")" \
         "$(sha256sum "$work/$name/model.safetensors" | cut -c1-16)" $((SECONDS - t0))
