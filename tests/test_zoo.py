@@ -376,6 +376,37 @@ def test_training_without_evaluation_gives_the_same_weights(tmp_path):
     assert (quiet / "model.safetensors").read_bytes() == (evaluated / "model.safetensors").read_bytes()
 
 
+# scripts/pinned_weights.sh's 2-step run: the same sha256 on a Xeon with AVX-512, on a real AMD EPYC (AVX2 only) and
+# under emulated Intel Haswell and AMD EPYC-Rome CPUs, with these library versions (others may init or tokenize
+# otherwise, so the figure is theirs alone)
+PINNED_2_STEPS = ({"torch": "2.13.0+cpu", "transformers": "5.24.0", "tokenizers": "0.23.3"},
+                  "705875433e0e0f7cb1db032ddbc56e8c9c3761337063c4b5b851d2dfdf051422")
+
+
+def test_pinned_kernels_give_the_same_weights_on_every_x86_cpu(tmp_path):
+    import tokenizers
+    import torch
+    import transformers
+
+    versions, want = PINNED_2_STEPS
+    here = {"torch": torch.__version__, "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
+    if here != versions:
+        pytest.skip(f"the recorded bytes are for {versions}; here {here}")
+    if not _has_avx2():
+        pytest.skip("the pinned kernels need an x86-64 CPU with AVX2")
+    out = tmp_path / "pinned"
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-m", "interplab.zoo.train_ioi_tiny", "--cpu-isa", "avx2", "--steps", "2",
+                           "--batch", "2", "--eval-every", "0", "--out", str(out)], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import hashlib
+
+    got = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+    assert got == want, (f"the pinned kernels gave other weights on this CPU ({got[:16]}...; "
+                         f"{torch.backends.cpu.get_cpu_capability()}): bash scripts/pinned_weights.sh compares CPUs")
+
+
 def test_pinned_kernels_are_refused_where_the_cpu_cannot_run_them():
     from interplab.zoo.train_ioi_tiny import pinned_kernels_problem
 

@@ -237,9 +237,9 @@ def main(argv=None):
                          "the CPU); avx2: the kernels pinned to paths that sum alike on any x86-64 CPU with AVX2 "
                          "(PINNED_KERNELS: MKL_CBWR=AVX2,STRICT, ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2; "
                          "and the fused AdamW), checked under emulated Intel and AMD CPUs by "
-                         "scripts/pinned_weights.sh; slower on an AVX-512 CPU (300 steps: 104 s of training "
-                         "against 85 s on this project's Xeon; "
-                         "the shipped recipe 1.6 times slower on a busier one)")
+                         "scripts/pinned_weights.sh and on a real AMD EPYC; slower on an AVX-512 CPU (300 steps: "
+                         "104 s of training against 85 s on this project's Xeon; the shipped recipe 1.6 times "
+                         "slower on a busier one), as fast on an AVX2-only one")
     ap.add_argument("--eval-every", type=int, default=250,
                     help="evaluate the held-out split (and phrasings) every this many steps and at the last one; 0: "
                          "never (for runs that only compare bytes)")
