@@ -1386,16 +1386,20 @@ assert all(to_s2[h] > 0.5 for h in HEADS if mixed_direct[h] > 0.05)
 ]
 
 
-def write(name, cells):
+NOTEBOOKS = {"01_ioi_patching.ipynb": IOI, "02_steering.ipynb": STEERING, "03_logit_lens.ipynb": LENS,
+             "04_circuit.ipynb": CIRCUIT}
+
+
+def write(name, cells, folder=HERE):
     nb = nbf.v4.new_notebook()
     nb.cells = cells
+    for i, cell in enumerate(cells):  # fixed ids (nbformat draws random ones), so a rebuild changes only what changed
+        cell.id = f"cell-{i}"
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbf.write(nb, HERE / name)
+    nbf.write(nb, Path(folder) / name)
 
 
 if __name__ == "__main__":
-    write("01_ioi_patching.ipynb", IOI)
-    write("02_steering.ipynb", STEERING)
-    write("03_logit_lens.ipynb", LENS)
-    write("04_circuit.ipynb", CIRCUIT)
+    for name, cells in NOTEBOOKS.items():
+        write(name, cells)
     print("wrote", ", ".join(p.name for p in sorted(HERE.glob("*.ipynb"))))

@@ -1,5 +1,6 @@
 """Every teaching notebook runs top to bottom in a real kernel, with no error output; notebooks stay small."""
 
+import importlib.util
 from pathlib import Path
 
 import nbformat
@@ -18,6 +19,19 @@ def test_notebook_is_committed_small_and_without_outputs(path):
     assert path.stat().st_size < 200_000
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+
+
+def test_committed_notebooks_are_what_build_py_writes(tmp_path):
+    """The cells are edited in notebooks/build.py; a notebook edited by hand, or a build.py change not rebuilt,
+    would teach something else than the reviewed source (cell ids are fixed, so the bytes must match)."""
+    spec = importlib.util.spec_from_file_location("notebook_build", NOTEBOOKS[0].parent / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    assert sorted(build.NOTEBOOKS) == [p.name for p in NOTEBOOKS]
+    for path in NOTEBOOKS:
+        build.write(path.name, build.NOTEBOOKS[path.name], tmp_path)
+        assert (tmp_path / path.name).read_bytes() == path.read_bytes(), \
+            f"{path.name} differs from what notebooks/build.py writes: run python notebooks/build.py"
 
 
 @pytest.mark.slow
