@@ -336,6 +336,7 @@ def test_training_script_smoke(tmp_path, corpus_name):
     info = json.loads((out / "training_info.json").read_text())
     assert info["args"]["corpus"] == corpus_name and info["steps"] == 3 and "step 3:" in proc.stdout
     assert "step 6:" not in proc.stdout and info["args"]["steps"] == (3 if corpus_name == "classic" else 6)
+    assert "out" not in info["args"]  # the builder's folder is no part of the recipe
     import torch
 
     env = info["environment"]  # what decides the bytes besides the arguments

@@ -282,6 +282,7 @@ def main(argv=None):
     environment = {"torch": torch.__version__, "transformers": transformers.__version__,
                    "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                    **{name: os.environ.get(name) for name in ("MKL_CBWR", "ONEDNN_MAX_CPU_ISA")}}
+    recipe = {k: v for k, v in vars(args).items() if k != "out"}  # the folder written to says nothing about the weights
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     t0 = time.time()
@@ -369,7 +370,7 @@ def main(argv=None):
             snapshot = copy.deepcopy(shown).to("cpu")  # (a copy: saving switches it to eager attention)
             save(snapshot, tok, Path(args.out) / f"step-{done}",
                  {"steps": done, "train_seconds": round(time.time() - t_train, 1), "threads": args.threads,
-                  "n_params": n_params, "environment": environment, "args": vars(args)})
+                  "n_params": n_params, "environment": environment, "args": recipe})
     train_s = time.time() - t_train
 
     for h in head_hooks:
@@ -378,7 +379,7 @@ def main(argv=None):
         model = ema.module
     out = Path(args.out)
     save(model, tok, out, {"steps": args.stop_at, "train_seconds": round(train_s, 1), "threads": args.threads,
-                           "n_params": n_params, "environment": environment, "args": vars(args)})
+                           "n_params": n_params, "environment": environment, "args": recipe})
     print(f"saved to {out} after {train_s:.0f}s of training", flush=True)
     return out
 
