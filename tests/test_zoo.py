@@ -377,6 +377,21 @@ def test_training_without_evaluation_gives_the_same_weights(tmp_path):
     assert (quiet / "model.safetensors").read_bytes() == (evaluated / "model.safetensors").read_bytes()
 
 
+def test_also_ema_saves_the_average_that_ema_alone_gives(tmp_path):
+    # --also-ema (recipe searches): more weight averages beside the snapshots, without touching the training
+    extra, alone = tmp_path / "extra", tmp_path / "alone"
+    _train(extra, "--steps", "3", "--corpus", "classic", "--eval-every", "0", "--save-every", "1", "--save-from", "2",
+           "--also-ema", "0.5", "0.9")
+    _train(alone, "--steps", "3", "--corpus", "classic", "--eval-every", "0", "--save-every", "1", "--save-from", "2",
+           "--ema", "0.9")
+    assert (extra / "step-2-ema0.9" / "model.safetensors").read_bytes() == \
+        (alone / "step-2" / "model.safetensors").read_bytes()
+    assert (extra / "step-2-ema0.5" / "model.safetensors").read_bytes() != \
+        (extra / "step-2-ema0.9" / "model.safetensors").read_bytes()
+    info = json.loads((extra / "step-2-ema0.9" / "training_info.json").read_text())
+    assert info["args"]["ema"] == 0.9 and info["steps"] == 2
+
+
 # scripts/pinned_weights.sh's 2-step run: the same sha256 on a Xeon with AVX-512, on a real AMD EPYC (AVX2 only) and
 # under emulated Intel Haswell and AMD EPYC-Rome CPUs, with these library versions (others may init or tokenize
 # otherwise, so the figure is theirs alone)

@@ -251,6 +251,10 @@ def main(argv=None):
                     help="(*) evaluate and save an exponential moving average of the weights with this decay "
                          "(0: the last step's weights); the held-out phrasings swing from one step to the next "
                          "without it")
+    ap.add_argument("--also-ema", type=float, nargs="+", default=[], metavar="DECAY",
+                    help="for recipe searches: also keep weight averages with these decays, each saved beside the "
+                         "--save-every snapshots (step-N-ema<decay>); they only read the weights, so the training "
+                         "is unchanged, and --ema DECAY gives such a snapshot's bytes")
     args = ap.parse_args(argv)
     if args.steps is not None and args.stop_at is None:  # a schedule of one's own runs to its end
         args.stop_at = args.steps
@@ -309,6 +313,8 @@ def main(argv=None):
     # the average is a copy made before the head-dropout hooks, so it has none
     ema = (torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(
         args.ema)).eval() if args.ema else None)
+    also = {d: torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(
+        d)).eval() for d in args.also_ema}
     head_hooks = add_head_dropout(model, args.head_dropout) if args.head_dropout > 0 else []
     warm = min(100, max(1, args.steps // 10))
 
@@ -345,6 +351,8 @@ def main(argv=None):
         opt.step()
         if ema is not None:
             ema.update_parameters(model)
+        for average in also.values():
+            average.update_parameters(model)
         if args.eval_every and ((step + 1) % args.eval_every == 0 or step + 1 == args.stop_at):
             shown = model if ema is None else ema.module
             shown.eval().to("cpu")  # the evaluation builds its batches on the CPU
@@ -371,6 +379,9 @@ def main(argv=None):
             save(snapshot, tok, Path(args.out) / f"step-{done}",
                  {"steps": done, "train_seconds": round(time.time() - t_train, 1), "threads": args.threads,
                   "n_params": n_params, "environment": environment, "args": recipe})
+            for decay, average in also.items():
+                save(copy.deepcopy(average.module).to("cpu"), tok, Path(args.out) / f"step-{done}-ema{decay}",
+                     {"steps": done, "environment": environment, "args": {**recipe, "ema": decay}})
     train_s = time.time() - t_train
 
     for h in head_hooks:
