@@ -393,10 +393,11 @@ def test_also_ema_saves_the_average_that_ema_alone_gives(tmp_path):
 
 
 # scripts/pinned_weights.sh's 2-step run: the same sha256 on a Xeon with AVX-512, on a real AMD EPYC (AVX2 only) and
-# under emulated Intel Haswell and AMD EPYC-Rome CPUs, with these library versions (others may init or tokenize
-# otherwise, so the figure is theirs alone)
-PINNED_2_STEPS = ({"torch": "2.13.0+cpu", "transformers": "5.24.0", "tokenizers": "0.23.3"},
-                  "705875433e0e0f7cb1db032ddbc56e8c9c3761337063c4b5b851d2dfdf051422")
+# under emulated Intel Haswell and AMD EPYC-Rome CPUs (transformers 5.24.0), and on the AMD EPYC with 5.25.0. Other
+# library versions may initialise or tokenize otherwise; where they give the same bytes the test still checks the CPU
+PINNED_2_STEPS = ("705875433e0e0f7cb1db032ddbc56e8c9c3761337063c4b5b851d2dfdf051422",
+                  [{"torch": "2.13.0+cpu", "transformers": "5.24.0", "tokenizers": "0.23.3"},
+                   {"torch": "2.13.0+cpu", "transformers": "5.25.0", "tokenizers": "0.23.3"}])
 
 
 def test_pinned_kernels_give_the_same_weights_on_every_x86_cpu(tmp_path):
@@ -404,10 +405,7 @@ def test_pinned_kernels_give_the_same_weights_on_every_x86_cpu(tmp_path):
     import torch
     import transformers
 
-    versions, want = PINNED_2_STEPS
-    here = {"torch": torch.__version__, "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
-    if here != versions:
-        pytest.skip(f"the recorded bytes are for {versions}; here {here}")
+    want, recorded = PINNED_2_STEPS
     if not _has_avx2():
         pytest.skip("the pinned kernels need an x86-64 CPU with AVX2")
     out = tmp_path / "pinned"
@@ -419,6 +417,10 @@ def test_pinned_kernels_give_the_same_weights_on_every_x86_cpu(tmp_path):
     import hashlib
 
     got = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+    here = {"torch": torch.__version__, "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
+    if got != want and here not in recorded:
+        pytest.skip(f"these library versions ({here}) give other pinned bytes ({got[:16]}...) than the recorded ones "
+                    f"{recorded}: their doing or the CPU's; bash scripts/pinned_weights.sh tells, then record them")
     assert got == want, (f"the pinned kernels gave other weights on this CPU ({got[:16]}...; "
                          f"{torch.backends.cpu.get_cpu_capability()}): bash scripts/pinned_weights.sh compares CPUs")
 
