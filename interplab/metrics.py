@@ -71,7 +71,10 @@ class LogitDiff(Metric):
         _check_tokens(wrong, "wrong")
         self.answer, self.wrong = answer, wrong
         self._a = self._w = None
-        self.name = f"logit diff {_show(answer)} - {_show(wrong)}"
+        n = max(_count(answer), _count(wrong))
+        # a dataset's answers are named by their first pair: the names differ from pair to pair
+        self.name = (f"logit diff {_show(answer)} - {_show(wrong)}" if n == 1 else
+                     f"logit diff over {n} pairs ({_show(answer)} - {_show(wrong)}, ...)")
 
     def _answers(self):
         return [("answer", self.answer), ("wrong", self.wrong)]
@@ -91,7 +94,8 @@ class Prob(Metric):
         _check_tokens(token, "token")
         self.token, self.log = token, log
         self._t = None
-        self.name = f"{'log' if log else ''}prob {_show(token)}"
+        kind, n = f"{'log' if log else ''}prob", _count(token)
+        self.name = f"{kind} {_show(token)}" if n == 1 else f"{kind} over {n} pairs ({_show(token)}, ...)"
 
     def _answers(self):
         return [("token", self.token)]
@@ -170,7 +174,12 @@ def _check_bound(metric: Metric, ids) -> None:
                              f"metric.bind(lab.token_id) first (patch_sweep does this for you).")
 
 
+def _count(t) -> int:
+    return len(t) if isinstance(t, Sequence) and not isinstance(t, str) else 1
+
+
 def _show(t) -> str:
+    """An answer as a label: the token, or a dataset's first one."""
     if isinstance(t, Sequence) and not isinstance(t, str):
-        return f"[{len(t)} answers]"
+        return repr(t[0]) if len(t) else "[]"
     return repr(t)

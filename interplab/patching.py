@@ -102,6 +102,17 @@ class Cells:
             return [f"H{h} p{p}" for h in range(self.n_heads) for p in range(len(self.tokens))]
         return [f"H{h}:{t}" for h in range(self.n_heads) for t in self.tokens]
 
+    def key_cols(self, positions) -> list[int]:
+        """The columns that stand for the given token positions (in every head's block of a head x position sweep):
+        the labels a long axis always shows."""
+        n = len(self.tokens)
+        pos = sorted({int(p) for p in positions if 0 <= int(p) < n})
+        if self.by == ("layer", "pos"):
+            return pos
+        if self.by == ("layer", "head", "pos"):
+            return [h * n + p for h in range(self.n_heads) for p in pos]
+        return []
+
     def col_title(self) -> str:
         return {("layer",): "", ("layer", "pos"): "position", ("layer", "head"): "head",
                 ("layer", "head", "pos"): "head : position"}[self.by]

@@ -30,13 +30,20 @@ def top_k(lab: Engine, logits: torch.Tensor, k: int = TOP_K) -> tuple[list[str],
     return [lab.tokenizer.decode([t]) for t in ids], [round(float(x), 6) for x in probs]
 
 
+def top_k_probs(lab: Engine, probs: torch.Tensor, k: int = TOP_K) -> tuple[list[str], list[float]]:
+    """Top-k next tokens of one row of probabilities (e.g. the mean over a dataset's pairs)."""
+    p, ids = probs.topk(k)
+    return [lab.tokenizer.decode([int(t)]) for t in ids], [round(float(x), 6) for x in p]
+
+
 @dataclass
 class PatchSession:
-    """A clean/corrupt pair, a metric, and the edits a user has clicked on."""
+    """A clean/corrupt pair (or a dataset of pairs, as tuples of prompts), a metric, and the edits a user has clicked
+    on. With pairs, the logit panel shows the mean over them (`pair=None`) or pair number `pair`."""
 
     lab: Engine
-    clean: str
-    corrupt: str
+    clean: str | tuple[str, ...]
+    corrupt: str | tuple[str, ...]
     answer: str | int | None
     wrong: str | int | None
     site: str = "resid_pre"
@@ -44,10 +51,11 @@ class PatchSession:
     direction: str = "denoise"
     result: SweepResult | None = None
     metric: object = None  # any ilab metric; default logit_diff(answer, wrong)
+    pair: int | None = None  # a dataset's pair the logit panel shows; None: the mean over the pairs
     _tokens: list[str] | None = field(default=None, repr=False)
 
     def __post_init__(self):
-        self.lab.check_pair(self.clean, self.corrupt)
+        self.lab.check_pair(self._as_run(self.clean), self._as_run(self.corrupt))
         self.metric = as_metric(self.metric or logit_diff(self.answer, self.wrong)).bind(self.lab.token_id)
 
     @property
@@ -58,10 +66,28 @@ class PatchSession:
     def source(self) -> str:
         return self.clean if self.direction == "denoise" else self.corrupt
 
+    @property
+    def n_pairs(self) -> int:
+        return 1 if isinstance(self.clean, str) else len(self.clean)
+
+    @staticmethod
+    def _first(prompts) -> str:
+        return prompts if isinstance(prompts, str) else prompts[0]
+
     def tokens(self) -> list[str]:
+        """The (first) clean prompt's tokens: a dataset's pairs share their positions (check_pair)."""
         if self._tokens is None:  # the tokenizer once, not per click
-            self._tokens = self.lab.to_str_tokens(self.clean)
+            self._tokens = self.lab.to_str_tokens(self._first(self.clean))
         return self._tokens
+
+    def describe_pairs(self) -> str:
+        """What the logit panel shows, in words: the pair, or the mean over the dataset's pairs."""
+        if self.n_pairs == 1:
+            return f"next token after: {self._first(self.base)[-60:]!r}"
+        if self.pair is None:
+            return f"mean over {self.n_pairs} pairs (next token after each prompt; pair 0: " \
+                   f"{self._first(self.base)[-40:]!r})"
+        return f"pair {self.pair} of {self.n_pairs}: next token after {self.base[self.pair][-60:]!r}"
 
     # ---- the sweep -------------------------------------------------------------------------------------------
     def sweep(self, **kw) -> SweepResult:
@@ -109,22 +135,28 @@ class PatchSession:
         return {"values": cells.grid(res.values).tolist(), "x_labels": cells.col_labels(),
                 "y_labels": [f"L{l}" for l in res.labels["layer"]],
                 "x_title": cells.col_title(), "y_title": "layer", "direction": res.direction,
+                "key_cols": cells.key_cols(self.key_positions()),
                 "metric_name": f"normalised {res.metric_name}",
                 "title": f"{res.site}: {res.direction} ({res.method})"}
+
+    def key_positions(self) -> list[int]:
+        """Where the effect is: the positions at which the pair's tokens differ, and the last one."""
+        clean, corrupt = self.tokens(), self.lab.to_str_tokens(self._first(self.corrupt))
+        return [i for i, (a, b) in enumerate(zip(clean, corrupt)) if a != b] + [len(clean) - 1]
 
     # ---- clicked cells -> edits ------------------------------------------------------------------------------
     def cell_edit(self, row: int, col: int) -> Edit:
         """The patch a heatmap cell stands for (source -> base at that layer / position / head)."""
         layer, pos, head = self.cells.meaning(row, col)
         # the source run caches the whole site once, so no click re-runs it
-        source = self.lab.run(self.source, cache=[self.site], log=False)
+        source = self.lab.run(self._as_run(self.source), cache=[self.site], log=False)
         return patch(self.site, layer, pos=pos, head=head, source=source, label=self.cell_label(row, col))
 
     def cell_ref(self, row: int, col: int) -> Edit:
         """cell_edit's patch with its source named by prompt, built without a forward: what the log records when a
         click arrives (serialised exactly as cell_edit's, whose source is the run of that prompt)."""
         layer, pos, head = self.cells.meaning(row, col)
-        return patch(self.site, layer, pos=pos, head=head, source=SourceRef((self.source,)),
+        return patch(self.site, layer, pos=pos, head=head, source=SourceRef(self._prompts(self.source)),
                      label=self.cell_label(row, col))
 
     def cell_label(self, row: int, col: int) -> str:
@@ -145,13 +177,21 @@ class PatchSession:
         from the sweep, which ran that very patched forward (see cell_run). log=False: the patched run is not
         recorded in lab.log (the explorer records each click when it arrives)."""
         lab = self.lab
-        clean = lab.run(self.clean, log=False).last_logits[0]
-        corrupt = lab.run(self.corrupt, log=False).last_logits[0]
         series, values = [], {}
-        for name, lg in (("clean", clean), ("corrupt", corrupt)):
-            toks, probs = top_k(lab, lg)
+
+        def shown(logits: torch.Tensor, name: str) -> None:
+            # one pair's top tokens and metric, or (a dataset, pair None) the mean probabilities and mean metric
+            per_pair = self.metric(logits)
+            if self.pair is None:
+                toks, probs = top_k_probs(lab, logits.float().softmax(-1).mean(0))
+                values[name] = float(per_pair.mean())
+            else:
+                toks, probs = top_k(lab, logits[self.pair])
+                values[name] = float(per_pair[self.pair])
             series.append({"name": name, "tokens": toks, "probs": probs})
-            values[name] = float(self.metric(lg[None])[0])
+
+        shown(lab.run(self._as_run(self.clean), log=False).last_logits, "clean")
+        shown(lab.run(self._as_run(self.corrupt), log=False).last_logits, "corrupt")
         if edits:
             run = self.cell_run(cells[0]) if cells is not None and len(cells) == len(edits) == 1 else None
             if run is not None:
@@ -159,20 +199,29 @@ class PatchSession:
                 toks, probs = [lab.tokenizer.decode([i]) for i in ids], [round(float(x), 6) for x in p]
                 if log:
                     lab.log.record([self.base], edits, [])  # the log reads as if the forward had run
+                series.append({"name": f"patched: {_short(edits)}", "tokens": toks, "probs": probs})
+                values["patched"] = value
             else:
-                patched = lab.last_logits(self.base, edits, log=log)[0]
-                toks, probs = top_k(lab, patched)
-                value = float(self.metric(patched[None])[0])
-            series.append({"name": f"patched: {_short(edits)}", "tokens": toks, "probs": probs})
-            values["patched"] = value
+                patched = lab.last_logits(self._as_run(self.base), edits, log=log)
+                shown(patched, "patched")
+                series[-1]["name"] = f"patched: {_short(edits)}"
             denom = values["clean"] - values["corrupt"]
             if abs(denom) > 1e-9:
                 values["normalised"] = (values["patched"] - values["corrupt"]) / denom
         return {"series": series, "metric": {"name": self.metric.name, "values": values}}
 
+    @staticmethod
+    def _as_run(prompts):
+        return prompts if isinstance(prompts, str) else list(prompts)
+
+    @staticmethod
+    def _prompts(prompts) -> tuple[str, ...]:
+        return (prompts,) if isinstance(prompts, str) else tuple(prompts)
+
     def _own_exact(self, res: SweepResult | None) -> bool:
         """Whether res is this session's exact sweep (same pair, site, cells, direction, metric) with its runs."""
-        return not (res is None or res.method != "exact" or len(res.clean) != 1 or res.clean[0] != self.clean
+        return not (res is None or res.method != "exact" or self.n_pairs != 1 or len(res.clean) != 1
+                    or res.clean[0] != self.clean
                     or res.corrupt[0] != self.corrupt or res.site != self.site or tuple(res.by) != tuple(self.by)
                     or res.direction != self.direction
                     or res.metric is not None and res.metric.name != self.metric.name or len(res.cell_runs) == 0)
@@ -211,7 +260,7 @@ class PatchSession:
 
     def warm(self) -> None:
         """Precompute what clicks reuse (the base prompt's cached residuals and keys/values)."""
-        self.lab.warm(self.base)
+        self.lab.warm(self._as_run(self.base))
 
     def hover(self, result: SweepResult | None = None) -> list[list[str]]:
         res = result or self.result

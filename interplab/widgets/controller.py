@@ -55,7 +55,7 @@ class PatchExplorer(Composite):
         # the page paints exact-sweep clicks on this panel at once (`logits`: a panel shared with other explorers)
         link = logits.link if logits is not None and logits.link else f"explorer-{uuid.uuid4().hex}"
         self.heatmap = PatchingHeatmap(link=link, part=True)
-        self.logits = logits or LogitPanel(title=f"next token after: {session.base[-60:]!r}", link=link, part=True)
+        self.logits = logits or LogitPanel(title=session.describe_pairs(), link=link, part=True)
         super().__init__({"heatmap": self.heatmap, "logits": self.logits}, part=part)
         if result is not None:
             session.result = result
@@ -286,7 +286,10 @@ def _session_of(result, lab: Engine, answer=None, wrong=None) -> PatchSession:
     metric = getattr(result, "metric", None)
     answer = answer if answer is not None else getattr(metric, "answer", None)
     wrong = wrong if wrong is not None else getattr(metric, "wrong", None)
-    return PatchSession(lab, result.clean[0], result.corrupt[0], answer, wrong, result.site, result.by,
+    # a dataset's sweep: a session of all its pairs (the logit panel shows their mean, or one pair)
+    clean, corrupt = (result.clean[0], result.corrupt[0]) if len(result.clean) == 1 else (
+        tuple(result.clean), tuple(result.corrupt))
+    return PatchSession(lab, clean, corrupt, answer, wrong, result.site, result.by,
                         result.direction, metric=metric if answer is None else None)
 
 
@@ -309,10 +312,10 @@ class HeadSweepsView(Composite):
         lab = lab or first.lab
         if lab is None:
             raise ValueError("the head sweeps' lab is unknown: pass it, sweeps.show(lab)")
-        base = first.corrupt[0] if first.direction == "denoise" else first.clean[0]
-        self.logits = LogitPanel(title=f"next token after: {base[-60:]!r}", link=f"heads-{uuid.uuid4().hex}",
-                                 part=True)
-        self.explorers = {site: PatchExplorer(_session_of(res, lab), res, part=True, logits=self.logits)
+        sessions = {site: _session_of(res, lab) for site, res in results.items()}
+        self.logits = LogitPanel(title=sessions[next(iter(sessions))].describe_pairs(),
+                                 link=f"heads-{uuid.uuid4().hex}", part=True)
+        self.explorers = {site: PatchExplorer(sessions[site], res, part=True, logits=self.logits)
                           for site, res in results.items()}
         for site, ex in self.explorers.items():
             ex.heatmap.title = f"{site}: every head"

@@ -16,6 +16,8 @@ Traits (all synced; settable from Python, each set repaints):
                   still goes to the kernel, which answers with the same numbers)
     link          str  the `link` of the LogitPanel the page paints those clicks on ("" = none)
     hint          str  what the view says a click does while nothing is selected ("" = patch the cell)
+    key_cols      list[int]  columns whose labels are always shown on a long axis (where the prompts differ; the
+                  last column is always labelled)
     status, error str
 
 Requests from the frontend (protocol.json; each also carries its `id`) -> callbacks, called with keywords:
@@ -70,6 +72,7 @@ class PatchingHeatmap(LabWidget):
     cell_tops = t.Dict().tag(sync=True)
     link = t.Unicode("").tag(sync=True)
     hint = t.Unicode("").tag(sync=True)
+    key_cols = t.List(t.Int()).tag(sync=True)
 
     def __init__(self, values: Any = None, **kwargs: Any):
         if values is not None:

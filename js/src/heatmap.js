@@ -2,25 +2,29 @@
 // Requests to Python (declared in interplab/widgets/protocol.json): click {row, col, shift},
 // toggle {edit_id, enabled}, remove {edit_id}, clear, cancel (the Cancel button, in plot.js).
 import {
-  RDBU, baseLayout, bus, cellAt, containerWidth, esc, fmt, grid, h, hoverLines, paint, quoted, recordPaint, scheduler,
-  shell, strGrid,
-  tokenAxis,
+  RDBU, baseLayout, bus, cellAt, containerWidth, esc, fmt, grid, h, paint, plotTitle, recordPaint, scheduler, shell,
+  strGrid, textWidth, tokenAxis, wrapLines,
 } from "./plot.js";
 
 export const DIRECTION_TEXT = {
   denoise: "denoising (clean activation patched into the corrupted run): 1 = clean restored, 0 = corrupted",
   noise: "noising (corrupted activation patched into the clean run): 1 = clean behaviour kept, 0 = corrupted",
 };
+const TITLE_PAD = 18; // px above the title
 
 // Data traits repaint the whole heatmap (plotly); a click only changes the selection, drawn as DOM outlines over
 // the plot (no plotly call: a relayout of shapes took ~50 ms and delayed the logit panel's repaint).
 const TRAITS = [
   "values", "x_labels", "y_labels", "x_title", "y_title", "title", "direction", "metric_name",
-  "hover", "zmin", "zmax",
+  "hover", "zmin", "zmax", "key_cols",
 ];
 const SELECTION = ["selected", "active_edits", "hint"];
 const MIN_CELL = 5; // px: a cell narrower than this is hard to see and to click
-const MARGIN_X = 90 + 30 + 100; // left and right margins and the colour bar
+const SCALE_FONT = "11px system-ui, sans-serif";
+const SCALE_TITLE_FONT = "12px system-ui, sans-serif";
+const MAX_TICKS = 40; // x labels at most: plotly lays out each one (about 1 ms, more in a busy page)
+const SCALE_ROOM = 120; // px right of the plot area: the colour bar, its ticks and its title
+const MARGIN_X = 90 + SCALE_ROOM; // left and right margins (the colour bar's)
 
 function pairs(v) {
   if (!Array.isArray(v)) return [];
@@ -31,6 +35,17 @@ function parseRgb(s) {
   return s.match(/[\d.]+/g).map(Number);
 }
 const STOPS = RDBU.map(([t, c]) => [t, parseRgb(c)]);
+
+/** About five round values from lo to hi (steps of 1, 2 or 5 times a power of ten), for the colour bar. */
+export function niceTicks(lo, hi, n = 5) {
+  if (!(hi > lo)) return [lo];
+  const raw = (hi - lo) / n;
+  const p = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((k) => k * p).find((s) => s >= raw) ?? 10 * p;
+  const out = [];
+  for (let v = Math.ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+  return out;
+}
 
 /** RdBu at t in [0, 1], interpolated in RGB between the stops, as plotly does. */
 export function colourAt(t) {
@@ -103,9 +118,14 @@ export function render({ model, el }) {
   function outlinedCells() {
     const sel = guess ?? pairs(model.get("selected"));
     const act = (Array.isArray(model.get("active_edits")) ? model.get("active_edits") : []).filter(
-      (e) => Number.isInteger(e?.row) && Number.isInteger(e?.col) && e.row >= 0 && e.col >= 0 && e.enabled !== false,
+      (e) => Number.isInteger(e?.row) && Number.isInteger(e?.col) && e.row >= 0 && e.col >= 0,
     );
-    return [...act.map((e) => [e.row, e.col, "il-cell-active"]), ...sel.map(([r, c]) => [r, c, "il-cell-selected"])];
+    // a toggled-off edit: a thin dashed grey outline, never the selection's or an active edit's
+    const off = new Set(act.filter((e) => e.enabled === false).map((e) => `${e.row},${e.col}`));
+    return [
+      ...act.map((e) => [e.row, e.col, e.enabled === false ? "il-cell-off" : "il-cell-active"]),
+      ...sel.filter(([r, c]) => !off.has(`${r},${c}`)).map(([r, c]) => [r, c, "il-cell-selected"]),
+    ];
   }
 
   function drawOverlay() {
@@ -141,8 +161,11 @@ export function render({ model, el }) {
 
   // The grid as painted: built from the traits, then patched in place by "cells" messages (a sweep's progress sends
   // only its new cells: resending every value and hover string made a 2000-cell sweep freeze the page for seconds).
+  // The cells are painted on our canvas, never by plotly: plotly draws the frame (axes, titles, colour bar) and the
+  // canvas is repainted from plotly's own axes after every plotly paint, so a cell always sits under its tick,
+  // whatever resize, relayout or re-display came before; a plotly heatmap of 2000 cells took 0.2-4 s a paint.
   let cur = null;
-  let revision = 0;
+  let framed = ""; // the frame plotly last drew (shape, labels, titles, width): a values-only change keeps it
 
   function fromTraits() {
     const z = grid(model.get("values"));
@@ -153,27 +176,24 @@ export function render({ model, el }) {
     const yl = Array.isArray(model.get("y_labels")) ? model.get("y_labels") : [];
     const xLabels = Array.from({ length: Math.max(cols, xl.length) }, (_, i) => (i < xl.length ? xl[i] : String(i)));
     const yLabels = Array.from({ length: Math.max(rows, yl.length) }, (_, i) => (i < yl.length ? yl[i] : String(i)));
-    const g = {
-      z, rows, cols, xLabels, yLabels, extra: strGrid(model.get("hover"), rows, cols), text: [],
+    return {
+      z, rows, cols, xLabels, yLabels, extra: strGrid(model.get("hover"), rows, cols),
       metric: String(state.get("metric_name", "") || "metric"),
       xTitle: String(state.get("x_title", "")), yTitle: String(state.get("y_title", "")),
     };
-    for (let r = 0; r < rows; r++) {
-      const line = [];
-      for (let c = 0; c < cols; c++) line.push(hoverText(g, r, c));
-      g.text.push(line);
-    }
-    return g;
   }
 
-  function hoverText(g, r, c) {
+  /** The hover text of a cell, as plain lines (shown with textContent: token text is never markup). */
+  function hoverText(r, c) {
+    const g = cur;
     const v = g.z[r][c];
-    let t =
-      `${esc(g.yTitle || "row")} ${r}: ${quoted(g.yLabels[r])}<br>` +
-      `${esc(g.xTitle || "col")} ${c}: ${quoted(g.xLabels[c])}<br>` +
-      `${esc(g.metric)}: ${v === null || v === undefined ? "not computed yet" : fmt(v, 4)}`;
-    if (g.extra[r][c]) t += `<br>${hoverLines(g.extra[r][c])}`;
-    return t;
+    const lines = [
+      `${g.yTitle || "row"} ${r}: ${JSON.stringify(String(g.yLabels[r] ?? ""))}`,
+      `${g.xTitle || "col"} ${c}: ${JSON.stringify(String(g.xLabels[c] ?? ""))}`,
+      `${g.metric}: ${v === null || v === undefined ? "not computed yet" : fmt(v, 4)}`,
+    ];
+    if (g.extra[r][c]) lines.push(g.extra[r][c]);
+    return lines.join("\n");
   }
 
   function addCells(cells) {
@@ -184,71 +204,111 @@ export function render({ model, el }) {
       if (!Number.isInteger(r) || !Number.isInteger(c) || r < 0 || c < 0 || r >= cur.rows || c >= cur.cols) continue;
       cur.z[r][c] = typeof v === "number" && Number.isFinite(v) ? v : null;
       cur.extra[r][c] = hover === undefined || hover === null ? "" : String(hover);
-      cur.text[r][c] = hoverText(cur, r, c);
     }
     repaintCells();
   }
 
+  // what the page paints, for tests and tools: the grid's values and each cell's hover text
+  state.plot.__interplab_grid = {
+    get z() { return cur?.z ?? []; },
+    get x() { return cur?.xLabels ?? []; },
+    hover: (r, c) => (cur ? hoverText(r, c) : ""),
+  };
+
   function draw() {
     cur = fromTraits();
-    canvas.remove(); // the plotly trace has every cell again
-    return paintGrid();
-  }
-
-  function paintGrid() {
-    const { z, rows, cols, xLabels, yLabels, text, metric, xTitle, yTitle } = cur;
-    // cells at least MIN_CELL px wide: a long prompt's grid grows past its container and scrolls sideways
-    state.minWidth = MARGIN_X + MIN_CELL * cols;
-    const width = containerWidth(state) ?? 700;
-    const zmin = model.get("zmin");
-    const zmax = model.get("zmax");
-    const fixed = typeof zmin === "number" && typeof zmax === "number" && zmax > zmin;
-    const trace = {
-      type: "heatmap",
-      z,
-      x: xLabels.slice(0, cols).map((_, i) => i),
-      y: yLabels.slice(0, rows).map((_, i) => i),
-      text,
-      hovertemplate: "%{text}<extra></extra>",
-      hoverongaps: true,
-      colorscale: RDBU,
-      xgap: 1,
-      ygap: 1,
-      colorbar: { title: { text: esc(metric), side: "right" }, thickness: 14 },
-      ...(fixed ? { zmin, zmax, zauto: false } : { zmid: 0 }),
-    };
-    const direction = String(state.get("direction", ""));
-    const sub = DIRECTION_TEXT[direction] ?? (direction ? esc(direction) : "");
-    const layout = baseLayout({
-      // the direction as a smaller second line of the title (plotly's `subtitle` is misplaced on a first render)
-      title: { text: esc(state.get("title", "")) + (sub ? `<br><span style="font-size:12px">${sub}</span>` : "") },
-      margin: { l: 90, r: 30, t: sub ? 70 : 50, b: 90 },
-      plot_bgcolor: "#d9d9d9", // not-yet-computed cells (null) show as grey
-      height: Math.min(900, Math.max(300, 170 + 24 * rows)),
-      datarevision: ++revision, // z and text are patched in place: tell Plotly.react they changed
-      xaxis: tokenAxis(xLabels.slice(0, cols), { title: { text: esc(xTitle) }, tickangle: -45 },
-        { maxTicks: Math.floor((width - MARGIN_X) / 18) }), // -45° labels 18 px apart: 12.7 px between lines
-      yaxis: tokenAxis(yLabels.slice(0, rows), { title: { text: esc(yTitle) }, range: [rows - 0.5, -0.5] }),
-    });
+    const layout = frameLayout();
+    const key = JSON.stringify(layout);
     renderEdits();
-    return paint(state, [trace], layout).then((gd) => {
+    if (state.paints && key === framed && state.plot._fullLayout) return refreshCells(); // a values-only change
+    framed = key;
+    return paint(state, [], layout).then((gd) => {
+      paintCanvas();
       drawOverlay();
       if (!gd.__interplab_click) {
         gd.__interplab_click = true;
-        gd.on("plotly_afterplot", drawOverlay); // resizes and relayouts move the cells
+        gd.on("plotly_afterplot", () => { // resizes and relayouts move the cells: canvas and outlines follow
+          paintCanvas();
+          drawOverlay();
+        });
         listenClicks(gd);
+        listenHover(gd);
       }
     });
   }
 
+  /** Repaint the cells (and the colour bar) in the frame plotly holds: no plotly call. */
+  function refreshCells() {
+    paintCanvas();
+    return Promise.resolve(recordPaint(state));
+  }
+
+  /** The colour range: fixed zmin/zmax, else symmetric around 0 (as plotly's zmid 0), [-1, 1] while empty. */
+  function colourRange() {
+    const zmin = model.get("zmin");
+    const zmax = model.get("zmax");
+    if (typeof zmin === "number" && typeof zmax === "number" && zmax > zmin) return [zmin, zmax];
+    let m = 0;
+    for (const row of cur.z) for (const v of row) if (v !== null && Math.abs(v) > m) m = Math.abs(v);
+    return m > 0 ? [-m, m] : [-1, 1];
+  }
+
+  /** A grid wider than its container (cells of MIN_CELL px) scrolls sideways: its titles and colour bar then sit at
+   * the left, where the scroll starts, not centred on a plot the reader cannot see whole. */
+  function isWide() {
+    const shown = Math.floor(state.plot.clientWidth || state.root.clientWidth || 0);
+    return shown > 0 && MARGIN_X + MIN_CELL * cur.cols > shown;
+  }
+
+  function frameLayout() {
+    const { rows, cols, xLabels, yLabels, xTitle, yTitle } = cur;
+    // cells at least MIN_CELL px wide: a long prompt's grid grows past its container and scrolls sideways
+    state.minWidth = MARGIN_X + MIN_CELL * cols;
+    const width = containerWidth(state) ?? 700;
+    const wide = isWide();
+    const direction = String(state.get("direction", ""));
+    // the title and the direction (a smaller second part) in lines that fit the visible width
+    const visibleWidth = Math.min(width, Math.floor(state.plot.clientWidth || width)) - 40;
+    const title = plotTitle(state.get("title", ""), DIRECTION_TEXT[direction] ?? direction, visibleWidth);
+    const keys = Array.isArray(model.get("key_cols")) ? model.get("key_cols") : [];
+    // at most one label per 18 px (-45° labels: 12.7 px between lines) and MAX_TICKS in all: plotly lays out each
+    // label (about 1 ms each); the last column and the key columns (where the prompts differ) are always labelled
+    const xaxis = tokenAxis(xLabels.slice(0, cols), { title: { text: wide ? "" : esc(xTitle) }, tickangle: -45, ticks: "outside", ticklen: 4 },
+      { maxTicks: Math.min(MAX_TICKS, Math.floor((width - MARGIN_X) / 18)), keep: [...keys, cols - 1] });
+    const yaxis = tokenAxis(yLabels.slice(0, rows), { title: { text: esc(yTitle) }, range: [rows - 0.5, -0.5] });
+    // margins from the labels' measured widths: plotly's automargin lays the plot out twice
+    const bottom = Math.ceil(0.71 * (textWidth(xaxis.ticktext) + 12)) + 4 + (xTitle ? 30 : 12);
+    // room for the y labels, and for the first x label, which leans left from its column at -45°
+    const cell = (width - MARGIN_X) / Math.max(1, cols);
+    const left = Math.ceil(Math.max(textWidth(yaxis.ticktext) + (yTitle ? 40 : 18),
+      0.71 * textWidth(xaxis.ticktext.slice(0, 1)) + 14 - cell / 2));
+    const top = TITLE_PAD + 22 * Math.max(1, title.lines) + 16 + (wide ? 60 : 0); // (the colour bar above a scroller)
+    const annotations = wide && xTitle
+      ? [{ text: esc(xTitle), xref: "paper", x: 0, xanchor: "left", yref: "paper", y: 0, yanchor: "top",
+        yshift: -(bottom - 22), showarrow: false, font: { size: 13 } }]
+      : [];
+    return baseLayout({
+      // the direction as a smaller second line of the title (plotly's `subtitle` is misplaced on a first render)
+      title: {
+        text: title.text,
+        yref: "container", y: 1, yanchor: "top", pad: { t: TITLE_PAD },
+        ...(wide ? { x: 0, xref: "paper", xanchor: "left" } : {}),
+      },
+      margin: { l: left, r: wide ? 20 : SCALE_ROOM, t: top, b: bottom },
+      plot_bgcolor: "#d9d9d9", // not-yet-computed cells (and the gaps between cells) show as grey
+      hovermode: false, // the hover is ours (listenHover): no plotly trace holds the cells
+      height: Math.min(900, Math.max(300, top + bottom + 24 * rows)),
+      width,
+      xaxis: { ...xaxis, automargin: false },
+      yaxis: { ...yaxis, automargin: false },
+      annotations,
+    });
+  }
   // Clicks are ours, not plotly_click: a press and a release on the same cell. In JupyterLab and Notebook 7 a
   // shift+mousedown also starts the notebook's cell range selection, whose capture-phase mouseup handler swallows
   // the release plotly waits for; so a shift press on a cell stops there (the notebook never sees it).
   function listenClicks(gd) {
-    const size = () => {
-      const z = gd._fullData?.[0]?.z ?? [];
-      return [z.length, z.reduce((m, r) => Math.max(m, r?.length ?? 0), 0)];
-    };
+    const size = () => (cur ? [cur.rows, cur.cols] : [0, 0]);
     let down = null;
     const onDown = (ev) => {
       if (ev.button !== 0) return;
@@ -299,8 +359,9 @@ export function render({ model, el }) {
   }
 
   const redraw = scheduler(state, draw);
-  // progress: at most one repaint per 150 ms whatever the rate of "cells" messages (a repaint of a big grid is
-  // tens of ms; the page stays free for clicks, hovers and the Cancel button in between)
+  state.onResize = redraw; // a new width: the title wrapped again, labels thinned again (a values-only frame is kept)
+  // progress: at most one repaint per 150 ms whatever the rate of "cells" messages (the page stays free for
+  // clicks, hovers and the Cancel button in between)
   let cellsTimer = null;
   let lastCellsPaint = 0;
   function repaintCells() {
@@ -309,13 +370,12 @@ export function render({ model, el }) {
     cellsTimer = state.timeout(() => {
       cellsTimer = null;
       lastCellsPaint = performance.now();
-      if (cur && state.alive) paintCanvas();
+      if (cur && state.alive && state.plot._fullLayout) refreshCells();
     }, wait);
   }
 
-  // A sweep's new cells are painted on a canvas over the plot area, in plotly's colours: a plotly repaint of a
-  // grid with ~100 token ticks takes 0.4-0.9 s (the tick labels' layout), a canvas of 2000 cells about 1 ms. The
-  // plotly trace (hover, colour bar) catches up when the sweep ends and the kernel sets the whole grid.
+  // The cells, on a canvas over the plot area, in the colour bar's colours (about 1 ms for 2000 cells). Painted from
+  // plotly's axes as they are now, at every paint: it never keeps an old size or place.
   const canvas = h("canvas", { class: "il-canvas" });
   function paintCanvas() {
     const gd = state.plot;
@@ -327,9 +387,13 @@ export function render({ model, el }) {
     Object.assign(canvas.style, { left: `${xa._offset}px`, top: `${ya._offset}px`, width: `${w}px`, height: `${hgt}px` });
     canvas.width = Math.round(w * ratio);
     canvas.height = Math.round(hgt * ratio);
+    canvas.dataset.rows = String(cur.rows);
+    canvas.dataset.cols = String(cur.cols);
     const ctx = canvas.getContext("2d");
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-    const [lo, hi] = colourRange(cur.z);
+    ctx.clearRect(0, 0, w, hgt);
+    const [lo, hi] = colourRange();
+    const gap = 1; // px between cells, the plot's grey showing through (as plotly's xgap/ygap)
     for (let r = 0; r < cur.rows; r++) {
       const [y0, y1] = [ya.l2p(r - 0.5), ya.l2p(r + 0.5)];
       for (let c = 0; c < cur.cols; c++) {
@@ -337,22 +401,83 @@ export function render({ model, el }) {
         if (v === null) continue;
         const [x0, x1] = [xa.l2p(c - 0.5), xa.l2p(c + 0.5)];
         ctx.fillStyle = colourAt(hi > lo ? (v - lo) / (hi - lo) : 0.5);
-        ctx.fillRect(Math.min(x0, x1) + 0.5, Math.min(y0, y1) + 0.5, Math.abs(x1 - x0) - 1, Math.abs(y1 - y0) - 1);
+        const cw = Math.abs(x1 - x0);
+        const g = cw > 3 * gap ? gap : 0; // cells of a few px: no gap, or nothing would show
+        ctx.fillRect(Math.min(x0, x1) + g / 2, Math.min(y0, y1) + gap / 2, cw - g, Math.abs(y1 - y0) - gap);
       }
     }
     if (canvas.parentNode !== gd) gd.insertBefore(canvas, overlay.parentNode === gd ? overlay : null);
-    recordPaint(state);
+    drawScale(lo, hi, xa, ya);
   }
 
-  /** The trace's colour range as plotly computes it: fixed zmin/zmax, else symmetric around 0 (zmid 0). */
-  function colourRange(z) {
-    const zmin = model.get("zmin");
-    const zmax = model.get("zmax");
-    if (typeof zmin === "number" && typeof zmax === "number" && zmax > zmin) return [zmin, zmax];
-    let m = 0;
-    for (const row of z) for (const v of row) if (v !== null && Math.abs(v) > m) m = Math.abs(v);
-    return [-m, m];
+  // The colour bar, ours like the cells (a plotly colour bar is redrawn with the whole plot, ~100 ms, each time a
+  // sweep widens the range): a gradient canvas, its ticks and its title, beside the plot area (at its top left when
+  // the grid scrolls sideways, where the scroll starts).
+  const scale = h("div", { class: "il-scale" });
+  function drawScale(lo, hi, xa, ya) {
+    const gd = state.plot;
+    const wide = isWide();
+    const [len, thick] = wide ? [220, 10] : [Math.min(ya._length, 260), 14];
+    const bar = h("canvas", { class: "il-scale-bar" });
+    const ratio = window.devicePixelRatio || 1;
+    bar.width = Math.round((wide ? len : thick) * ratio);
+    bar.height = Math.round((wide ? thick : len) * ratio);
+    Object.assign(bar.style, { width: `${wide ? len : thick}px`, height: `${wide ? thick : len}px` });
+    const ctx = bar.getContext("2d");
+    for (let i = 0; i < len; i++) { // high values at the top (vertical) or the right (horizontal)
+      ctx.fillStyle = colourAt(wide ? i / (len - 1) : 1 - i / (len - 1));
+      if (wide) ctx.fillRect(i * ratio, 0, ratio + 0.5, thick * ratio);
+      else ctx.fillRect(0, i * ratio, thick * ratio, ratio + 0.5);
+    }
+    const ticks = niceTicks(lo, hi).map((v) => {
+      const f = (v - lo) / (hi - lo);
+      const label = h("span", { class: "il-scale-tick", text: fmt(v, 2).replace(/\.?0+$/, "") || "0" });
+      Object.assign(label.style, wide ? { left: `${f * len}px`, top: `${thick + 2}px` } : { top: `${(1 - f) * len}px`, left: `${thick + 4}px` });
+      return label;
+    });
+    // (a vertical bar's title in lines as long as the bar, read top to bottom)
+    const title = h("span", { class: "il-scale-title", text: wide ? cur.metric : wrapLines(cur.metric, len, SCALE_TITLE_FONT).join("\n") });
+    if (!wide) title.style.left = `${thick + 10 + textWidth(ticks.map((t) => t.textContent), SCALE_FONT)}px`;
+    scale.className = `il-scale ${wide ? "il-scale-h" : "il-scale-v"}`;
+    scale.replaceChildren(bar, ...ticks, title);
+    scale.dataset.lo = String(lo);
+    scale.dataset.hi = String(hi);
+    Object.assign(scale.style, wide
+      ? { left: `${xa._offset}px`, top: `${ya._offset - thick - 34}px`, width: `${len}px`, height: `${thick}px` }
+      : { left: `${xa._offset + xa._length + 20}px`, top: `${ya._offset + (ya._length - len) / 2}px`,
+        width: `${thick}px`, height: `${len}px` });
+    if (scale.parentNode !== gd) gd.appendChild(scale);
   }
+
+  // The hover: our own box (no plotly trace holds the cells), the cell under the pointer from its pixels
+  const tip = h("div", { class: "il-tip" });
+  function listenHover(gd) {
+    const move = (ev) => {
+      const cell = cur && cellAt(gd, ev, cur.rows, cur.cols);
+      if (!cell) {
+        tip.classList.remove("on");
+        return;
+      }
+      tip.textContent = hoverText(cell.row, cell.col);
+      tip.classList.add("on");
+      // beside the pointer, turned to stay inside the window
+      const { innerWidth: W, innerHeight: H } = window;
+      const box = tip.getBoundingClientRect();
+      const x = ev.clientX + 14 + box.width > W ? ev.clientX - 14 - box.width : ev.clientX + 14;
+      const y = ev.clientY + 14 + box.height > H ? ev.clientY - 14 - box.height : ev.clientY + 14;
+      tip.style.left = `${Math.max(0, x)}px`;
+      tip.style.top = `${Math.max(0, y)}px`;
+    };
+    const leave = () => tip.classList.remove("on");
+    gd.addEventListener("mousemove", move);
+    gd.addEventListener("mouseleave", leave);
+    state.root.append(tip);
+    state.onCleanup(() => {
+      gd.removeEventListener("mousemove", move);
+      gd.removeEventListener("mouseleave", leave);
+    });
+  }
+
   state.on("msg:custom", (msg) => {
     if (msg?.type === "cells") addCells(msg.cells);
   });

@@ -61,7 +61,8 @@ export function render({ model, el }) {
       // -45° labels 18 px apart at most (long prompts: every k-th token; the hover names each cell's)
       xaxis: tokenAxis(xLabels, { title: { text: "position" }, tickangle: -45 },
         { maxTicks: Math.floor((width - MARGIN_X) / 18) }),
-      yaxis: tokenAxis(yLabels, { title: { text: "layer" } }), // layer 0 at the bottom, the output on top
+      // layer 0 at the top, as in every patching heatmap: one convention for the lab's layer axes
+      yaxis: tokenAxis(yLabels, { title: { text: "layer" }, range: [rows - 0.5, -0.5] }),
     });
     return paint(state, [trace], layout).then((gd) => {
       if (gd.__interplab_click) return;

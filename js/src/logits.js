@@ -12,9 +12,12 @@ export function render({ model, el }) {
   function showMetric(m = model.get("metric")) {
     const vals = m && typeof m === "object" && m.values && typeof m.values === "object" ? m.values : {};
     const entries = Object.entries(vals);
-    metric.textContent = entries.length
-      ? `${String(m.name ?? "metric")}: ` + entries.map(([k, v]) => `${k} = ${fmt(v, 4)}`).join("   ")
-      : "";
+    // each value kept on one line; the gaps are boxes, so a wrapped line never hangs its spaces past the panel
+    const items = entries.flatMap(([k, v], i) => [
+      ...(i ? [h("span", { class: "il-sep", text: "   " })] : []),
+      h("span", { class: "il-metric-item", text: `${k} = ${fmt(v, 4)}` }),
+    ]);
+    metric.replaceChildren(...(entries.length ? [`${String(m.name ?? "metric")}: `, ...items] : []));
   }
 
   function draw() {

@@ -86,12 +86,20 @@ const CSS = `
 .interplab .il-plot { width: 100%; overflow-x: auto; overflow-y: hidden; }
 .interplab .il-row { display: flex; flex-wrap: wrap; gap: 8px; align-items: center; margin: 4px 0; }
 .interplab .il-row label { display: inline-flex; gap: 4px; align-items: center; }
-.interplab button { font-size: 12px; padding: 2px 8px; cursor: pointer; }
+.interplab button, .interplab select, .interplab input[type=number], .interplab input[type=text],
+.interplab textarea { font: inherit; font-size: 12px; color: #222; background: #fff; border: 1px solid #8f8f8f;
+  border-radius: 3px; }
+.interplab button { padding: 2px 8px; cursor: pointer; background: #f3f3f3; }
+.interplab button:hover { background: #e6e6e6; }
+.interplab button:disabled { color: #999; cursor: default; }
+.interplab select, .interplab input[type=number], .interplab input[type=text] { padding: 1px 4px; }
 .interplab .il-edits { list-style: none; padding: 0; margin: 4px 0; }
 .interplab .il-edits li { display: flex; gap: 6px; align-items: center; padding: 1px 0; }
 .interplab .il-edits li.off .il-edit-label { color: #999; text-decoration: line-through; }
 .interplab .il-edit-remove { border: none; background: none; color: #a00; font-size: 15px; padding: 0 4px; }
-.interplab .il-metric { font-family: monospace; white-space: pre-wrap; margin: 4px 0; }
+.interplab .il-metric { font-family: monospace; overflow-wrap: anywhere; margin: 4px 0; }
+.interplab .il-metric-item { white-space: nowrap; }
+.interplab .il-sep { display: inline-block; white-space: pre; }
 .interplab .il-generated { font-family: monospace; white-space: pre-wrap; background: #f7f7f7;
   border: 1px solid #ddd; border-radius: 4px; padding: 6px; min-height: 1.5em; margin: 4px 0; }
 .interplab textarea { font-family: monospace; font-size: 12px; width: 100%; box-sizing: border-box; }
@@ -102,6 +110,20 @@ const CSS = `
 .interplab .il-cell { position: absolute; box-sizing: border-box; }
 .interplab .il-cell-selected { border: 3px solid #000; }
 .interplab .il-cell-active { border: 2px dotted #1b9e3e; }
+.interplab .il-scale { position: absolute; pointer-events: none; font-size: 11px; color: #444; }
+.interplab .il-scale canvas { position: absolute; left: 0; top: 0; }
+.interplab .il-scale-tick { position: absolute; white-space: nowrap; line-height: 1; }
+.interplab .il-scale-v .il-scale-tick { transform: translateY(-50%); }
+.interplab .il-scale-h .il-scale-tick { transform: translateX(-50%); }
+.interplab .il-scale-title { position: absolute; white-space: nowrap; font-size: 12px; }
+.interplab .il-scale-v .il-scale-title { top: 50%; transform: translateY(-50%); writing-mode: vertical-rl; white-space: pre;
+  text-align: center; line-height: 14px; }
+.interplab .il-scale-h .il-scale-title { left: 0; bottom: 100%; margin-bottom: 3px; }
+.interplab .il-cell-off { border: 1px dashed #999; }
+.interplab .il-tip { display: none; position: fixed; z-index: 1000; pointer-events: none; background: #fff;
+  border: 1px solid #888; border-radius: 3px; padding: 4px 6px; font-size: 12px; white-space: pre;
+  box-shadow: 0 1px 4px rgba(0,0,0,.2); max-width: 480px; overflow: hidden; }
+.interplab .il-tip.on { display: block; }
 .interplab .il-bars-title { font-weight: 600; margin: 6px 0 2px; }
 .interplab .il-bars { display: flex; gap: 16px; flex-wrap: wrap; margin: 4px 0; }
 .interplab .il-series { flex: 1; min-width: 180px; }
@@ -263,22 +285,72 @@ export function baseLayout(extra = {}) {
 
 /** Numeric axis with token tick labels (tokens repeat, so never a categorical axis). With `maxTicks`, every
  * k-th label only (long prompts: labels that overlap are unreadable and their layout is a plot's costliest part;
- * the hover names every cell's token). */
-export function tokenAxis(labels, extra = {}, { maxTicks = Infinity } = {}) {
-  const n = labels.length;
-  const step = n > maxTicks ? Math.ceil(n / Math.max(1, maxTicks)) : 1;
-  const shown = labels.map((_, i) => i).filter((i) => i % step === 0);
+ * the hover names every cell's token); the indices in `keep` are labelled all the same (the last token, where the
+ * prompts differ: where patching matters), first come first, and the regular labels too near them are left out. */
+export function tokenAxis(labels, extra = {}, { maxTicks = Infinity, keep = [] } = {}) {
+  const shown = tickIndices(labels.length, maxTicks, keep);
+  const step = labels.length > maxTicks ? Math.ceil(labels.length / Math.max(1, maxTicks)) : 1;
   return {
     tickmode: "array",
     tickvals: shown,
     ticktext: shown.map((i) => tick(labels[i], step > 1 ? 10 : 14)),
-    range: [-0.5, n - 0.5],
+    range: [-0.5, labels.length - 0.5],
     showgrid: false,
     zeroline: false,
     fixedrange: true,
     automargin: true,
     ...extra,
   };
+}
+
+/** Which of n labels to show: every one, or every step-th with the `keep` indices (each at least a step from the
+ * others shown, so no two labels overlap), in increasing order. */
+export function tickIndices(n, maxTicks = Infinity, keep = []) {
+  const all = Array.from({ length: n }, (_, i) => i);
+  if (n <= maxTicks) return all;
+  const step = Math.ceil(n / Math.max(1, maxTicks));
+  const kept = [];
+  const free = (i) => kept.every((k) => Math.abs(k - i) >= step);
+  for (const i of keep) if (Number.isInteger(i) && i >= 0 && i < n && free(i)) kept.push(i);
+  for (const i of all) if (i % step === 0 && free(i)) kept.push(i);
+  return kept.sort((a, b) => a - b);
+}
+
+/** Greedy word wrap of `text` into lines at most `width` px wide at `font` (a word longer than a line gets its own). */
+export function wrapLines(text, width, font) {
+  const lines = [];
+  let line = "";
+  for (const word of String(text ?? "").split(/\s+/).filter(Boolean)) {
+    const next = line ? `${line} ${word}` : word;
+    if (line && textWidth([next], font) > width) {
+      lines.push(line);
+      line = word;
+    } else line = next;
+  }
+  if (line) lines.push(line);
+  return lines;
+}
+
+/** A plot title (plotly pseudo-HTML, escaped) that fits `width` px: the title in lines at plotly's title font, and
+ * an optional smaller second part (the direction of a patching plot) in lines of its own; `lines` counts them all,
+ * for the top margin. */
+export function plotTitle(title, sub, width) {
+  const main = wrapLines(title, width, TITLE_FONT).map(esc);
+  const small = wrapLines(sub, width, "12px system-ui, sans-serif").map((l) => `<span style="font-size:12px">${esc(l)}</span>`);
+  return { text: [...main, ...small].join("<br>"), lines: main.length + small.length };
+}
+const TITLE_FONT = "17px system-ui, sans-serif"; // plotly's title: 1.4 x the layout font (12 px)
+
+let measurer = null;
+/** The widest of `texts` in px, at the plots' tick font (for margins without plotly's automargin, which lays a
+ * plot out twice). Entities count as one character. */
+export function textWidth(texts, font = "12px system-ui, sans-serif") {
+  measurer ||= document.createElement("canvas").getContext("2d");
+  if (!measurer) return 8 * Math.max(0, ...texts.map((t) => String(t).length));
+  measurer.font = font;
+  let w = 0;
+  for (const t of texts) w = Math.max(w, measurer.measureText(String(t).replace(/&(amp|lt|gt);/g, "&")).width);
+  return w;
 }
 
 /** Count a finished repaint and push a paint event for tests/benchmarks; returns the plot div. */
@@ -309,6 +381,7 @@ export function sizeToContainer(state) {
     const w = containerWidth(state);
     if (!state.alive || !w || w === last) return;
     last = w;
+    if (state.onResize) return state.onResize(w); // a view that lays itself out again (titles wrapped to the width)
     const gd = state.plot;
     if (!gd._fullLayout) return; // not painted yet: the first paint reads the width
     const height = gd.layout?.height;

@@ -466,7 +466,7 @@ class LabNotebook:
     def wait_heatmap(self, index: int, timeout: float = 120.0) -> None:
         """Until the heatmap in cell `index` is painted with numbers (the sweep's values)."""
         self.page.wait_for_function(
-            "(i) => { const gd = window.__il.gd(i, 'heatmap'); const z = gd?._fullData?.[0]?.z;"
+            "(i) => { const gd = window.__il.gd(i, 'heatmap'); const z = gd?.__interplab_grid?.z;"
             " return !!z && z.some((r) => r.some((v) => typeof v === 'number')); }",
             arg=index, timeout=timeout * 1000, polling=100)
 
@@ -498,7 +498,7 @@ class LabNotebook:
 
     def heatmap_shape(self, index: int) -> tuple[int, int]:
         return tuple(self.page.evaluate(
-            "(i) => { const z = window.__il.gd(i, 'heatmap')._fullData[0].z;"
+            "(i) => { const z = window.__il.gd(i, 'heatmap').__interplab_grid.z;"
             " return [z.length, z.reduce((m, r) => Math.max(m, r.length), 0)]; }", index))
 
     def cell_pixel(self, index: int, row: int, col: int) -> tuple[float, float]:

@@ -34,7 +34,7 @@ def open_view(browser, server, name: str, sources: list[str], panes: int) -> Lab
         nb.run_through(last)
         nb.page.wait_for_function(
             "([i, n]) => { const gds = [...window.__il.cellNode(i).querySelectorAll('.il-pane .js-plotly-plot')];"
-            " return gds.length === n && gds.every((gd) => (gd._fullData?.[0]?.z ?? [])"
+            " return gds.length === n && gds.every((gd) => (gd.__interplab_grid?.z ?? [])"
             ".some((r) => r.some((v) => typeof v === 'number'))); }",
             arg=[last, panes], timeout=120000, polling=100)
         nb.exec("lab.worker.join()", timeout=120)  # the view's first jobs (logit panel, warm-up) are done
@@ -137,7 +137,7 @@ def test_a_clicked_position_shows_its_heads_and_parts_adding_up_to_the_total(lab
                                   arg=pos, timeout=60000)
         shown = nb.page.evaluate("""() => {
             const el = window.__il.cellNode(2);
-            return {heads: el.querySelector('.il-pane[data-part=heads] .js-plotly-plot')._fullData[0].z,
+            return {heads: el.querySelector('.il-pane[data-part=heads] .js-plotly-plot').__interplab_grid.z,
                     bars: [...el.querySelectorAll('.il-pane[data-part=parts] .il-vbar')]
                         .map((r) => [r.dataset.label, Number(r.dataset.value)])};
         }""")
@@ -176,7 +176,7 @@ def test_a_clicked_sender_draws_its_effect_through_each_receiver(lab_server, chr
                 ".map((r) => [r.dataset.label, r.dataset.value === '' ? null : Number(r.dataset.value)])")
         assert all(v is None for _, v in nb.page.evaluate(bars))
         grid = nb.page.evaluate("() => window.__il.cellNode(2).querySelector('.il-pane[data-part=heatmap] "
-                                ".js-plotly-plot')._fullData[0].z")
+                                ".js-plotly-plot').__interplab_grid.z")
         want_grid = kernel_json(nb, "pp.values.mean(0).tolist()")
         assert grid == [pytest.approx(r, abs=1e-6) for r in want_grid]
         # the sender whose effect through the receivers differs most between them (a sender, not the mean)

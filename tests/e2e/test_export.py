@@ -206,7 +206,7 @@ def test_export_of_notebook_01_draws_every_widget_offline(notebook_01, chromium)
         # every widget output drawn (its text fallback removed), none left as "not drawn"
         assert pg.locator(".interplab-offline-output").count() == n_views
         assert pg.locator(".interplab-offline-fallback, .interplab-offline-unsupported").count() == 0
-        assert pg.locator(".interplab-heatmap .js-plotly-plot .heatmaplayer").count() >= 2, kinds  # explorer, heads
+        assert pg.locator(".interplab-heatmap .js-plotly-plot canvas.il-canvas").count() >= 2, kinds  # explorer, heads
         widths = pg.evaluate("() => [...document.querySelectorAll('.interplab-logits .il-fill')]"
                              ".map((b) => b.getBoundingClientRect().width)")
         assert widths and max(widths) > 50, widths
@@ -240,9 +240,9 @@ def test_exported_exact_sweep_answers_a_real_click_from_the_stored_cell_tops(cod
         assert not page.foreign, f"the exported page tried to reach the network: {page.foreign}"
         assert not page.log["errors"] and not page.errors, (page.log["errors"], page.errors)
         # drawn from the saved state: the heatmap (plotly, one cell per patch) and the logit panel's bars
-        assert pg.locator(".interplab-heatmap .js-plotly-plot .heatmaplayer").count() == 1
+        assert pg.locator(".interplab-heatmap .js-plotly-plot canvas.il-canvas").count() == 1
         shape = pg.evaluate("() => { const z = document.querySelector('.interplab-heatmap .js-plotly-plot')"
-                            "._fullData[0].z; return [z.length, z[0].length]; }")
+                            ".__interplab_grid.z; return [z.length, z[0].length]; }")
         assert shape == [ref["row"] + 1, ref["col"] + 1], shape
         before = bars(pg, 0)
         assert set(before) == {"clean", "corrupt"}, before

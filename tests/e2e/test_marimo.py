@@ -168,7 +168,7 @@ DEEP = r"""
   window.__m = {
     all, views,
     gd: (v) => views()[v].querySelector(".interplab-heatmap .js-plotly-plot"),
-    computed: (v) => { const z = window.__m.gd(v)?._fullData?.[0]?.z;
+    computed: (v) => { const z = window.__m.gd(v)?.__interplab_grid?.z;
                        return !!z && z.some((r) => r.some((x) => typeof x === "number")); },
     logits: (v) => {
       const p = views()[v].querySelector(".interplab-logits");
@@ -298,17 +298,18 @@ def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
         widths = sorted(w for w, _, _ in st["fills"])
         assert widths[-1] > 100 and widths[0] < widths[-1] / 100, widths  # lengths follow the probabilities
         assert st["row"] == "flex" and st["layers"] and set(st["layers"]) == {"absolute"}, st
-        # plotly's hover label and mode bar, styled by its own rules (copied into the shadow root)
+        # the hover box (styled by our sheet) and plotly's mode bar (by plotly's rules, copied into the shadow root)
         p = page.evaluate("([r, c]) => window.__m.pixel(0, r, c)", [0, 2])
         page.mouse.move(p["x"], p["y"])
         # (the label of an earlier hover, e.g. the shift-click's cell, may still be up: wait for this cell's)
-        page.wait_for_function("() => (window.__m.gd(0).querySelector('.hoverlayer .hovertext') || {})"
-                               ".textContent?.includes('position 2')", timeout=10_000)
-        hover = page.evaluate("() => { const gd = window.__m.gd(0), t = gd.querySelector('.hoverlayer .hovertext');"
-                              " const a = t.getBoundingClientRect(), b = gd.getBoundingClientRect();"
-                              " return { text: t.textContent, inside: a.left >= b.left && a.right <= b.right + 1"
-                              " && a.top >= b.top && a.bottom <= b.bottom + 1,"
-                              " modebar: getComputedStyle(gd.querySelector('.modebar')).position }; }")
+        tip = "window.__m.views()[0].querySelector('.interplab-heatmap .il-tip.on')"
+        page.wait_for_function(f"() => ({tip} || {{}}).textContent?.includes('position 2')", timeout=10_000)
+        hover = page.evaluate(f"([x, y]) => {{ const gd = window.__m.gd(0), t = {tip}, a = t.getBoundingClientRect();"
+                              " return { text: t.textContent, inside: a.left >= 0 && a.right <= innerWidth + 1"
+                              " && a.top >= 0 && a.bottom <= innerHeight + 1 && Math.abs(a.left - x) < 40"
+                              " && getComputedStyle(t).position === 'fixed',"
+                              " modebar: getComputedStyle(gd.querySelector('.modebar')).position }; }",
+                              [p["x"], p["y"]])
         assert "position 2" in hover["text"] and hover["inside"] and hover["modebar"] == "absolute", hover
 
         # (4) the dashboard (mo.ui.anywidget): the steering slider dragged with the mouse previews from the kernel;

@@ -102,7 +102,7 @@ def test_a_click_on_a_position_shows_that_positions_heads_and_parts(page, mount,
     b.pump()
     page.wait_for_function("() => document.querySelector('.il-pane[data-part=heads] .js-plotly-plot')"
                            "?.layout?.title?.text?.includes('position 4')")
-    z = w.js("(w) => w.el.querySelector('.il-pane[data-part=heads] .js-plotly-plot')._fullData[0].z")
+    z = w.js("(w) => w.el.querySelector('.il-pane[data-part=heads] .js-plotly-plot').__interplab_grid.z")
     assert torch.allclose(torch.tensor(z), res.heads[:, :, 4].float(), atol=1e-7)
     shown = w.js("(w) => Object.fromEntries([...w.el.querySelectorAll('.il-vbar')].map("
                  "(r) => [r.dataset.label, Number(r.dataset.value)]))")
@@ -204,7 +204,7 @@ def test_a_progressive_sweep_shows_the_estimate_and_cancel_keeps_a_partial_heatm
     res = session.result
     view = session.merged(res, est)
     assert 2 <= view["n_exact"] < view["n_cells"]
-    z = w.js("(w) => w.el.querySelector('.il-pane[data-part=heatmap] .js-plotly-plot')._fullData[0].z")
+    z = w.js("(w) => w.el.querySelector('.il-pane[data-part=heatmap] .js-plotly-plot').__interplab_grid.z")
     assert torch.allclose(torch.tensor(z), torch.tensor(view["values"]), atol=1e-6)
     exact = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=METRIC, progress=False)
     done = ~torch.isnan(res.cells.grid(res.raw))

@@ -54,9 +54,9 @@ def click_cell(page, w, row, col, shift=False):
 def test_heatmap_paints_and_click_sends_exact_messages(page, mount):
     w = mount("heatmap", **heatmap_traits())
     w.wait_paints(1)
-    assert w.js("(w) => !!w.el.querySelector('.js-plotly-plot .hm')")  # heatmap trace drawn
+    assert w.js("(w) => !!w.el.querySelector('.js-plotly-plot canvas.il-canvas')")  # heatmap trace drawn
     # repeated " John" tokens stay separate columns (numeric axis, not categorical)
-    assert w.js("(w) => w.el.querySelector('.js-plotly-plot')._fullData[0].z[0].length") == len(IOI)
+    assert w.js("(w) => w.el.querySelector('.js-plotly-plot').__interplab_grid.z[0].length") == len(IOI)
 
     click_cell(page, w, 2, 4)
     w.wait_sent(1)
@@ -132,7 +132,7 @@ def test_heatmap_kernel_update_repaints(page, mount):
     n = w.paints()
     w.set(values=[[1.0] * len(IOI)] * 4)
     w.wait_paints(n + 1)
-    assert w.js("(w) => w.el.querySelector('.js-plotly-plot')._fullData[0].z[1][3]") == 1.0
+    assert w.js("(w) => w.el.querySelector('.js-plotly-plot').__interplab_grid.z[1][3]") == 1.0
     # selected + active edits set from the kernel: outlines drawn and the list under the plot
     n = w.paints()
     w.set(
@@ -143,12 +143,15 @@ def test_heatmap_kernel_update_repaints(page, mount):
         ],
     )
     w.wait_paints(n + 1)
-    # enabled edit + selection, outlined over their cells (disabled edits are not outlined)
+    # enabled edit + selection, outlined over their cells; a disabled edit has an outline of its own (thin, dashed)
     cells = w.js("(w) => [...w.el.querySelectorAll('.il-cell')].map((b) => [b.className, +b.dataset.row, "
                  "+b.dataset.col, b.getBoundingClientRect()])")
-    assert [c[:3] for c in cells] == [["il-cell il-cell-active", 1, 2], ["il-cell il-cell-selected", 1, 2]]
+    assert [c[:3] for c in cells] == [["il-cell il-cell-active", 1, 2], ["il-cell il-cell-off", 3, 5],
+                                      ["il-cell il-cell-selected", 1, 2]]
+    styles = w.js("(w) => [...w.el.querySelectorAll('.il-cell')].map((b) => getComputedStyle(b).borderTopStyle)")
+    assert styles == ["dotted", "dashed", "solid"], styles
     # the outline sits on the heatmap cell: a click at its centre hits cell (1, 2)
-    r = cells[1][3]
+    r = cells[2][3]
     hit = w.js(f"(w) => {{ const gd = w.el.querySelector('.js-plotly-plot'); const xa = gd._fullLayout.xaxis, "
                f"ya = gd._fullLayout.yaxis; const b = gd.getBoundingClientRect(); "
                f"return [ya.p2l({r['y']} + {r['height']} / 2 - b.top - ya._offset), "
@@ -233,8 +236,8 @@ def test_heatmap_xss_labels_are_literal_text(page, mount):
     # hover shows the literal text too
     p = w.js("(w) => window.cellPixel(window.__mounted.indexOf(w), 1, 2)")
     page.mouse.move(p["x"], p["y"])
-    page.wait_for_selector(".hoverlayer .hovertext", timeout=3000)
-    hover = page.evaluate("document.querySelector('.hoverlayer .hovertext').textContent")
+    page.wait_for_selector(".interplab-heatmap .il-tip.on", timeout=3000)
+    hover = page.evaluate("document.querySelector('.interplab-heatmap .il-tip.on').textContent")
     assert BOLD in hover and '"<b>bold</b>"' in hover
     assert page.evaluate("document.querySelectorAll('#root img').length") == 0
 

@@ -52,10 +52,10 @@ def test_a_2000_cell_sweep_keeps_the_page_responsive_and_cancel_clickable(page, 
         page.wait_for_timeout(150)  # a sweep's pace: an update every 150-300 ms
     page.wait_for_timeout(400)  # the last coalesced repaint
     assert w.requests == [{"type": "cancel"}]
-    held = w.js("(w) => w.el.querySelector('.js-plotly-plot').data[0].z.flat()"
+    held = w.js("(w) => w.el.querySelector('.js-plotly-plot').__interplab_grid.z.flat()"
                 ".filter((v) => typeof v === 'number').length")
     assert held == ROWS * COLS
-    text = w.js(f"(w) => w.el.querySelector('.js-plotly-plot').data[0].text[3][{COLS - 1}]")
+    text = w.js(f"(w) => w.el.querySelector('.js-plotly-plot').__interplab_grid.hover(3, {COLS - 1})")
     assert "3," + str(COLS - 1) in text and "Mary" in text  # the cell's hover came with it
     # painted: the last cell's pixel is coloured (cells not computed are the plot's grey background)
     pixel = w.js(f"""(w) => {{ const gd = w.el.querySelector('.js-plotly-plot'), fl = gd._fullLayout;
@@ -69,7 +69,7 @@ def test_a_2000_cell_sweep_keeps_the_page_responsive_and_cancel_clickable(page, 
     assert longest <= 100, page.evaluate("() => window.__longtasks")
     # the sweep ends: the kernel sets the whole grid once
     w.set(values=[[0.5] * COLS for _ in range(ROWS)], hover=[[HOVER] * COLS for _ in range(ROWS)], progress=0.0)
-    page.wait_for_function("(i) => window.W(i).el.querySelector('.js-plotly-plot')._fullData[0].z[0][0] === 0.5",
+    page.wait_for_function("(i) => window.W(i).el.querySelector('.js-plotly-plot').__interplab_grid.z[0][0] === 0.5",
                            arg=w.i)
     page.evaluate("() => window.__lt_observer.disconnect()")
 

@@ -124,9 +124,9 @@ def test_a_composite_draws_each_part_on_one_model(page, mount, shadow):
     assert w.js("(w) => getComputedStyle(w.el.querySelector('.il-tab.on')).fontWeight") == "600"
     p = w.js("(w) => window.cellPixel(window.__mounted.indexOf(w), 2, 6)")
     page.mouse.move(p["x"], p["y"])
-    page.wait_for_function("(i) => !!window.W(i).el.querySelector('.interplab-heatmap .hoverlayer .hovertext')",
+    page.wait_for_function("(i) => !!window.W(i).el.querySelector('.interplab-heatmap .il-tip.on')",
                            arg=w.i, timeout=5000)
-    assert "position 6" in w.js("(w) => w.el.querySelector('.interplab-heatmap .hoverlayer').textContent")
+    assert "position 6" in w.js("(w) => w.el.querySelector('.interplab-heatmap .il-tip').textContent")
 
     # unmounted: no listener left on the model
     assert w.js("(w) => { w.cleanup(); return w.model.listeners(); }") == 0

@@ -56,8 +56,8 @@ def test_long_prompts_stay_readable(page, mount, cols):
              " return { x: box.left + fl.xaxis._offset + fl.xaxis.l2p(col) - gd.scrollLeft,"
              " y: box.top + fl.yaxis._offset + fl.yaxis.l2p(2) }; }", col)
     page.mouse.move(p["x"], p["y"])
-    page.wait_for_function("(i) => !!window.W(i).el.querySelector('.hoverlayer .hovertext')", arg=w.i, timeout=5000)
-    assert f"word{col}" in w.js("(w) => w.el.querySelector('.hoverlayer').textContent")
+    page.wait_for_function("(i) => !!window.W(i).el.querySelector('.il-tip.on')", arg=w.i, timeout=5000)
+    assert f"word{col}" in w.js("(w) => w.el.querySelector('.il-tip').textContent")
     ARTIFACTS.mkdir(exist_ok=True)
     page.locator(w.sel(".interplab-heatmap")).screenshot(path=str(ARTIFACTS / f"heatmap_{cols}_tokens.png"))
     # and a click there lands on that cell, scrolled or not
