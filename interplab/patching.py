@@ -42,7 +42,11 @@ AXES = {
 
 
 class SweepCancelled(InterplabError):
-    """The sweep was cancelled (from a widget or code) before every cell was computed."""
+    """The sweep was cancelled (from a widget or code) before every cell was computed: `done` of `total` cells."""
+
+    def __init__(self, message: str, done: int = 0, total: int = 0):
+        super().__init__(message)
+        self.done, self.total = done, total
 
 
 @dataclass(frozen=True)
@@ -377,7 +381,8 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
         for _, li, layer, source_act, chunks in pending:
             for chunk in chunks:
                 if cancel is not None and cancel.is_set():
-                    raise SweepCancelled(f"sweep cancelled after {done} of {total} cells; no result returned.")
+                    raise SweepCancelled(f"sweep cancelled after {done} of {total} cells; no result returned.",
+                                         done, total)
                 hidden = base_run.cache[_resume_key(lab, site, layer)]
 
                 def run_part(part, layer=layer, hidden=hidden, src=source_act):

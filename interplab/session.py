@@ -80,6 +80,12 @@ class PatchSession:
             self._tokens = self.lab.to_str_tokens(self._first(self.clean))
         return self._tokens
 
+    def pair_names(self) -> list[str]:
+        """A dataset's pairs as a menu names them ([] for one pair): number, the base prompt's end."""
+        if self.n_pairs == 1:
+            return []
+        return [f"pair {i}: ...{p[-40:]}" for i, p in enumerate(self.as_prompts(self.base))]
+
     def describe_pairs(self) -> str:
         """What the logit panel shows, in words: the pair, or the mean over the dataset's pairs."""
         if self.n_pairs == 1:
@@ -156,7 +162,7 @@ class PatchSession:
         """cell_edit's patch with its source named by prompt, built without a forward: what the log records when a
         click arrives (serialised exactly as cell_edit's, whose source is the run of that prompt)."""
         layer, pos, head = self.cells.meaning(row, col)
-        return patch(self.site, layer, pos=pos, head=head, source=SourceRef(self._prompts(self.source)),
+        return patch(self.site, layer, pos=pos, head=head, source=SourceRef(self.as_prompts(self.source)),
                      label=self.cell_label(row, col))
 
     def cell_label(self, row: int, col: int) -> str:
@@ -198,7 +204,7 @@ class PatchSession:
                 ids, p, value = run
                 toks, probs = [lab.tokenizer.decode([i]) for i in ids], [round(float(x), 6) for x in p]
                 if log:
-                    lab.log.record([self.base], edits, [])  # the log reads as if the forward had run
+                    lab.log.record(list(self.as_prompts(self.base)), edits, [])  # as if the forward had run
                 series.append({"name": f"patched: {_short(edits)}", "tokens": toks, "probs": probs})
                 values["patched"] = value
             else:
@@ -215,7 +221,8 @@ class PatchSession:
         return prompts if isinstance(prompts, str) else list(prompts)
 
     @staticmethod
-    def _prompts(prompts) -> tuple[str, ...]:
+    def as_prompts(prompts) -> tuple[str, ...]:
+        """A prompt or a dataset's prompts, as a tuple (what the log records, a SourceRef names)."""
         return (prompts,) if isinstance(prompts, str) else tuple(prompts)
 
     def _own_exact(self, res: SweepResult | None) -> bool:
@@ -429,6 +436,13 @@ def dla_view(res, pos: int = -1) -> dict:
 
 def _receiver_label(group) -> str:
     return "logits" if group == "logits" else " + ".join(f"L{layer}H{head}.{site}" for layer, head, site in group)
+
+
+def path_strongest(res) -> tuple[int, int]:
+    """(row, col) of the sender with the largest |effect| (mean over the receiver groups) in path_view's grid."""
+    values = res.values.float()
+    grid = (values[0] if values.shape[0] == 1 else values.mean(0)).nan_to_num(0.0).abs()
+    return divmod(int(grid.argmax()), grid.shape[1])
 
 
 def path_view(res, row: int | None = None, col: int | None = None) -> dict:

@@ -2,6 +2,7 @@
 and the shared state works both ways. Expected numbers come from plain PyTorch hooks."""
 
 import json
+import re
 import threading
 import time
 
@@ -426,3 +427,71 @@ def test_a_burst_of_clicks_is_logged_in_order_while_only_the_last_is_computed(gp
     assert hm.send_test_message({"type": "toggle", "edit_id": "r2c1", "enabled": False})["ok"]
     assert [d["label"] for d in json.loads(gpt2_lab.log.entries[-1]["edits"])] == [s.cell_label(1, 2)]
     assert gpt2_lab.worker.join(60) and len(gpt2_lab.log) == logged + len(clicks) + 1
+
+
+def test_a_dataset_sweeps_views_show_the_mean_over_pairs_or_one_pair(gpt2_lab, tokenizer):
+    """A sweep over many prompt pairs (notebook 04's case): its explorer and head-sweeps views show logits, not an
+    error; the panel's numbers are the mean over the pairs, or the pair chosen in its menu, checked against the
+    model's own forward and a hand-written metric."""
+    names = [(" Mary", " John"), (" John", " Mary"), (" Mary", " John")]  # (IO, S): ABBA, ABBA swapped, BABA
+    clean = [f"When{a} and{b} went to the store,{b} gave a drink to" for a, b in names[:2]] + [
+        "When John and Mary went to the store, John gave a drink to"]
+    corrupt = [c.replace(f",{b} gave", f",{a} gave") for c, (a, b) in zip(clean, names)]
+    ids = [(gpt2_lab.token_id(a), gpt2_lab.token_id(b)) for a, b in names]
+    metric = ilab.logit_diff([a for a, _ in names], [b for _, b in names])
+    assert metric.name == "logit diff over 3 pairs (' Mary' - ' John', ...)"
+
+    def by_hand(prompts, edits=()):  # the model's own forward (edits through the lab), then IO - S per pair
+        if edits:
+            last = gpt2_lab.run(prompts, edits=list(edits)).last_logits
+        else:
+            batch = tokenizer(prompts, return_tensors="pt")
+            last = gpt2_lab.model(**batch).logits[:, -1]
+        return torch.stack([last[i, a] - last[i, b] for i, (a, b) in enumerate(ids)]).double()
+
+    res = gpt2_lab.patch_sweep(clean, corrupt, site="resid_pre", by=("layer", "pos"), metric=metric, progress=False)
+    ex = res.show()
+    gpt2_lab.worker.join()
+    assert ex.logits.error == "" and ex.heatmap.error == ""
+    assert len(ex.logits.pairs) == 3 and ex.logits.pair == -1 and "mean over 3 pairs" in ex.logits.title
+    want_clean, want_corrupt = by_hand(clean), by_hand(corrupt)
+    values = ex.logits.metric["values"]
+    assert values["clean"] == pytest.approx(float(want_clean.mean()), abs=1e-4)
+    assert values["corrupt"] == pytest.approx(float(want_corrupt.mean()), abs=1e-4)
+    # a click: the patched mean over the pairs is the sweep's own cell
+    assert ex.heatmap.send_test_message({"type": "click", "row": 1, "col": 4, "shift": False})["ok"]
+    gpt2_lab.worker.join()
+    assert ex.logits.metric["values"]["patched"] == pytest.approx(float(res.raw[1, 4]), abs=1e-4)
+    # the menu: pair 2 alone, with the click still applied
+    assert ex.logits.send_test_message({"type": "pair", "index": 2})["ok"]
+    gpt2_lab.worker.join()
+    edit = ilab.patch("resid_pre", 1, pos=4, source=gpt2_lab.run(clean, cache=["resid_pre"]))
+    values = ex.logits.metric["values"]
+    assert ex.logits.pair == 2 and ex.logits.title.startswith("pair 2 of 3")
+    assert values["clean"] == pytest.approx(float(want_clean[2]), abs=1e-4)
+    assert values["patched"] == pytest.approx(float(by_hand(corrupt, [edit])[2]), abs=1e-4)
+    bad = ex.logits.send_test_message({"type": "pair", "index": 3})
+    assert not bad["ok"] and "'index'=3 is out of range -1..2" in bad["error"]
+    # the five head sweeps of the same pairs share one panel, with the same menu
+    hs = gpt2_lab.patch_sweep_heads(clean, corrupt, metric, progress=False).show()
+    gpt2_lab.worker.join()
+    assert hs.logits.error == "" and all(e.heatmap.error == "" for e in hs.explorers.values())
+    assert hs.logits.metric["values"]["clean"] == pytest.approx(float(want_clean.mean()), abs=1e-4)
+    assert hs.logits.send_test_message({"type": "pair", "index": 1})["ok"]
+    gpt2_lab.worker.join()
+    assert hs.logits.metric["values"]["corrupt"] == pytest.approx(float(want_corrupt[1]), abs=1e-4)
+    assert not ilab.attached_hooks()
+
+
+def test_cancel_says_how_far_the_sweep_got_and_shows_no_error(explorer, gpt2_lab):
+    gate = threading.Event()
+    gpt2_lab.worker.submit("test:gate", lambda: gate.wait(10), widget=explorer.heatmap)  # the sweep queues behind
+    explorer.sweep()
+    assert explorer.heatmap.send_test_message({"type": "cancel"})["ok"]
+    gate.set()
+    gpt2_lab.worker.join()
+    n = explorer.heatmap.n_rows * explorer.heatmap.n_cols
+    assert explorer.heatmap.error == "", explorer.heatmap.error
+    done = re.match(rf"cancelled after (\d+) of {n} cells", explorer.heatmap.status)
+    assert done and int(done[1]) < n, explorer.heatmap.status
+    assert explorer.heatmap.progress == 0.0 and not ilab.attached_hooks()

@@ -13,6 +13,7 @@ import time
 import uuid
 
 from .. import display
+from ..errors import InterplabError
 from ..engine import Engine
 from ..session import (
     PatchSession,
@@ -23,6 +24,7 @@ from ..session import (
     edge_exact,
     edge_graph,
     lens_view,
+    path_strongest,
     path_view,
     steering_generate,
     steering_preview,
@@ -65,6 +67,9 @@ class PatchExplorer(Composite):
         self.heatmap.on_toggle(self._on_toggle)
         self.heatmap.on_remove(self._on_remove)
         self.heatmap.on_cancel(self._cancel.set)
+        if logits is None:  # its own panel: a dataset's menu of pairs (a shared panel's owner wires its own)
+            self.logits.pairs = session.pair_names()
+            self.logits.on_pair(self.show_pair)
         self._refresh_logits()
         # after the first paint's job: precompute what clicks reuse, so the first click is as fast as the rest
         self.worker.submit(f"warm:{id(self)}", self.session.warm, widget=self.logits)
@@ -115,7 +120,7 @@ class PatchExplorer(Composite):
             if edit is not None:
                 edits.append(edit)
         if edits:
-            self.lab.log.record([self.session.base], edits, [])
+            self.lab.log.record(list(self.session.as_prompts(self.session.base)), edits, [])
 
     def _on_selected(self, change) -> None:
         # comm thread: list the cells; their edits are built in the logit job (the first one runs a forward)
@@ -127,6 +132,17 @@ class PatchExplorer(Composite):
             entries.append({"id": cid, "label": edit.describe() if edit else self.session.cell_label(row, col),
                             "row": row, "col": col, "enabled": old.get(cid, {}).get("enabled", True)})
         self.heatmap.active_edits = entries
+
+    def show_pair(self, index: int | None) -> None:
+        """What the logit panel shows for a dataset: pair `index`, or (None or -1) the mean over the pairs."""
+        index = None if index is None or index < 0 else int(index)
+        if index is not None and not 0 <= index < self.session.n_pairs:
+            raise InterplabError(f"pair {index} out of range: this sweep has {self.session.n_pairs} pair(s) "
+                                 f"(0..{self.session.n_pairs - 1}); None shows their mean")
+        self.session.pair = index
+        self.logits.pair = -1 if index is None else index
+        self.logits.title = self.session.describe_pairs()
+        self._refresh_logits()
 
     def _on_active(self, change) -> None:
         self._refresh_logits()  # entries set from code get their edits built in the job too
@@ -205,6 +221,10 @@ class PatchExplorer(Composite):
 
         def error(e):
             self.heatmap.progress = 0.0
+            if isinstance(e, SweepCancelled):  # asked for: the cells computed stay, and clicks patch any cell
+                self.heatmap.status = f"cancelled after {e.done} of {e.total} cells (the grey cells were not " \
+                                      f"computed; a click still patches any cell)"
+                return
             self.heatmap.status = ""
             self.heatmap.error = f"{type(e).__name__}: {e}"
 
@@ -301,6 +321,11 @@ def heatmap_for(result, lab: Engine | None = None, answer=None, wrong=None):
     return PatchExplorer(_session_of(result, lab, answer, wrong), result)
 
 
+SITE_ROLES = {"z": "output: what each head writes", "q": "query: the position a head looks from",
+              "k": "key: the positions it looks at", "v": "value: what it reads there",
+              "pattern": "pattern: where it looks"}
+
+
 class HeadSweepsView(Composite):
     """lab.patch_sweep_heads(...).show(): the output, query, key, value and pattern sweeps side by side, one explorer
     each (a click patches that cell, the logit panel below shows it), sharing one logit panel: a plain click in one
@@ -317,16 +342,30 @@ class HeadSweepsView(Composite):
                                  link=f"heads-{uuid.uuid4().hex}", part=True)
         self.explorers = {site: PatchExplorer(sessions[site], res, part=True, logits=self.logits)
                           for site, res in results.items()}
+        self.logits.pairs = sessions[next(iter(sessions))].pair_names()
+        self.logits.on_pair(self.show_pair)
         for site, ex in self.explorers.items():
             ex.heatmap.title = f"{site}: every head"
             ex.heatmap.zmin, ex.heatmap.zmax = -1.0, 1.0  # one colour scale for the five
             ex.heatmap.direction = ""  # a narrow pane: the direction is stated once, in the status line
             ex.heatmap.metric_name = "normalised"
+            ex.heatmap.hint = SITE_ROLES.get(site, "")  # what each panel patches (the status line says how to click)
 
         parts = {site: ex.heatmap for site, ex in self.explorers.items()}
         super().__init__({**parts, "logits": self.logits}, panes=[{"row": list(parts)}, {"part": "logits"}])
         kept = "clean restored" if first.direction == "denoise" else "clean behaviour kept"
-        self.status = f"{first.metric_name}, {first.method}, {first.direction}ing: 1 = {kept}, 0 = corrupted"
+        doing = {"denoise": "denoising", "noise": "noising"}[first.direction]
+        self.status = f"{first.metric_name}, {first.method}, {doing}: 1 = {kept}, 0 = corrupted; click a cell to " \
+                      f"patch it, shift-click to add cells"
+
+    def show_pair(self, index: int | None) -> None:
+        """The shared logit panel shows pair `index` of the dataset, or (None or -1) the mean over the pairs: every
+        explorer's session follows, the one whose cells are selected (else the first) repaints the panel."""
+        shown = next((ex for ex in self.explorers.values() if ex.heatmap.selected), next(iter(self.explorers.values())))
+        for ex in self.explorers.values():
+            if ex is not shown:
+                ex.session.pair = None if index is None or index < 0 else int(index)
+        shown.show_pair(index)
 
     def _on_frontend_msg(self, widget, content, buffers=None) -> None:
         name = content.get("part") if isinstance(content, dict) else None
@@ -379,7 +418,10 @@ class PathView(Composite):
         self.bars = ValueBars(part=True)
         super().__init__({"heatmap": self.heatmap, "bars": self.bars},
                          panes=[{"row": ["heatmap", "bars"]}])
-        self._set(path_view(result))
+        # the bars start on the sender with the largest effect (never an empty row of dashes), outlined as selected
+        row, col = path_strongest(result)
+        self._set(path_view(result, row, col))
+        self.heatmap.selected = [[row, col]]
         self.heatmap.on_click(lambda row, col, shift: self._set(path_view(result, row, col)))
 
     def _set(self, view) -> None:

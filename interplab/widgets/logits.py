@@ -6,7 +6,11 @@ Traits:
             "values": {"clean": 3.2, "corrupt": -3.1, "patched": 1.0}}
     title, status, error   str
     link    str   the heatmap whose exact-sweep clicks this panel paints at once (PatchingHeatmap.cell_tops)
-No requests from the frontend.
+    pairs   list[str]  a dataset's pairs, named (a menu chooses what the panel shows); [] = one pair, no menu
+    pair    int   the pair shown: its index in `pairs`, or -1 for the mean over all of them
+
+Requests from the frontend (protocol.json; each also carries its `id`) -> callbacks, called with keywords:
+    {type:"pair", index}   -> on_pair(fn(index=))   (after `pair` is set; -1 = the mean over the pairs)
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 import traitlets as t
 
-from .base import Converted, LabWidget, plain
+from .base import Converted, Int, LabWidget, plain
 
 __all__ = ["LogitPanel", "Series", "clean_series"]
 
@@ -50,6 +54,18 @@ class LogitPanel(LabWidget):
     metric = t.Dict().tag(sync=True)
     title = t.Unicode("").tag(sync=True)
     link = t.Unicode("").tag(sync=True)
+    pairs = t.List(t.Unicode()).tag(sync=True)
+    pair = t.Int(-1).tag(sync=True)
+
+    def _limits(self):
+        return {"pair": {"index": Int(-1, len(self.pairs) - 1)}}
+
+    def _handle_pair(self, index: int) -> None:
+        self.pair = index
+
+    def on_pair(self, fn, remove: bool = False):
+        """fn(index=) when the menu chooses a pair (-1: the mean over the pairs); ``pair`` is already set."""
+        return self._register("pair", fn, remove)
 
     @t.validate("metric")
     def _v_metric(self, proposal):

@@ -1,5 +1,5 @@
 // LogitPanel: top-k next-token bars per series (e.g. clean / corrupt / patched), side by side, plus a metric line.
-// No requests to Python. A heatmap sharing this panel's `link` trait paints a click on a cell of an exact sweep here at
+// Request to Python (protocol.json): pair {index} from the menu of a dataset's pairs (-1: their mean). A heatmap sharing this panel's `link` trait paints a click on a cell of an exact sweep here at
 // once, from the numbers it holds (its cell_tops); the kernel's answer, the same numbers, repaints it later.
 import { paintBars } from "./bars.js";
 import { bus, fmt, h, scheduler, shell } from "./plot.js";
@@ -8,6 +8,22 @@ export function render({ model, el }) {
   const state = shell(model, el, "logits");
   const metric = h("div", { class: "il-metric" });
   state.root.insertBefore(metric, state.plot);
+
+  // a dataset's pairs: a menu of what the panel shows (the mean over the pairs, or one of them)
+  const menu = h("select", { class: "il-pair", title: "which pair the bars show" });
+  const menuRow = h("label", { class: "il-row il-pair-row" }, "show: ", menu);
+  state.root.insertBefore(menuRow, metric);
+  menu.addEventListener("change", () => state.request("pair", { index: Number(menu.value) }));
+  function showMenu() {
+    const pairs = Array.isArray(model.get("pairs")) ? model.get("pairs").map(String) : [];
+    menuRow.style.display = pairs.length ? "" : "none";
+    const options = [h("option", { value: "-1", text: `the mean over ${pairs.length} pairs` }),
+      ...pairs.map((p, i) => h("option", { value: String(i), text: p }))];
+    menu.replaceChildren(...options);
+    menu.value = String(Number.isInteger(model.get("pair")) ? model.get("pair") : -1);
+  }
+  showMenu();
+  state.watch(["pairs", "pair"], showMenu);
 
   function showMetric(m = model.get("metric")) {
     const vals = m && typeof m === "object" && m.values && typeof m.values === "object" ? m.values : {};

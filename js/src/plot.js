@@ -151,8 +151,8 @@ const CSS = `
 .interplab .il-vtrack { position: relative; }
 .interplab .il-zero { position: absolute; left: 50%; top: 0; bottom: 0; border-left: 1px solid #888; }
 .interplab .il-vbar .il-val { flex: 0 0 72px; }
-.interplab .il-pane-row { display: flex; flex-wrap: wrap; gap: 4px; }
-.interplab .il-pane-row > .il-pane { flex: 1 1 280px; min-width: 0; }
+.interplab .il-pane-row { display: grid; grid-template-columns: repeat(auto-fit, minmax(280px, 1fr)); gap: 4px; }
+.interplab .il-pane-row > .il-pane { min-width: 0; } /* a grid: panes of a wrapped row as wide as the first row's */
 `;
 
 // ---------------------------------------------------------------- styles, in the document or in a shadow root

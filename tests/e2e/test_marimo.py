@@ -297,7 +297,7 @@ def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
         assert st["fills"] and all(c not in ("", "rgba(0, 0, 0, 0)") and d == "block" for _, c, d in st["fills"]), st
         widths = sorted(w for w, _, _ in st["fills"])
         assert widths[-1] > 100 and widths[0] < widths[-1] / 100, widths  # lengths follow the probabilities
-        assert st["row"] == "flex" and st["layers"] and set(st["layers"]) == {"absolute"}, st
+        assert st["row"] == "grid" and st["layers"] and set(st["layers"]) == {"absolute"}, st
         # the hover box (styled by our sheet) and plotly's mode bar (by plotly's rules, copied into the shadow root)
         p = page.evaluate("([r, c]) => window.__m.pixel(0, r, c)", [0, 2])
         page.mouse.move(p["x"], p["y"])

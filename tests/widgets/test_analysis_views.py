@@ -46,7 +46,11 @@ def test_path_view_shows_each_receiver_of_a_clicked_sender(gpt2_lab):
     assert isinstance(view, PathView) and view.heatmap.x_labels == ["H0", "H1", "H2", "H3", "MLP"]
     assert torch.allclose(torch.tensor(view.heatmap.values, dtype=torch.float64), res.values.double().mean(0),
                           atol=1e-6, equal_nan=True)
-    assert view.bars.labels == ["L2H0.q", "L2H1.k", "L2H3.v"] and view.bars.values == [None] * 3
+    # the bars start on the strongest sender (selected), not on an empty row
+    grid = res.values.double().mean(0).nan_to_num(0.0).abs()
+    row, col = divmod(int(grid.argmax()), grid.shape[1])
+    assert view.heatmap.selected == [[row, col]] and view.bars.labels == ["L2H0.q", "L2H1.k", "L2H3.v"]
+    assert view.bars.values == pytest.approx(res.values[:, row, col].tolist())
     assert view.heatmap.send_test_message({"type": "click", "row": 1, "col": 4, "shift": False})["ok"]
     assert view.bars.values == pytest.approx(res.values[:, 1, 4].tolist()) and view.bars.title.startswith("MLP1")
 

@@ -97,7 +97,7 @@ def test_requests_are_routed_by_part_validated_by_it_and_answered_tagged(monkeyp
     assert wire.customs()[-1] == {"type": "reply", "id": 2, "ok": False, "error": heat.error, "part": "heatmap"}
     assert heat.error == BAD_MESSAGE + "'row'=9 is out of range 0..1"
     frontend(comp, {"type": "click", "id": 3, "row": 0, "col": 0, "shift": False, "part": "logits"})
-    assert logits.error.startswith(BAD_MESSAGE + "unknown message type 'click' (allowed: none)")
+    assert logits.error.startswith(BAD_MESSAGE + "unknown message type 'click' (allowed: pair)")
     frontend(comp, {"type": "click", "id": 4, "row": 0, "col": 0, "shift": False, "part": "lens"})
     assert comp.error == BAD_MESSAGE + "'part' must be one of 'heatmap', 'logits', got 'lens'"
     frontend(comp, {"type": "click", "id": 5, "row": 0, "col": 0, "shift": False})

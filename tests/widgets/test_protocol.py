@@ -259,12 +259,15 @@ def test_every_request_gets_exactly_one_reply(kind, monkeypatch):
         assert len(wire.replies) == 1 and wire.replies[0]["id"] is None and wire.replies[0]["ok"] is False
 
 
-def test_logit_panel_rejects_every_request_with_one_reply(monkeypatch):
+def test_logit_panel_rejects_every_request_but_its_pair_menu_with_one_reply(monkeypatch):
     w = LogitPanel()
     wire = Wire(w, monkeypatch)
     w.send_test_message({"type": "click", "id": 3})
     assert wire.replies == [{"type": "reply", "id": 3, "ok": False,
-                             "error": BAD_MESSAGE + "unknown message type 'click' (allowed: none)"}]
+                             "error": BAD_MESSAGE + "unknown message type 'click' (allowed: pair)"}]
+    w.send_test_message({"type": "pair", "id": 4, "index": 0})  # one pair: no menu, only the mean (-1)
+    assert wire.replies[-1] == {"type": "reply", "id": 4, "ok": False,
+                                "error": BAD_MESSAGE + "'index'=0 is out of range -1..-1"}
 
 
 def test_raising_callbacks_get_one_reply_with_every_error(monkeypatch):
