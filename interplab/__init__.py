@@ -30,7 +30,7 @@ from .errors import (
     UnsupportedSiteError,
     VectorError,
 )
-from .lab import Lab, Run
+from .lab import Lab, Run, settle
 from .metrics import logit_diff, logprob, prob
 from .patching import SweepCancelled, SweepResult
 from .sites import SITE_NAMES
@@ -40,7 +40,7 @@ from .vectors import SteeringVector
 __version__ = "0.1.0"
 
 __all__ = [
-    "Lab", "Run", "Edit", "SITE_NAMES",
+    "Lab", "Run", "Edit", "SITE_NAMES", "settle",
     "patch", "zero", "mean_ablate", "scale", "steer", "project", "clamp", "set_value",
     "edits_to_json", "edits_from_json",
     "logit_diff", "prob", "logprob", "SweepResult", "SweepCancelled", "attached_hooks",

@@ -318,19 +318,20 @@ def cmd_export(args) -> int:
     try:
         import nbformat
 
-        from interplab_export import InterplabHTMLExporter
+        from interplab_export import InterplabHTMLExporter  # (nbconvert and nbclient)
     except ImportError as e:
         print(f"error: interplab export needs nbconvert ({e.name} is missing): pip install \"interplab[lab]\"",
               file=sys.stderr)
         return 2
     nb = nbformat.read(src, as_version=4)
     if args.execute:
-        from nbclient import NotebookClient
         from nbclient.exceptions import CellExecutionError
+
+        from interplab_export import execute
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the kernel: the embedded model needs no network
         try:  # nbclient keeps the widgets' state in the notebook's metadata, which the page draws from
-            NotebookClient(nb, timeout=args.timeout, resources={"metadata": {"path": str(src.parent)}}).execute()
+            execute(nb, timeout=args.timeout, path=str(src.parent))
         except CellExecutionError as e:
             print(f"error: a cell of {src} failed:\n{e}", file=sys.stderr)
             return 1

@@ -22,7 +22,9 @@ from .edges import circuit, edge_attribution, edge_patch
 from .engine import Cache, Engine, InterventionLog, Run, dtype_of
 from .errors import InterplabError, LoadError, UnknownSiteError
 from .patching import patch_sweep, patch_sweep_heads
+from .widgets.base import resend_states
 from .widgets.controller import Dashboard  # also registers the sweep heatmap, so res.show() finds it
+from .worker import join_all
 
 
 class Lab(Engine):
@@ -327,6 +329,15 @@ class Lab(Engine):
 
 
 BIG = "accelerate>=1.1"  # pyproject.toml's [big] extra (transformers' own minimum)
+
+
+def settle(timeout: float = 600.0) -> bool:
+    """Wait for every lab's pending work (sweeps, logit panels, previews started by views), then send each shown
+    widget's final state again: what a notebook saved by a tool that missed the updates sent between cells (nbclient,
+    `interplab export --execute`) needs to hold the final pictures. True when every worker finished in time."""
+    idle = join_all(timeout)
+    resend_states()
+    return idle
 
 
 def _placement(device, device_map, offload_folder, max_memory) -> dict:

@@ -22,18 +22,19 @@ from .served import generate  # on the lab's vLLM engine when it has one
 from .vectors import diff_of_means
 
 TOP_K = 8
+PROB_DIGITS = 4  # probabilities as views show them (bars print 3 digits); a saved notebook stays small
 
 
 def top_k(lab: Engine, logits: torch.Tensor, k: int = TOP_K) -> tuple[list[str], list[float]]:
     """Top-k next tokens and probabilities of one row of last-position logits."""
     (ids,), (probs,) = top_tokens(logits[None], k)
-    return [lab.tokenizer.decode([t]) for t in ids], [round(float(x), 6) for x in probs]
+    return [lab.tokenizer.decode([t]) for t in ids], [round(float(x), PROB_DIGITS) for x in probs]
 
 
 def top_k_probs(lab: Engine, probs: torch.Tensor, k: int = TOP_K) -> tuple[list[str], list[float]]:
     """Top-k next tokens of one row of probabilities (e.g. the mean over a dataset's pairs)."""
     p, ids = probs.topk(k)
-    return [lab.tokenizer.decode([int(t)]) for t in ids], [round(float(x), 6) for x in p]
+    return [lab.tokenizer.decode([int(t)]) for t in ids], [round(float(x), PROB_DIGITS) for x in p]
 
 
 @dataclass
@@ -202,7 +203,7 @@ class PatchSession:
             run = self.cell_run(cells[0]) if cells is not None and len(cells) == len(edits) == 1 else None
             if run is not None:
                 ids, p, value = run
-                toks, probs = [lab.tokenizer.decode([i]) for i in ids], [round(float(x), 6) for x in p]
+                toks, probs = [lab.tokenizer.decode([i]) for i in ids], [round(float(x), PROB_DIGITS) for x in p]
                 if log:
                     lab.log.record(list(self.as_prompts(self.base)), edits, [])  # as if the forward had run
                 series.append({"name": f"patched: {_short(edits)}", "tokens": toks, "probs": probs})
@@ -262,7 +263,7 @@ class PatchSession:
                 name = "patched: " + " ".join(x for x in (f"L{layer}", "" if head is None else f"H{head}",
                                                           "" if pos is None else f"pos {pos}") if x)
                 out.append([row, col, float(value), name, [decode([i]) for i in ids],
-                            [round(float(x), 6) for x in p]])
+                            [round(float(x), PROB_DIGITS) for x in p]])
         return {"metric": self.metric.name, "cells": out}
 
     def warm(self) -> None:

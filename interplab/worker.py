@@ -35,6 +35,11 @@ EXIT_WARN_S = 2.0  # ... and when to say that we are waiting
 _live: weakref.WeakSet[Worker] = weakref.WeakSet()
 
 
+def join_all(timeout: float | None = 600.0) -> bool:
+    """Wait until every lab's worker is idle (what a notebook saver waits for); True when all are."""
+    return all([w.join(timeout) for w in list(_live)])
+
+
 @dataclass
 class Job:
     channel: str

@@ -14,13 +14,15 @@ list the formats), and importing ``interplab`` itself would load torch each time
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 from pathlib import Path
 
 from nbconvert.exporters import HTMLExporter
 from traitlets import default
 
-__all__ = ["InterplabHTMLExporter", "OFFLINE_JS", "TEMPLATES"]
+__all__ = ["InterplabHTMLExporter", "OFFLINE_JS", "TEMPLATES", "execute"]
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
@@ -35,6 +37,45 @@ def _inline_script(text: str) -> str:
     return text
 
 
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+
+# Run after a notebook's last cell: wait for the labs' pending work (a dashboard's sweep goes on after its cell
+# returned) and send every widget's final state. nbclient saves only the widget updates it hears while a cell runs,
+# so without this an export shows the views as they were when their cell ended ("sweeping...", empty tabs).
+SETTLE = """import sys
+if "interplab" in sys.modules:
+    sys.modules["interplab"].settle()"""
+
+
+def execute(nb, timeout: int = 600, path: str = ".", **kw):
+    """Run notebook `nb` in place with nbclient, as `interplab export --execute` does: every cell, then SETTLE
+    (removed again), so the saved widget state is each view's final picture. Raises nbclient's CellExecutionError."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb.cells.append(nbformat.v4.new_code_cell(SETTLE))
+    try:
+        NotebookClient(nb, timeout=timeout, resources={"metadata": {"path": path}}, **kw).execute()
+    finally:
+        nb.cells.pop()
+    return nb
+
+
+def with_plotly_divs(nb):
+    """A copy of nb whose plotly figures (outputs of mime PLOTLY_MIME, which nbconvert's HTML cannot show) carry an
+    HTML form: a div holding the figure as JSON, drawn by offline.js with the plotly of the page's widget code."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if PLOTLY_MIME in data and "text/html" not in data:
+                figure = json.dumps(data[PLOTLY_MIME]).replace("</", "<\\/")  # no "</script>" inside the script
+                data["text/html"] = (f'<div class="interplab-offline-plotly"><script type="application/json">'
+                                     f'{figure}</script></div>')
+                del data[PLOTLY_MIME]
+    return nb
+
+
 class InterplabHTMLExporter(HTMLExporter):
     """HTML whose widgets are drawn from the notebook's saved widget state, with no network."""
 
@@ -47,6 +88,9 @@ class InterplabHTMLExporter(HTMLExporter):
     @default("extra_template_basedirs")
     def _default_extra_template_basedirs(self):
         return [str(TEMPLATES), os.getcwd()]
+
+    def from_notebook_node(self, nb, resources=None, **kw):
+        return super().from_notebook_node(with_plotly_divs(nb), resources, **kw)
 
     def _init_resources(self, resources):
         resources = super()._init_resources(resources)

@@ -310,7 +310,45 @@ async function renderModel(id, el) {
   return false;
 }
 
+// A notebook's plotly figures (application/vnd.plotly.v1+json outputs, given a div by the exporter): drawn with the
+// plotly of interplab's widget code saved in the page (window.Plotly first, where the exporter inlined one).
+async function plotlyOf() {
+  if (window.Plotly?.newPlot) return window.Plotly;
+  const holder = Object.values(saved).find((e) => typeof e?.state?.code === "string" && e.state.code && e.state.hash);
+  if (!holder) return null;
+  return (await importCode(holder.state.code)).Plotly ?? null;
+}
+
+async function drawFigures() {
+  const figures = [...document.querySelectorAll(".interplab-offline-plotly")];
+  if (!figures.length) return;
+  let Plotly = null;
+  try {
+    Plotly = await plotlyOf();
+  } catch (err) {
+    log.errors.push({ id: "plotly", error: String(err?.message ?? err) });
+  }
+  for (const box of figures) {
+    const script = box.querySelector('script[type="application/json"]');
+    if (!Plotly || !script) {
+      box.append(div("interplab-offline-missing", "(a plotly figure: no plotly.js in this page to draw it)"));
+      continue;
+    }
+    try {
+      const fig = JSON.parse(script.textContent);
+      const plot = div("interplab-offline-figure");
+      box.append(plot);
+      await Plotly.newPlot(plot, fig.data ?? [], fig.layout ?? {}, { displaylogo: false, responsive: true });
+      log.rendered.push({ id: null, name: "plotly figure", kind: "plotly" });
+    } catch (err) {
+      log.errors.push({ id: "plotly", error: String(err?.message ?? err) });
+      box.append(div("interplab-offline-error", `(a plotly figure could not be drawn: ${err?.message ?? err})`));
+    }
+  }
+}
+
 async function main() {
+  await drawFigures();
   const outputs = [...document.querySelectorAll(`script[type="${VIEW_MIME}"]`)];
   for (const script of outputs) {
     const host = script.parentElement;

@@ -61,7 +61,8 @@ writeFileSync(
   outfile,
   `/* interplab-src-hash: ${hash} */\n` +
     `const __il=(globalThis[${key}]??=${code.slice(head.length, -1)});\n` +
-    "export const VIEWS=__il.VIEWS;export const PROTOCOL=__il.PROTOCOL;export default __il.default;\n" +
+    "export const VIEWS=__il.VIEWS;export const PROTOCOL=__il.PROTOCOL;export const Plotly=__il.Plotly;" +
+    "export default __il.default;\n" +
     (legal ? `/* Licenses of bundled code:\n${legal.replaceAll("*/", "* /")}\n*/\n` : ""),
 );
 console.log(`interplab-src-hash: ${hash}`);

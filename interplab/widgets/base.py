@@ -29,6 +29,7 @@ import math
 import os
 import pathlib
 import sys
+import weakref
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -340,6 +341,20 @@ def esm_mode() -> str:
 Limits = Mapping[str, Mapping[str, Field]]
 
 
+_WITH_COMM: weakref.WeakSet = weakref.WeakSet()  # the widgets a page shows (parts travel in their composite)
+
+
+def resend_states() -> int:
+    """Send every shown widget's whole state again (as a trait update); returns how many. What a notebook saver
+    that heard only some updates (nbclient drops those a worker sent between cells) needs to save the last one."""
+    sent = 0
+    for w in list(_WITH_COMM):
+        if getattr(w, "comm", None) is not None:
+            w.send_state()
+            sent += 1
+    return sent
+
+
 class LabWidget(Part, anywidget.AnyWidget):
     """Base class: `_view_kind` picks the view in the shared bundle and its requests in protocol.json; `status` and
     `error` are shown by every view. Built with ``part=True`` it opens no comm: a Composite carries it (parts.py)."""
@@ -356,6 +371,8 @@ class LabWidget(Part, anywidget.AnyWidget):
         self._test_ids = itertools.count(-1, -1)  # negative: never an id the frontend is waiting for
         self._last_reply: dict[str, Any] | None = None
         self.on_msg(self._on_frontend_msg)
+        if getattr(self, "comm", None) is not None:
+            _WITH_COMM.add(self)
 
     def _add_code_traits(self, kwargs: dict[str, Any]) -> None:
         """_esm (and _bundle), per instance as anywidget adds its _esm, so the class traits stay the declared ones.

@@ -12,6 +12,7 @@ import { h } from "./plot.js";
 
 export const VIEWS = { heatmap, logits, steering, lens, attention, circuit, values, composite };
 export { PROTOCOL } from "./protocol.js"; // exported so a test can compare the bundled copy with protocol.json
+export { Plotly } from "./plot.js"; // a saved page draws a notebook's plotly figures with it (interplab_export)
 
 function render({ model, el }) {
   const kind = String(model.get("_view_kind") ?? "");

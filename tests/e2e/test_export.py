@@ -54,11 +54,12 @@ SMALL = [
 
 
 def execute(nb_path: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
-    """Run a notebook in a real kernel (nbclient stores the widget state in the notebook's metadata)."""
-    from nbclient import NotebookClient
+    """Run a notebook in a real kernel as `interplab export --execute` does (nbclient stores the widget state in the
+    notebook's metadata; the exporter's last cell waits for the views' pending work)."""
+    from interplab_export import execute as run_notebook
 
     nb = nbformat.read(nb_path, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(out.parent)}}).execute()
+    run_notebook(nb, timeout=600, path=str(out.parent), kernel_name="python3")
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
     nbformat.write(nb, out)
@@ -72,6 +73,7 @@ def export(nb_path: pathlib.Path) -> pathlib.Path:
                          capture_output=True, text=True, timeout=300, env=env, cwd=nb_path.parent)
     assert out.returncode == 0, (
         f"{out.stderr[-3000:]}\n(is the exporter registered? `pip install -e .` registers the entry point)")
+    assert "not able to be represented" not in out.stderr, out.stderr[-3000:]  # an output the page would lose
     html = nb_path.with_suffix(".html")
     assert html.exists(), out.stderr[-2000:]
     return html
@@ -210,6 +212,14 @@ def test_export_of_notebook_01_draws_every_widget_offline(notebook_01, chromium)
         widths = pg.evaluate("() => [...document.querySelectorAll('.interplab-logits .il-fill')]"
                              ".map((b) => b.getBoundingClientRect().width)")
         assert widths and max(widths) > 50, widths
+        # every plotly figure the notebook shows (res.figure()) drawn too, and no view saved mid-sweep
+        n_figures = sum(1 for c in nbformat.read(notebook_01, as_version=4).cells if c.cell_type == "code"
+                        for o in c.get("outputs", []) if "application/vnd.plotly.v1+json" in o.get("data", {}))
+        assert n_figures >= 3 and pg.locator(".interplab-offline-figure.js-plotly-plot").count() == n_figures
+        assert pg.locator(".interplab-offline-figure .heatmaplayer").count() >= 3
+        busy = [(k, v["state"].get(s)) for k, v in saved_state(notebook_01).items()
+                for s in v["state"] if s.endswith("status") and "sweeping" in str(v["state"][s])]
+        assert not busy, f"views saved mid-sweep: {busy}"
         print(f"\nexport of {NOTEBOOK_01.name}: {html.stat().st_size / 1e6:.2f} MB HTML, drawn in {page.load_s:.1f} s")
     finally:
         page.close()
