@@ -1,7 +1,8 @@
 """The heatmap where users click it: JupyterLab 4 and Notebook 7 in Chromium, the real mouse and keyboard.
 
 - shift-click adds cells (the notebook's own shift+mousedown, a cell range selection, swallowed the release);
-- the dashboard (`lab.show`) survives window resizes: the heatmap keeps its height, no panel draws over another;
+- the dashboard (`lab.show`) and an explorer survive window resizes and sidebar toggles: the heatmap keeps its
+  height, no panel draws over another, each cell sits under its tick in its colour (tests/geometry.py);
 - a click on an exact sweep's cell paints the logit panel at once, even while the kernel is busy with another cell.
 """
 
@@ -12,6 +13,7 @@ import json
 import time
 
 import pytest
+from geometry import judge, measure  # tests/geometry.py
 from harness import LabNotebook, write_notebook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
@@ -96,15 +98,30 @@ def test_dashboard_survives_window_resizes(heatmap_notebook, chromium_browser):
         nb.run_through(2)
         nb.wait_heatmap(2)
         assert nb.exec("print(dash.explorer.queue.join(120))").strip() == "True"
-        for width in (1300, 1000, 1400, 1300, 800):
+        problems, compared = [], 0
+        sidebar = "() => !document.querySelector('#jp-left-stack')?.classList.contains('lm-mod-hidden')"
+        for width, toggle in ((1300, False), (1000, False), (1400, True), (1300, True), (800, False)):
             nb.page.set_viewport_size({"width": width, "height": 1000})
+            if toggle:  # JupyterLab's left sidebar, opened or closed with its shortcut: the notebook's width jumps
+                was = nb.page.evaluate(sidebar)
+                nb.page.locator(".jp-Notebook").first.click(position={"x": 5, "y": 5})
+                nb.page.keyboard.press("Control+b")
+                nb.page.wait_for_function(f"() => ({sidebar})() !== {json.dumps(was)}", timeout=5000)
             time.sleep(0.8)  # the resize observer's relayout
             nb.page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
+            for i in (1, 2):  # each cell under its tick, in its colour; no text clipped or over other text
+                nb.page.evaluate("(i) => window.__il.cellNode(i).scrollIntoView()", i)
+                found, n = judge(measure(nb.page, "(i) => window.__il.cellNode(i).querySelector('.jp-OutputArea')",
+                                         i), f"cell {i} at {width} px{' after a sidebar toggle' if toggle else ''}")
+                problems += found
+                compared += n
             b = panel_boxes(nb, 2)
             assert b["heatmap"]["height"] > 250, (width, b)
             assert abs(b["svg"]["height"] - b["heatmap"]["height"]) < 2, (width, b)  # the plot fills its div
             assert b["heatmap"]["bottom"] <= b["logits"]["top"] + 1, f"the logit panel overlaps the heatmap: {b}"
             assert b["heatmap"]["right"] <= b["output"]["right"] + 1, f"the heatmap overflows its output: {b}"
+        assert not problems, "\n".join(problems)
+        assert compared >= 10, compared
         # the dashboard is one widget whose tabs are switched in the page: the mouse opens the logit lens
         tab = nb.page.locator(".jp-Notebook .jp-Cell").nth(2).locator(".il-tab[data-part='lens']")
         tab.scroll_into_view_if_needed()
