@@ -400,6 +400,27 @@ def edge_exact(lab: Engine, clean, corrupt, metric, edge: str, direction: str = 
     return float(edges_.edge_patch(lab, clean, corrupt, metric, edges=[edge], direction=direction).scores[0])
 
 
+def node_exact(lab: Engine, clean, corrupt, metric, node: str, direction: str = "denoise") -> float | None:
+    """A graph node's whole output patched, source into base at every position: metric(patched) - metric(base),
+    the mean over pairs (the units of edge scores). "embed": the whole input, so the source run's own metric;
+    "logits" reads, writes nothing: None."""
+    base, source = (corrupt, clean) if direction == "denoise" else (clean, corrupt)
+    bound = as_metric(metric).bind(lab.token_id)
+    base_value = float(bound(lab.run(base, log=False).last_logits).mean())
+    if node == "logits":
+        return None
+    if node == "embed":
+        return float(bound(lab.run(source, log=False).last_logits).mean()) - base_value
+    head = re.fullmatch(r"L(\d+)H(\d+)", node)
+    mlp = re.fullmatch(r"MLP(\d+)", node)
+    if head is None and mlp is None:
+        raise ValueError(f"node {node!r}: a head (L2H3), an MLP (MLP1), 'embed' or 'logits'")
+    site, layer, h = ("z", int(head[1]), int(head[2])) if head else ("mlp_out", int(mlp[1]), None)
+    src = lab.run(source, cache=[(site, layer)], log=False)
+    patched = lab.last_logits(base, [patch(site, layer, head=h, source=src)], log=False)
+    return float(bound(patched).mean()) - base_value
+
+
 def circuit_view(lab: Engine, clean, corrupt, metric, edges: list[str]) -> dict:
     """A set of edges evaluated for faithfulness (lab.circuit), as plain numbers."""
     r = edges_.circuit(lab, clean, corrupt, metric, list(edges))

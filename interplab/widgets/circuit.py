@@ -10,12 +10,16 @@ Traits (all synced, set by Python only):
     exact        {edge: score}  exact edge patching of the clicked edges: metric(patched) - metric(base)
     circuit      {} or {n_edges, total_edges, value, faithfulness, clean_value, corrupt_value}: the chosen circuit
                  evaluated (every other edge carrying the corrupt run)
+    node         str   the last clicked node ("" = none): its edges are highlighted
+    node_exact   {node: score}  the clicked nodes' whole output patched (source into base, every position):
+                 metric(patched) - metric(base)
     method, metric_name, title   str;   base_value, source_value   float | None
     status, error str
 
 Requests from the frontend (protocol.json; each also carries its `id`) -> callbacks, called with keywords:
     {type:"threshold", count}   -> on_threshold(fn(count=))   (after `count` is set)
     {type:"edge", edge}         -> on_edge(fn(edge=))         (after `selected` is set; edge: a name in `edges`)
+    {type:"node", node}         -> on_node(fn(node=))         (after `node` is set; node: a name in `nodes`)
     {type:"circuit"}            -> on_circuit(fn())           (evaluate the top `count` edges)
 """
 
@@ -47,6 +51,15 @@ class EdgeName(Field):
         return value
 
 
+class NodeName(EdgeName):
+    """A string naming one of the graph's nodes."""
+
+    def check(self, key, value):
+        if not isinstance(value, str) or value not in self.names:
+            raise MessageError(f"{key!r}: {repr(value)[:60]} is not a node of this graph (e.g. 'L0H1', 'MLP0')")
+        return value
+
+
 class CircuitGraph(LabWidget):
     _view_kind = t.Unicode("circuit").tag(sync=True)
 
@@ -61,6 +74,8 @@ class CircuitGraph(LabWidget):
     title = t.Unicode("").tag(sync=True)
     base_value = t.Float(None, allow_none=True).tag(sync=True)
     source_value = t.Float(None, allow_none=True).tag(sync=True)
+    node = t.Unicode("").tag(sync=True)
+    node_exact = t.Dict().tag(sync=True)
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
@@ -93,6 +108,10 @@ class CircuitGraph(LabWidget):
     def _v_count(self, proposal):
         return min(max(int(proposal["value"]), 0), len(self.edges))
 
+    @t.validate("node_exact")
+    def _v_node_exact(self, proposal):
+        return {str(k): float(v) for k, v in dict(proposal["value"]).items()}
+
     @t.validate("exact")
     def _v_exact(self, proposal):
         return {str(k): float(v) for k, v in dict(proposal["value"]).items()}
@@ -100,13 +119,17 @@ class CircuitGraph(LabWidget):
     # -- requests --------------------------------------------------------------------------------------------------
     def _limits(self):
         return {"threshold": {"count": Int(1 if self.edges else 0, len(self.edges))},
-                "edge": {"edge": EdgeName(self._names)}}
+                "edge": {"edge": EdgeName(self._names)},
+                "node": {"node": NodeName(frozenset(n["name"] for n in self.nodes))}}
 
     def _handle_threshold(self, count: int) -> None:
         self.count = count
 
     def _handle_edge(self, edge: str) -> None:
         self.selected = edge
+
+    def _handle_node(self, node: str) -> None:
+        self.node = node
 
     def shown(self) -> list[str]:
         """The chosen circuit: the names of the top `count` edges."""
@@ -119,6 +142,10 @@ class CircuitGraph(LabWidget):
     def on_edge(self, fn, remove: bool = False):
         """fn(edge=) when an edge is clicked (``selected`` already set)."""
         return self._register("edge", fn, remove)
+
+    def on_node(self, fn, remove: bool = False):
+        """fn(node=) when a node is clicked (``node`` already set)."""
+        return self._register("node", fn, remove)
 
     def on_circuit(self, fn, remove: bool = False):
         """fn() when "evaluate the circuit" is clicked."""

@@ -23,6 +23,7 @@ from ..session import (
     dla_view,
     edge_exact,
     edge_graph,
+    node_exact,
     lens_view,
     path_strongest,
     path_view,
@@ -583,6 +584,21 @@ def edges_for(scores, lab: Engine | None = None, clean=None, corrupt=None, metri
         lab.worker.submit(f"edge:{id(view)}", lambda: edge_exact(lab, clean, corrupt, metric, edge, direction),
                           done, widget=view)
 
+    def on_node(node: str) -> None:  # the comm thread: the patch runs on the worker
+        if node in view.node_exact or node == "logits":
+            return
+        need_lab("patching a node")
+        view.status = f"{node}: patching its output..."
+
+        def done(value):
+            with view.hold_sync():
+                view.node_exact = {**view.node_exact, node: value}
+                view.status = f"{node}: its output patched, {view.metric_name} changes by {value:+.4g}"
+                view.error = ""
+
+        lab.worker.submit(f"node:{id(view)}", lambda: node_exact(lab, clean, corrupt, metric, node, direction),
+                          done, widget=view)
+
     def on_circuit() -> None:
         need_lab("evaluating a circuit")
         chosen = view.shown()
@@ -600,6 +616,7 @@ def edges_for(scores, lab: Engine | None = None, clean=None, corrupt=None, metri
                           widget=view)
 
     view.on_edge(on_edge)
+    view.on_node(on_node)
     view.on_circuit(on_circuit)
     return view
 

@@ -3,12 +3,14 @@
 // score (blue > 0, red < 0; a reader's q / k / v inputs enter its node left / middle / right). The slider picks how
 // many edges are drawn: they are the chosen circuit. Requests (protocol.json): threshold {count} when the slider is
 // let go (the page redraws while it moves), edge {edge} on a click on an edge (the kernel patches exactly that edge
-// and sets `exact`), circuit {} from the button (the kernel evaluates the drawn edges and sets `circuit`).
+// and sets `exact`), node {node} on a click on a node (its edges are highlighted; the kernel patches the node's whole
+// output and sets `node_exact`), circuit {} from the button (the kernel evaluates the drawn edges and sets `circuit`).
+// An edge that spans layers passes each row between its ends through a gap between nodes, never through a node.
 import { fmt, h, recordPaint, scheduler, shell } from "./plot.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const TRAITS = ["nodes", "edges", "count", "selected", "exact", "circuit", "method", "metric_name", "title",
-  "base_value", "source_value"];
+  "base_value", "source_value", "node", "node_exact"];
 const ROW = 76; // px between layers
 const WIDTH = 860;
 const SITE_DX = { q: -7, k: 0, v: 7, "": 0 };
@@ -40,11 +42,12 @@ export function render({ model, el }) {
   const sliderText = h("span", { class: "il-threshold-text" });
   const evaluate = h("button", { type: "button", class: "il-evaluate" });
   const info = h("div", { class: "il-metric il-edge-info" });
+  const nodeInfo = h("div", { class: "il-metric il-node-info" });
   const result = h("div", { class: "il-metric il-circuit" });
   state.root.insertBefore(title, state.plot);
   state.root.insertBefore(h("div", { class: "il-row" }, h("label", {}, "edges ", slider), sliderText, evaluate),
     state.plot);
-  state.root.append(info, result);
+  state.root.append(info, nodeInfo, result);
 
   let guess = null; // the slider's count while it moves or until the kernel echoes it
 
@@ -65,18 +68,33 @@ export function render({ model, el }) {
       const x = n.kind === "embed" || n.kind === "logits" ? WIDTH / 2 : 60 + slot * ((n.kind === "mlp" ? heads : n.index) + 0.5);
       pos.set(n.name, { x, y: 30 + (layers - layer) * ROW, kind: n.kind, layer });
     }
-    return { pos, height: 60 + (layers + 1) * ROW, layers };
+    // the gaps between a layer row's nodes (and beside them), where edges that cross the row pass
+    const gaps = Array.from({ length: heads + 2 }, (_, i) => 60 + slot * i);
+    return { pos, height: 60 + (layers + 1) * ROW, layers, gaps };
   }
 
-  function path(a, b, site) {
+  /** An edge from writer a to reader b (entering at its q / k / v side): through the gap nearest its straight line
+   * on each row it crosses, with vertical tangents at every point (smooth, and clear of the nodes). */
+  function path(a, b, site, gaps) {
     const r = 12;
     const x2 = b.x + SITE_DX[site];
     if (a.y === b.y) { // a head into its own layer's MLP: an arc above the row
       return `M ${a.x} ${a.y - r} C ${a.x} ${a.y - ROW * 0.55}, ${x2} ${b.y - ROW * 0.55}, ${x2} ${b.y - r}`;
     }
-    const [y1, y2] = [a.y - r, b.y + r];
-    const dy = (y1 - y2) * 0.45;
-    return `M ${a.x} ${y1} C ${a.x} ${y1 - dy}, ${x2} ${y2 + dy}, ${x2} ${y2}`;
+    const points = [{ x: a.x, y: a.y - r }];
+    for (let y = a.y - ROW; y > b.y + 1; y -= ROW) { // the rows strictly between the two ends
+      const t = (a.y - y) / (a.y - b.y);
+      const straight = a.x + (x2 - a.x) * t;
+      points.push({ x: gaps.reduce((best, g) => (Math.abs(g - straight) < Math.abs(best - straight) ? g : best)), y });
+    }
+    points.push({ x: x2, y: b.y + r });
+    let d = `M ${points[0].x} ${points[0].y}`;
+    for (let i = 1; i < points.length; i++) {
+      const [p, q] = [points[i - 1], points[i]];
+      const mid = (p.y + q.y) / 2;
+      d += ` C ${p.x} ${mid}, ${q.x} ${mid}, ${q.x} ${q.y}`;
+    }
+    return d;
   }
 
   function draw() {
@@ -85,8 +103,10 @@ export function render({ model, el }) {
     const k = count();
     const shown = edges.slice(0, k);
     const top = Math.max(1e-12, ...edges.map((e) => Math.abs(e.score)));
-    const { pos, height, layers } = layout(nodes);
+    const { pos, height, layers, gaps } = layout(nodes);
     const selected = String(model.get("selected") ?? "");
+    const node = String(model.get("node") ?? "");
+    const touches = (e) => e.writer === node || e.reader === node;
     const used = new Set(shown.flatMap((e) => [e.writer, e.reader]));
     const root = svg("svg", { class: "il-graph", viewBox: `0 0 ${WIDTH} ${height}`, width: WIDTH, height });
     for (let layer = -1; layer <= layers; layer++) {
@@ -101,9 +121,11 @@ export function render({ model, el }) {
       const a = pos.get(e.writer);
       const b = pos.get(e.reader);
       if (!a || !b) continue;
-      const d = path(a, b, e.site);
+      const d = path(a, b, e.site, gaps);
       const width = 0.75 + (5 * Math.abs(e.score)) / top;
-      const g = svg("g", { class: `il-edge${e.name === selected ? " on" : ""}`, "data-edge": e.name });
+      // a clicked node: its edges stand out, the others fade
+      const mark = node ? (touches(e) ? " il-edge-node" : " il-edge-faded") : "";
+      const g = svg("g", { class: `il-edge${e.name === selected ? " on" : ""}${mark}`, "data-edge": e.name });
       const tip = svg("title");
       tip.textContent = `${e.name}: ${fmt(e.score, 4)}`;
       g.append(tip,
@@ -117,7 +139,12 @@ export function render({ model, el }) {
     const nodeLayer = svg("g", { class: "il-nodes" });
     for (const [name, p] of pos) {
       const faded = !used.has(name);
-      const g = svg("g", { class: "il-node", "data-node": name, opacity: faded ? 0.35 : 1 });
+      const g = svg("g", { class: `il-node${name === node ? " on" : ""}`, "data-node": name,
+        opacity: faded && name !== node ? 0.35 : 1 });
+      const tip = svg("title");
+      tip.textContent = `${name}: click to show its edges and what patching its output does`;
+      g.append(tip);
+      g.addEventListener("click", () => state.request("node", { node: name }));
       const wide = p.kind !== "head";
       g.append(wide
         ? svg("rect", { x: p.x - 24, y: p.y - 12, width: 48, height: 24, rx: 4, fill: "#f3f3f3", stroke: "#555" })
@@ -141,6 +168,7 @@ export function render({ model, el }) {
     evaluate.textContent = `Evaluate circuit (${k} edges)`;
     evaluate.disabled = k === 0;
     showInfo(edges, selected);
+    showNode(shown, node);
     showCircuit();
     recordPaint(state);
   }
@@ -165,6 +193,24 @@ export function render({ model, el }) {
     info.textContent = text;
     info.dataset.edge = selected;
     info.dataset.exact = typeof v === "number" ? String(v) : "";
+  }
+
+  function showNode(shown, node) {
+    if (!node) {
+      nodeInfo.textContent = shown.length ? "Click a node to show its edges and patch its output." : "";
+      return;
+    }
+    const into = shown.filter((e) => e.reader === node).length;
+    const out = shown.filter((e) => e.writer === node).length;
+    const v = (model.get("node_exact") ?? {})[node];
+    const metric = String(state.get("metric_name", "metric"));
+    let text = `${node}: ${into} edge${into === 1 ? "" : "s"} in, ${out} out of the ${shown.length} drawn`;
+    if (node === "logits") text += " (the logits read the circuit; nothing to patch)";
+    else if (typeof v === "number") text += `; its whole output patched: ${metric} changes by ${fmt(v, 4)}`;
+    else text += "; patching its output…";
+    nodeInfo.textContent = text;
+    nodeInfo.dataset.node = node;
+    nodeInfo.dataset.exact = typeof v === "number" ? String(v) : "";
   }
 
   function showCircuit() {

@@ -147,6 +147,10 @@ const CSS = `
 .interplab .il-edge:hover .il-edge-line, .interplab .il-edge.on .il-edge-line { stroke-opacity: 1; }
 .interplab .il-edge.on .il-edge-line { filter: drop-shadow(0 0 2px #000); }
 .interplab .il-nodes { pointer-events: none; }
+.interplab .il-node { pointer-events: all; cursor: pointer; }
+.interplab .il-node.on circle, .interplab .il-node.on rect { stroke: #000; stroke-width: 3; }
+.interplab .il-edge-node .il-edge-line { stroke-opacity: 1; }
+.interplab .il-edge-faded { opacity: 0.15; }
 .interplab .il-layer-label { fill: #555; }
 .interplab .il-vtrack { position: relative; }
 .interplab .il-zero { position: absolute; left: 50%; top: 0; bottom: 0; border-left: 1px solid #888; }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 from bridge import Bridge  # tests/widgets/bridge.py
 
 import interplab as ilab
@@ -172,3 +173,83 @@ def test_a_bad_request_from_the_page_is_answered_with_its_error(page, mount, gpt
     box = page.locator(w.sel(".il-error"))
     assert box.is_visible() and "is not an edge of this graph" in box.text_content()
     assert view.selected == "" and view.exact == {}
+
+
+def hand_node_effect(model, tokenizer, node: str) -> float:
+    """metric(corrupt with node's whole output from clean) - metric(corrupt), by hand on GPT-2's own modules: a head's
+    slice of the attention output projection's input, or the MLP's output."""
+    clean, corrupt = (tokenizer(p, return_tensors="pt")["input_ids"] for p in (CLEAN, CORRUPT))
+    layer, head = (int(x) for x in node[1:].split("H")) if node.startswith("L") else (int(node[3:]), None)
+    block = model.transformer.h[layer]
+    d = model.config.n_embd // model.config.n_head
+    saved = {}
+    if head is None:
+        grab = block.mlp.register_forward_hook(lambda m, a, out: saved.__setitem__("x", out.clone()))
+    else:
+        grab = block.attn.c_proj.register_forward_pre_hook(lambda m, a: saved.__setitem__("x", a[0].clone()))
+    with torch.no_grad():
+        model(clean)
+    grab.remove()
+
+    def pre(m, a):
+        x = a[0].clone()
+        x[..., head * d:(head + 1) * d] = saved["x"][..., head * d:(head + 1) * d]
+        return (x,)
+
+    put = (block.mlp.register_forward_hook(lambda m, a, out: saved["x"]) if head is None
+           else block.attn.c_proj.register_forward_pre_hook(pre))
+    try:
+        with torch.no_grad():
+            patched = model(corrupt).logits[0, -1]
+    finally:
+        put.remove()
+    with torch.no_grad():
+        base = model(corrupt).logits[0, -1]
+    return float((patched[5] - patched[9]) - (base[5] - base[9]))
+
+
+@pytest.mark.browser
+def test_a_real_click_on_a_node_shows_its_edges_and_what_patching_it_does(page, mount, gpt2_lab, scores, tokenizer,
+                                                                          monkeypatch):
+    view = scores.show(gpt2_lab, CLEAN, CORRUPT, METRIC, count=15)
+    b = Bridge(view, mount, monkeypatch)
+    w = b.w
+    w.wait_paints(1)
+    # no drawn edge passes over a node it does not join (points along each line, against every other node's box)
+    clear = w.js("""(w) => {
+        const boxes = [...w.el.querySelectorAll('.il-node')].map((g) => [g.dataset.node,
+            g.querySelector('circle, rect').getBoundingClientRect()]);
+        const bad = [];
+        for (const g of w.el.querySelectorAll('.il-edge')) {
+            const [writer, rest] = g.dataset.edge.split(' -> ');
+            const reader = rest.split('.')[0];
+            const line = g.querySelector('.il-edge-line'), m = line.getScreenCTM(), n = line.getTotalLength();
+            for (let k = 1; k < 40; k++) {
+                const p = line.getPointAtLength((n * k) / 40);
+                const x = m.a * p.x + m.c * p.y + m.e, y = m.b * p.x + m.d * p.y + m.f;
+                for (const [name, r] of boxes) {
+                    if (name !== writer && name !== reader && x > r.left + 1 && x < r.right - 1 && y > r.top + 1
+                        && y < r.bottom - 1) bad.push(`${g.dataset.edge} over ${name}`);
+                }
+            }
+        }
+        return [...new Set(bad)];
+    }""")
+    assert clear == [], clear
+    for node in ("L1H0", "MLP0"):
+        g = page.locator(w.sel(f".il-node[data-node='{node}']"))
+        g.click()
+        b.pump(gpt2_lab)
+        b.pump()
+        want = hand_node_effect(gpt2_lab.model, tokenizer, node)
+        page.wait_for_function("(n) => document.querySelector('.il-node-info')?.dataset.exact", arg=node)
+        got = float(w.js("(w) => w.el.querySelector('.il-node-info').dataset.exact"))
+        assert got == pytest.approx(want, abs=1e-5), (node, got, want)
+        assert view.node == node and view.node_exact[node] == pytest.approx(want, abs=1e-5)
+        touching = [e[0] for e in view.edges[:15] if node in (e[1], e[2])]
+        lit = w.js("(w) => [...w.el.querySelectorAll('.il-edge.il-edge-node')].map((g) => g.dataset.edge)")
+        assert sorted(lit) == sorted(touching)
+        assert w.js("(w) => w.el.querySelectorAll('.il-edge.il-edge-faded').length") == 15 - len(touching)
+        text = w.js("(w) => w.el.querySelector('.il-node-info').textContent")
+        assert text.startswith(f"{node}: {sum(e[2] == node for e in view.edges[:15])} edge") and "changes by" in text
+    assert [r["type"] for r in w.requests] == ["node", "node"] and not ilab.attached_hooks()
