@@ -192,7 +192,14 @@ DEEP = r"""
         const s = getComputedStyle(f);
         return [f.getBoundingClientRect().width, s.backgroundColor, s.display];
       });
-      return { shadow: root.getRootNode() instanceof ShadowRoot, fills,
+      // form controls drawn as controls (a host's reset left them borderless and transparent: plain text); not
+      // plotly's mode bar, an edit's × or check boxes
+      const controls = [...root.querySelectorAll(
+        "button:not(.modebar-btn):not(.il-edit-remove), select, textarea, input[type=number], input[type=text]")]
+        .filter((c) => c.getBoundingClientRect().width > 0)
+        .map((c) => { const s = getComputedStyle(c);
+                      return [c.tagName + "." + c.className, s.borderTopStyle, parseFloat(s.borderTopWidth), s.backgroundColor]; });
+      return { shadow: root.getRootNode() instanceof ShadowRoot, fills, controls,
                row: getComputedStyle(root.querySelector(".interplab-logits .il-bar-row")).display,
                layers: [...window.__m.gd(v).querySelectorAll(".main-svg")].map((s) => getComputedStyle(s).position) };
     },
@@ -297,7 +304,12 @@ def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
         assert st["fills"] and all(c not in ("", "rgba(0, 0, 0, 0)") and d == "block" for _, c, d in st["fills"]), st
         widths = sorted(w for w, _, _ in st["fills"])
         assert widths[-1] > 100 and widths[0] < widths[-1] / 100, widths  # lengths follow the probabilities
-        assert st["row"] == "grid" and st["layers"] and set(st["layers"]) == {"absolute"}, st
+        assert st["row"] == "flex" and st["layers"] and set(st["layers"]) == {"absolute"}, st
+        dash = page.evaluate("() => window.__m.views().length > 1 ? window.__m.styles(1).controls : []")
+        controls = st["controls"] + dash
+        assert len(dash) >= 5, dash  # the dashboard's steering tab: text areas, menus, Compute vector, Generate
+        assert all(b != "none" and w >= 1 and c not in ("", "rgba(0, 0, 0, 0)", "transparent")
+                   for _, b, w, c in controls), controls
         # the hover box (styled by our sheet) and plotly's mode bar (by plotly's rules, copied into the shadow root)
         p = page.evaluate("([r, c]) => window.__m.pixel(0, r, c)", [0, 2])
         page.mouse.move(p["x"], p["y"])
