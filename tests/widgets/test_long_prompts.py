@@ -152,3 +152,30 @@ def test_the_logit_lens_at_120_tokens_scrolls_and_keeps_cells_clickable(page, mo
     page.mouse.click(p["x"], p["y"])
     w.wait_sent(1)
     assert w.requests == [{"type": "select", "row": 3, "col": col}]
+
+
+def test_a_long_prompts_res_show_labels_its_last_token_and_where_the_pair_differs(page, mount, monkeypatch):
+    """A 105-token pair differing at S2 (position 100): the real explorer's heatmap labels S2 and the last token
+    whatever else it thins out, and no two labels overlap."""
+    from bridge import Bridge  # tests/widgets/bridge.py
+
+    import interplab as ilab
+
+    lab = ilab.Lab.load("ioi-tiny")
+    lead = "Then Anna went home. " * 18
+    clean, corrupt = (lead + f"When Mary and John went to the store, {s} gave a drink to" for s in ("John", "Mary"))
+    tokens = lab.to_str_tokens(clean)
+    diff = [i for i, (a, b) in enumerate(zip(tokens, lab.to_str_tokens(corrupt))) if a != b]
+    assert len(tokens) > 100 and len(diff) == 1, (len(tokens), diff)
+    res = lab.patch_sweep(clean, corrupt, site="resid_pre", by=("layer", "pos"),
+                          metric=ilab.logit_diff(" Mary", " John"), progress=False)
+    ex = res.show()
+    assert ex.heatmap.key_cols == [diff[0], len(tokens) - 1]
+    w = Bridge(ex, mount, monkeypatch).w
+    page.wait_for_function("(i) => window.W(i).el.querySelectorAll('.interplab-heatmap .xtick text').length > 5",
+                           arg=w.i, timeout=20000)
+    ticks = sorted(tick_boxes(w), key=lambda t: t["right"])  # -45° labels end at their tick
+    texts = [t["text"].replace("␣", " ") for t in ticks]
+    assert len(ticks) < len(tokens) and tokens[diff[0]] in texts and tokens[-1] == texts[-1], texts
+    for a, b in zip(ticks, ticks[1:]):
+        assert (b["right"] - a["right"]) * 0.7071 >= 12, (a, b)
