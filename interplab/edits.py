@@ -221,7 +221,16 @@ def _key_of_edit(e: Edit) -> dict:
 
 
 def edits_from_json(s: str) -> list[Edit]:
-    return [Edit.from_dict(d) for d in json.loads(s)]
+    """Edits from edits_to_json's text (a JSON list of edit dicts)."""
+    try:
+        data = json.loads(s)
+    except (TypeError, json.JSONDecodeError) as e:
+        raise InterplabError(f"edits_from_json needs the JSON text edits_to_json wrote (a list of edits); "
+                             f"{repr(s)[:60]} is not JSON: {e}") from None
+    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+        raise InterplabError(f"edits_from_json needs a JSON list of edit objects (as edits_to_json writes), got "
+                             f"{type(data).__name__} {repr(data)[:60]}")
+    return [Edit.from_dict(d) for d in data]
 
 
 # ---- constructors (the public vocabulary) -----------------------------------------------------------------

@@ -19,7 +19,7 @@ import torch
 
 from . import dla, paths, served, steering
 from .edges import circuit, edge_attribution, edge_patch
-from .engine import Cache, Engine, InterventionLog, Run, dtype_of
+from .engine import Cache, Engine, InterventionLog, Run, device_of, dtype_of
 from .errors import InterplabError, LoadError, UnknownSiteError
 from .patching import patch_sweep, patch_sweep_heads
 from .widgets.base import resend_states
@@ -75,7 +75,8 @@ class Lab(Engine):
             raise LoadError(f"model name must be a non-empty string (a hub id such as 'gpt2', 'ioi-tiny' or a "
                             f"local directory), got {type(name).__name__} {name!r}.")
         name = os.fspath(name)
-        dtype_of(dtype)  # an unknown dtype says so here, not as a failed load
+        dtype_of(dtype)  # an unknown dtype or device says so here, not after the whole model has loaded
+        device_of(device)
         placement = _placement(device, device_map, offload_folder, max_memory)
         path = _embedded_path(name) or name
         if os.path.isdir(path):

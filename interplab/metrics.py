@@ -133,8 +133,9 @@ class Custom(Metric):
         else:
             raise InterplabError(f"metric {self.name!r} returned shape {tuple(v.shape)} for {rows} rows of logits: "
                                  f"return one value per row (or one scalar for all).")
-        if torch.isnan(v).any():  # a NaN would pass silently into every normalised value
-            raise InterplabError(f"metric {self.name!r} returned NaN: make it finite on [rows, vocab] logits (e.g. "
+        if not torch.isfinite(v).all():  # a NaN or an inf would pass silently into every normalised value
+            bad = "NaN" if torch.isnan(v).any() else "an infinite value"
+            raise InterplabError(f"metric {self.name!r} returned {bad}: make it finite on [rows, vocab] logits (e.g. "
                                  f"use log_softmax, not log(softmax)).")
         return v
 

@@ -8,7 +8,9 @@ For each sender (a head, or an MLP) and the receivers (the logits, or the querie
    then run the base prompt once more with only those receivers' q/k/v patched in, and take the metric.
 
 Senders are batched: one row per sender (and prompt pair) in each forward, chunks of at most `max_batch` rows.
-Values are normalised like sweeps: 1 = the source run's metric, 0 = the base run's.
+Values are normalised like sweeps: 1 = the source run's metric, 0 = the base run's. A sender in a receiver's own
+layer or after it has no path into it: its value there is NaN (not answered), and a sender named in a list that
+reaches no receiver at all is refused.
 """
 
 from __future__ import annotations
@@ -63,6 +65,15 @@ def path_patch(lab: Engine, clean, corrupt, metric, senders="heads", receivers="
     base, source, metric = lab.paired(clean, corrupt, metric, direction, "path patching")
     sender_list = _senders(lab, senders)
     groups = _receiver_groups(lab, receivers, per_receiver)
+    if not isinstance(senders, str):  # senders the user named: each must be able to reach some receiver
+        stuck = [s for s in sender_list if not any(_reaches(s[0], g) for g in groups)]
+        if stuck:
+            first = min(layer for g in groups for layer, _, _ in g)
+            raise InterplabError(
+                f"sender(s) {', '.join(_name(s) for s in stuck)} cannot reach the receivers: a path runs from an "
+                f"earlier layer into a later one, and the earliest receiver is in layer {first} (a sender in the "
+                f"receiver's own layer runs beside it, not before it). Choose senders in layers 0..{first - 1}, "
+                f"or later receivers.")
     n_pairs = len(base)
     pair_idx = torch.arange(n_pairs)
     frozen_sites = [("z", layer) for layer in range(lab.n_layers)]
@@ -82,6 +93,10 @@ def path_patch(lab: Engine, clean, corrupt, metric, senders="heads", receivers="
         values = _run_chunk(lab, chunk, groups, base, base_run, source_run, metric, n_pairs)
         for (layer, head), v in zip(chunk, values.T):
             raw[:, layer, cols.index(head if head is not None else "MLP")] = v
+    for gi, group in enumerate(groups):  # no path from a sender at or after every receiver: not answered, not 0
+        for layer, head in sender_list:
+            if not _reaches(layer, group):
+                raw[gi, layer, cols.index(head if head is not None else "MLP")] = float("nan")
     values = (raw - base_value) / (source_value - base_value)
     clean_value, corrupt_value = (base_value, source_value) if direction == "noise" else (source_value, base_value)
     return PathPatchResult(values, raw, sender_list, [g if g == "logits" else list(g) for g in groups], metric.name,
@@ -119,6 +134,16 @@ def _run_chunk(lab: Engine, chunk, groups, base, base_run, source_run, metric, n
     return out
 
 
+def _reaches(layer: int, group) -> bool:
+    """Whether a sender in `layer` can reach a receiver group: the logits, or a receiver in a later layer."""
+    return group == "logits" or any(layer < receiver_layer for receiver_layer, _, _ in group)
+
+
+def _name(sender) -> str:
+    layer, head = sender
+    return f"MLP{layer}" if head is None else f"L{layer}H{head}"
+
+
 def _senders(lab: Engine, senders) -> list[tuple[int, int | None]]:
     heads = [(layer, h) for layer in range(lab.n_layers) for h in range(lab.n_heads)]
     if senders == "heads":
@@ -133,7 +158,7 @@ def _senders(lab: Engine, senders) -> list[tuple[int, int | None]]:
         if not (isinstance(item, (list, tuple)) and len(item) == 2):
             raise InterplabError(f"sender {item!r}: give (layer, head), or (layer, None) for an MLP.")
         layer, head = item
-        lab.sites.check_layer(layer)
+        layer = lab.sites.layer_index(layer)
         if head is not None:
             lab.sites.check_head(head)
         out.append((layer, head))
@@ -150,7 +175,7 @@ def _receiver_groups(lab: Engine, receivers, per_receiver: bool) -> list:
         if not (isinstance(item, (list, tuple)) and len(item) == 3 and item[2] in RECEIVER_SITES):
             raise InterplabError(f"receiver {item!r}: give (layer, head, 'q' | 'k' | 'v'), e.g. (3, 1, 'q').")
         layer, head, site = item
-        lab.sites.check_layer(layer)
+        layer = lab.sites.layer_index(layer)
         lab.sites.check_head(head, lab.resolve(site, layer).n_heads)
         items.append((layer, head, site))
     return [[r] for r in items] if per_receiver else [items]

@@ -349,7 +349,7 @@ def lens_view(lab: Engine, prompt: str, k: int = 5) -> dict:
 
 
 def attention_view(lab: Engine, prompt: str, layer: int, head: int) -> dict:
-    lab.sites.check_layer(layer)
+    layer = lab.sites.layer_index(layer)
     lab.sites.check_head(head)
     run = lab.run(prompt, cache=[("pattern", layer)], log=False)
     return {"tokens": lab.to_str_tokens(prompt), "pattern": run.cache["pattern", layer][0, head].tolist(),
@@ -481,7 +481,8 @@ def path_view(res, row: int | None = None, col: int | None = None) -> dict:
                        "metric_name": f"{res.metric_name} (normalised)",
                        "direction": res.direction}}
     if row is not None and col is not None:
-        out["bars"] = {"labels": groups, "values": [float(v) for v in values[:, row, col].tolist()],
+        effect = [None if v != v else float(v) for v in values[:, row, col].tolist()]  # NaN: no path there
+        out["bars"] = {"labels": groups, "values": effect,
                        "metric_name": f"{res.metric_name} (normalised)",
                        "title": f"{f'MLP{row}' if cols[col] == 'MLP' else f'L{row}{cols[col]}'} through each receiver"}
     else:

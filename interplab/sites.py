@@ -194,7 +194,7 @@ class SiteMap:
             return HookPoint(self.embed_path or a.embed, "output")
         if name == "logits":
             return HookPoint(self.unembed_path or a.unembed, "output")
-        self.check_layer(layer, name)
+        layer = self.layer_index(layer, name)
         block = f"{a.layers}.{layer}"
         if name == "resid_pre":
             return HookPoint(block, "input")
@@ -249,20 +249,28 @@ class SiteMap:
     def resolve(self, name: str, layer: int | None) -> Site:
         point = self.point(name, layer)
         canonical = name in SITE_NAMES
+        if canonical and name in LAYERED:
+            layer = self.layer_index(layer, name)
         heads = canonical and name in HEADED
         n_heads = (self.n_kv_heads if name in KV_HEADED else self.n_heads) if heads else None
         return Site(name, layer if canonical and name in LAYERED else None, point, heads=heads, n_heads=n_heads)
 
     # ---- ranges -------------------------------------------------------------------------------------
-    def check_layer(self, layer, name: str = "site") -> None:
+    def layer_index(self, layer, name: str = "site") -> int:
+        """A layer argument as a layer number: 0..n-1, or -n..-1 counted from the end (-1: the last layer), the
+        one rule for edits, caches, sweeps and views. The error names the value passed."""
+        n = self.n_layers
         if layer is None:
-            raise OutOfRangeError(f"site {name!r} needs a layer: pass layer=0..{self.n_layers - 1}.")
+            raise OutOfRangeError(f"site {name!r} needs a layer: pass layer=0..{n - 1} (or -{n}..-1 from the end).")
         if not isinstance(layer, int) or isinstance(layer, bool):
             raise OutOfRangeError(f"layer must be an int, got {layer!r}.")
-        if not 0 <= layer < self.n_layers:
-            raise OutOfRangeError(
-                f"layer {layer} out of range: this model has {self.n_layers} layers (0..{self.n_layers - 1})."
-            )
+        if not -n <= layer < n:
+            raise OutOfRangeError(f"layer={layer} out of range: this model has {n} layers (0..{n - 1}, or -{n}..-1 "
+                                  f"from the end).")
+        return layer % n
+
+    def check_layer(self, layer, name: str = "site") -> None:
+        self.layer_index(layer, name)
 
     def check_head(self, head: int, n: int | None = None) -> None:
         n = n or self.n_heads
@@ -280,10 +288,7 @@ class SiteMap:
             out = [int(x) for x in layer]
         else:
             out = [layer]
-        out = [x + self.n_layers if isinstance(x, int) and x < 0 else x for x in out]  # -1 = last layer
-        for x in out:
-            self.check_layer(x)
-        return out
+        return [self.layer_index(x) for x in out]  # -1 = the last layer
 
     def heads_of(self, head, n: int | None = None) -> list[int] | None:
         """An int, list, slice or None (= all) as head numbers, each checked against n heads (default: the

@@ -6,12 +6,13 @@ memo    results keyed by what was asked and the model's state, so they are never
 core    Engine: tokens, runs with edits and caches, resumed runs, the memo and the log (what a Lab extends)
 """
 
-from .core import Cache, Engine, InterventionLog, Run, as_prompts, dtype_of, execution_device, own_weights
+from .core import Cache, Engine, InterventionLog, Run, as_prompts, device_of, dtype_of, execution_device, own_weights
 from .hooks import HookManager, Plan, PlannedEdit, attach, attached_hooks, forward, install, run_lock, with_input
 from .memo import Memo, model_state
 from .resume import final_logits, halving, key_values, prefix, resumed_last_logits, start_at
 
-__all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "dtype_of", "execution_device", "own_weights",
+__all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "device_of", "dtype_of", "execution_device",
+           "own_weights",
            "HookManager", "Plan", "PlannedEdit", "attach", "attached_hooks", "forward", "install", "run_lock",
            "with_input", "Memo", "model_state", "final_logits", "halving", "key_values", "prefix",
            "resumed_last_logits", "start_at"]

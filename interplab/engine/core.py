@@ -38,11 +38,19 @@ from .memo import Memo
 
 
 class Cache(dict):
-    """Cached activations keyed by (site, layer), or by site name for layerless sites and raw paths."""
+    """Cached activations keyed by (site, layer), or by site name for layerless sites and raw paths. A negative
+    layer counts from the end (-1: the last), as everywhere in interplab."""
+
+    def __init__(self, *args, n_layers: int | None = None, **kw):
+        super().__init__(*args, **kw)
+        self.n_layers = n_layers
 
     def __getitem__(self, key):
         if isinstance(key, tuple) and len(key) == 2 and key[1] is None:
             key = key[0]
+        if (isinstance(key, tuple) and len(key) == 2 and isinstance(key[1], int) and key[1] < 0 and self.n_layers
+                and key[1] >= -self.n_layers):
+            key = (key[0], key[1] + self.n_layers)
         try:
             return super().__getitem__(key)
         except KeyError:
@@ -128,7 +136,7 @@ class Engine:
     def __init__(self, model: nn.Module, tokenizer, *, model_id: str | None = None, device=None, dtype=None,
                  seed: int = 0, memo_size: int = 64):
         if device is not None or dtype is not None:
-            model = model.to(device=device, dtype=dtype_of(dtype))
+            model = model.to(device=device_of(device), dtype=dtype_of(dtype))
         self.model = model.eval()
         self.tokenizer = tokenizer  # the caller's object: read, never changed (its pad_token stays as it was)
         self.model_id = model_id or getattr(getattr(model, "config", None), "_name_or_path", None) or "<in-memory>"
@@ -303,6 +311,9 @@ class Engine:
 
     # ---- runs -------------------------------------------------------------------------------------------
     def run(self, prompts, edits=None, cache=None, *, grad: bool = False, log: bool = True) -> Run:
+        if not isinstance(grad, bool) or not isinstance(log, bool):
+            name, value = ("grad", grad) if not isinstance(grad, bool) else ("log", log)
+            raise InterplabError(f"{name}={value!r}: pass True or False.")
         """Forward the prompts with edits applied, recording the cached sites.
 
         cache: site names ('resid_post' = every layer), (name, layer) pairs, or raw module paths.
@@ -323,7 +334,7 @@ class Engine:
         ctx = self.contexts(lengths)
         logits, raw = hooks.forward(self.model, ids.to(self.device), mask.to(self.device), plan, ctx, grad=grad)
         result = Run(prompts, ids, mask, lengths, logits if grad else logits.detach().float().cpu(),
-                     Cache(raw if grad else {k: v.cpu() for k, v in raw.items()}), edits,
+                     Cache(raw if grad else {k: v.cpu() for k, v in raw.items()}, n_layers=self.n_layers), edits,
                      [self.to_str_tokens(p) for p in prompts])
         if edits and log:
             self.log.record(prompts, edits, cache_req)
@@ -355,6 +366,8 @@ class Engine:
     def _plan_cache(self, item) -> list[tuple]:
         if isinstance(item, (tuple, list)):
             name, layer = item
+            if name in LAYERED and layer is not None:
+                layer = self.sites.layer_index(layer, name)  # -1: the last layer, as in edits
             key = (name, layer) if layer is not None else name  # ("embed", None) is stored as "embed", as read
             return [(key, self.resolve(name, layer))]
         if item in LAYERED:
@@ -630,14 +643,40 @@ def _first_position(edits, lengths: list[int]) -> int:
 
 
 def dtype_of(dtype):
+    """A dtype argument as a torch.dtype (None stays None): a torch.dtype, or its name ('float16', 'bf16', ...)."""
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
+    short = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+    found = (short.get(dtype) or getattr(torch, dtype, None)) if isinstance(dtype, str) else None
+    if not isinstance(found, torch.dtype):
+        raise InterplabError(f"dtype={dtype!r} is not a dtype: pass torch.float32, torch.float16 or torch.bfloat16, "
+                             f"or their names 'float32', 'float16', 'bfloat16'.")
+    return found
+
+
+def device_of(device):
+    """A device argument checked before any work (None stays None): torch's spelling ('cpu', 'cuda', 'cuda:1',
+    'mps', a torch.device), on a device this machine has."""
+    if device is None:
+        return None
     try:
-        short = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-        return short.get(dtype) or getattr(torch, dtype)
-    except AttributeError:
-        raise InterplabError(f"unknown dtype {dtype!r}: use 'float32', 'float16' or 'bfloat16'.") from None
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise InterplabError(f"device={device!r} is not a device: pass 'cpu', 'cuda', 'cuda:N' or 'mps' (or a "
+                             f"torch.device).") from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise InterplabError(f"device={device!r}: this machine has no CUDA GPU that torch can use (torch "
+                                 f"{torch.__version__}, CUDA build: {torch.version.cuda is not None}); use "
+                                 f"device='cpu'.")
+        if dev.index is not None and dev.index >= n:
+            raise InterplabError(f"device={device!r}: this machine has {n} CUDA GPU(s), cuda:0..cuda:{n - 1}.")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise InterplabError(f"device={device!r}: MPS (Apple's GPU) is not available here; use device='cpu'.")
+    return dev
 
 
 
-__all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "dtype_of", "execution_device", "own_weights"]
+__all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "device_of", "dtype_of", "execution_device",
+           "own_weights"]
