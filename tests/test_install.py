@@ -198,3 +198,20 @@ def test_readme_tells_pip_users_and_documents_every_flag():
 def test_license_is_mit():
     text = (ROOT / "LICENSE").read_text()
     assert text.startswith("MIT License") and "Permission is hereby granted, free of charge" in text
+
+
+def test_a_release_is_one_tag_that_builds_checks_and_publishes():
+    """.github/workflows/release.yml: on a version tag, the sdist and wheel are built and checked (twine, and the
+    wheel installed fresh must say ready), then published by trusted publishing (no stored token)."""
+    import yaml
+
+    flow = yaml.safe_load((ROOT / ".github" / "workflows" / "release.yml").read_text())
+    on = flow.get("on", flow.get(True))  # (YAML 1.1 reads a bare `on` as True)
+    assert on["push"]["tags"] == ["v*"]
+    build = " ".join(str(s.get("run", "")) + str(s.get("uses", "")) for s in flow["jobs"]["build"]["steps"])
+    for step in ("python -m build", "twine check --strict dist/*", "interplab check", "pyproject.toml"):
+        assert step in build, step
+    publish = flow["jobs"]["publish"]
+    assert publish["needs"] == "build" and publish["permissions"] == {"id-token": "write"}
+    assert any(str(s.get("uses", "")).startswith("pypa/gh-action-pypi-publish") for s in publish["steps"])
+    assert not any("password" in str(s.get("with", {})) for s in publish["steps"]), "trusted publishing: no token"

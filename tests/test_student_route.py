@@ -30,16 +30,36 @@ NOTEBOOK = "01_ioi_patching.ipynb"
 
 # The recipe, exactly as docs/teaching/INSTALL.md gives it (the first test checks the page still says so).
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
-DOWNLOAD = ('python -m pip download "interplab[lab]" torch==2.13.0 --extra-index-url ' + TORCH_INDEX +
-            " --only-binary=:all: -d wheelhouse")
+WHEEL_ARG = "./interplab-0.1.0-py3-none-any.whl[lab]"  # the wheel the teacher built, as the page names it
+DOWNLOAD = (f'python -m pip download "{WHEEL_ARG}" torch==2.13.0 --extra-index-url ' + TORCH_INDEX +
+            " --only-binary=:all: --retries 1 -d wheelhouse")
 INSTALL = 'python -m pip install --no-index --find-links wheelhouse "interplab[lab]"'
+# the routes with network: the wheel (INSTALL.md) and a checkout (README.md); torch's line comes first in both
+TORCH = "python -m pip install torch==2.13.0 --index-url " + TORCH_INDEX
+FROM_WHEEL = f'python -m pip install "{WHEEL_ARG}"'
+FROM_CHECKOUT = 'pip install ".[lab]"'
 TEST_TOOLS = ("pytest", "playwright", "ruff", "nnsight", "marimo", "hatchling", "uv")  # the dev extra's tools
 
 
 def test_the_teaching_doc_gives_the_recipe_this_file_runs():
     doc = INSTALL_DOC.read_text(encoding="utf-8")
     assert doc.count(DOWNLOAD) >= 2 and doc.count(INSTALL) >= 2, "the Linux/macOS and PowerShell recipes"
+    assert doc.count(FROM_WHEEL) >= 2 and doc.count(TORCH) >= 2
     assert "interplab check" in doc and "tests/test_student_route.py" in doc
+    assert FROM_CHECKOUT in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_no_page_sends_students_to_a_release_that_does_not_exist():
+    """`pip install interplab` from the package index works only once interplab is released: every page that
+    names it says so next to it."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for page in pages:
+        lines = page.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            if re.search(r"pip install -?q? ?\"?interplab(\[\w+\])?\"?(\s|$|`)", line):
+                near = " ".join(lines[max(0, i - 3):i + 3]).lower()
+                said = ("once" in near and "releas" in near) or "not on pypi yet" in near
+                assert said, f"{page.relative_to(ROOT)}:{i + 1}: {line.strip()}"
 
 
 def _build_wheel(out: Path) -> Path:
@@ -77,16 +97,20 @@ def _offline_env(root: Path, bin_dir: Path) -> dict:
 
 
 def _recipe(command: str, python: Path, wheel: Path | None = None) -> list[str]:
-    """A documented command as an argument list, run by the venv's python. For the download: this checkout's wheel
-    instead of the name "interplab" (a package index has no copy of this checkout), and no --extra-index-url: this
-    machine's pip configuration supplies torch 2.13.0's CPU build from local disk (as in CI)."""
+    """A documented command as an argument list, run by the venv's python: this checkout's wheel where the page names
+    the teacher's file, and no --index-url / --extra-index-url: this machine's pip configuration supplies torch
+    2.13.0's CPU build from local disk (as in CI)."""
     args = shlex.split(command)
+    if args[0] == "pip":
+        args = ["python", "-m", *args]
     assert args[:3] == ["python", "-m", "pip"]
     args[0] = str(python)
     if wheel is not None:
-        args[args.index("interplab[lab]")] = f"{wheel}[lab]"
-        i = args.index("--extra-index-url")
-        del args[i:i + 2]
+        args = [f"{wheel}[lab]" if a == WHEEL_ARG else a for a in args]
+    for flag in ("--extra-index-url", "--index-url"):
+        if flag in args:
+            i = args.index(flag)
+            del args[i:i + 2]
     return args
 
 
@@ -119,7 +143,36 @@ def student(tmp_path_factory):
     print(f"\nstudent route: wheelhouse downloaded in {download_s:.0f} s, installed offline in {install_s:.0f} s, "
           f"{time.monotonic() - started:.0f} s in all")
     return SimpleNamespace(root=root, wheelhouse=root / "wheelhouse", python=python, bin=bin_dir, env=offline,
+                           wheel=wheel,
                            work=work, interplab=bin_dir / ("interplab.exe" if os.name == "nt" else "interplab"))
+
+
+def _network_route(root: Path, commands: list[str], wheel: Path | None, cwd: Path) -> Path:
+    """A fresh venv made by documented commands with network (pip's cache warm from the wheelhouse download); its
+    `interplab` console script."""
+    venv = root / "env"
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=root, env=_clean_env(), timeout=300, what="python -m venv")
+    bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
+    python = bin_dir / ("python.exe" if os.name == "nt" else "python")
+    env = {**_clean_env(), "VIRTUAL_ENV": str(venv), "PATH": os.pathsep.join([str(bin_dir), os.environ["PATH"]])}
+    for command in commands:
+        _run(_recipe(command, python, wheel), cwd=cwd, env=env, timeout=1800, what=command)
+    return bin_dir / ("interplab.exe" if os.name == "nt" else "interplab")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("route", ["the wheel (INSTALL.md)", "a checkout (README.md)"])
+def test_the_routes_with_network_install_a_ready_lab(route, student, tmp_path):
+    """The two install lines that work before a release, each in a fresh environment, then `interplab check`
+    (offline, like the student's)."""
+    if route.startswith("the wheel"):
+        interplab = _network_route(tmp_path, [TORCH, FROM_WHEEL], student.wheel, tmp_path)
+    else:
+        interplab = _network_route(tmp_path, [TORCH, FROM_CHECKOUT], None, ROOT)
+    res, _ = _run([str(interplab), "check"], cwd=tmp_path, env={**student.env, "PATH": os.pathsep.join(
+        [str(interplab.parent), os.environ["PATH"]]), "VIRTUAL_ENV": str(interplab.parent.parent)}, timeout=600,
+        what=f"interplab check after installing from {route}")
+    assert res.stdout.splitlines()[-1].startswith("ready"), res.stdout
 
 
 @pytest.mark.slow
