@@ -22,6 +22,12 @@ def code(text):
     return cell
 
 
+def carry(text):
+    """A cell after an answer that sets what later cells use, as the answer does: the notebook runs top to bottom
+    with every answer cell left out (a student who skips one is not stopped by a NameError)."""
+    return code("# Run this whether or not you opened the answer: the next exercises use these names.\n" + text.strip())
+
+
 IOI = [
     md("""
 # Activation patching on IOI: from heads to a circuit
@@ -218,6 +224,11 @@ print(f"largest effect anywhere else: {elsewhere:.3f}")
 assert readers and all(h[0] == 0 for h in readers) and movers and all(h[0] > 0 for h in movers)
 assert elsewhere < 0.05 and all(float(by_pos.values[(0, h)][END]) < 0.05 for h in range(lab.n_heads))
 """),
+    carry("""
+readers = [h for h in HEADS if float(by_pos.values[h][S2]) > 0.05]  # the heads that restore > 0.05 at S2
+movers = [h for h in HEADS if float(by_pos.values[h][END]) > 0.05]  # ... and at END
+print("at S2:", [name(h) for h in readers], "| at END:", [name(h) for h in movers])
+"""),
     md("""
 ## Exercise 5: where do these heads look?
 
@@ -313,6 +324,10 @@ assert sum(float(dla_clean.heads[h][END]) for h in movers) > 0.5 * clean_ld
 assert sum(float(push["S"].heads[h][END]) for h in movers) < min(0, sum(float(push["IO"].heads[h][END]) for h in movers))
 assert all(float(push["S"].heads[h][END]) < float(push["IO"].heads[h][END]) < 0 for h in first)
 assert all(float(push["IO"].heads[h][END]) > 0 > float(push["S"].heads[h][END]) for h in latest)
+"""),
+    carry("""
+push = {who: lab.direct_logit_attribution(clean, ilab.logit_diff(token, " the")) for who, token in
+        (("IO", answer), ("S", wrong))}  # each name's logit against a neutral token
 """),
     md("""
 ## Roles, and ioi-tiny vs GPT-2
@@ -839,6 +854,9 @@ assert all(att(run, 0, h, S2) < 0.5 for h in range(lab.n_heads))
 assert any(att(run, *h, S2) > 0.5 for h in later)
 assert any(max(att(run, *h, FIRST), att(run, *h, SECOND)) > 0.9 for h in later)
 """),
+    carry("""
+later = [(layer, h) for layer in range(1, lab.n_layers) for h in range(lab.n_heads)]  # the heads after layer 0
+"""),
     md("""
 ## Exercise 3: heads on one intro name, answer or position?
 
@@ -988,6 +1006,11 @@ print("at END (>= 0.15):          ", [name(h) for h in at_end])
 # takes a head working *at* S2, where the name meets its earlier copy, and later heads that read what it wrote.
 assert all(h[0] == 0 for h in at_s2) and all(h[0] > 0 for h in at_end)
 """),
+    carry("""
+at_s2 = major({h: float(by_pos.values[h][S2]) for h in HEADS})  # the heads carrying >= 0.15 at S2
+at_end = major({h: float(by_pos.values[h][END]) for h in HEADS})  # ... and at END
+print("at S2:", [name(h) for h in at_s2], "| at END:", [name(h) for h in at_end])
+"""),
     md("""
 ## Exercise 3: where do they look?
 
@@ -1029,6 +1052,10 @@ assert late_copiers and all(abs(float(sweeps["z"].values[h])) < 0.1 for h in lat
 assert all(max(attn(h, END, FIRST), attn(h, END, SECOND)) > 0.4 and
            max(attn(h, END, FIRST), attn(h, END, SECOND)) > 3 * min(attn(h, END, FIRST), attn(h, END, SECOND))
            for h in late_copiers)
+"""),
+    carry("""
+copiers = [h for h in HEADS if attn(h, END, IO) >= 0.2 and attn(h, END, S1) >= 0.2]  # END -> IO and S1 alike
+late_copiers = [h for h in copiers if h[0] > 0 and h not in at_end]
 """),
     md("""
 ## Exercise 4: who writes the answer directly?
@@ -1099,6 +1126,9 @@ print("S2 readers' own direct path:", {name(h): round(paths[h], 2) for h in at_s
 assert set(movers) == set(writers)
 assert all(abs(paths[h]) < min(paths[m] for m in movers) for h in at_s2)
 """),
+    carry("""
+movers = major(paths)  # the heads whose path to the logits carries >= 0.15
+"""),
     md("""
 ## Exercise 6: what feeds the name movers? senders → their queries, keys, values
 
@@ -1132,6 +1162,9 @@ print("largest |path| into the queries, keys, values:", {s: round(v, 3) for s, v
 # and pushes that name down or the other one up (exercise 4), where GPT-2's name movers look at IO and copy it.
 assert set(feeders) == set(at_s2)
 assert max(reach["q"], reach["k"]) < 0.3 * reach["v"], reach
+"""),
+    carry("""
+feeders = major({h: into["v"].value(*h) for h in earlier})  # the senders into the movers' values (>= 0.15)
 """),
     md("""
 **Predict:** and the later copiers, which look at both names? If something steered their attention towards IO
@@ -1181,6 +1214,10 @@ print("MLPs among the top edges:", mlps)
 mlp = mlps[0]
 assert any(f"{name(r)} -> {mlp}" in top for r in at_s2) and any(f"{mlp} -> {name(m)}.v" in top for m in movers)
 assert torch.corrcoef(torch.tensor([[edges[e] for e in top], [exact[e] for e in top]]))[0, 1] > 0.8
+"""),
+    carry("""
+top = [edge for edge, _ in edges.top(12)]
+mlp = sorted({part for edge in top for part in edge.split(" -> ") if part.startswith("MLP")})[0]  # in the top edges
 """),
     md("""
 ## Exercise 8: is that the circuit? Faithfulness

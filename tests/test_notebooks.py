@@ -35,12 +35,19 @@ def test_committed_notebooks_are_what_build_py_writes(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("answers", ["with the answers", "every answer cell removed"])
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_executes(path, tmp_path, monkeypatch):
+def test_notebook_executes(path, answers, tmp_path, monkeypatch):
+    """Top to bottom with no error, as the teacher runs it, and as a student who skips every answer does (the later
+    cells use only what non-answer cells define)."""
     from nbclient import NotebookClient
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     nb = nbformat.read(path, as_version=4)
+    if answers.startswith("every"):
+        n = len(nb.cells)
+        nb.cells = [c for c in nb.cells if not (c.cell_type == "code" and c.source.startswith("# ANSWER"))]
+        assert len(nb.cells) < n
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
