@@ -156,7 +156,7 @@ def _wait_until_serving(proc, ip: str, port: int, token: str, timeout: float = 1
 
 
 def cmd_lab(args) -> int:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    offline_unless_hub(args.model)
     if args.headless:
         return headless_demo(args.model)
     missing = missing_lab_modules()  # before anything is written
@@ -205,8 +205,26 @@ def headless_demo(model: str) -> int:
 
 # ---- sweep ----------------------------------------------------------------------------------------------
 
+def offline_unless_hub(model: str) -> None:
+    """The embedded model or a local folder needs no network: say so to the hub library (an uncached hub id would
+    otherwise wait on an unreachable hub). A hub id keeps the network as the user has it: it may need a download."""
+    if model == "ioi-tiny" or Path(model).exists():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def sweep_table(res) -> str:
+    """A sweep's normalised values as a labelled text table: a row per layer, a column per cell of the row."""
+    cols = res.cells.col_labels(short=True)
+    grid = res.cells.grid(res.values).tolist()
+    width = max(7, *(len(c) for c in cols))
+    lines = ["layer ".ljust(7) + " ".join(c.rjust(width) for c in cols)]
+    for layer, row in zip(res.labels["layer"], grid):
+        lines.append(f"L{layer}".ljust(7) + " ".join(("-" if v != v else f"{v:.3f}").rjust(width) for v in row))
+    return "\n".join(lines)
+
+
 def cmd_sweep(args) -> int:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    offline_unless_hub(args.model)
     import interplab as ilab
 
     # A bar only on a terminal (the library's bar clears itself there); a script's stderr gets none.
@@ -224,7 +242,7 @@ def cmd_sweep(args) -> int:
         print(json.dumps(out))
     else:
         print(res.describe())
-        print(res.values)
+        print(sweep_table(res))
     return 0
 
 
@@ -245,7 +263,7 @@ def cmd_bench(args) -> int:
 
 def cmd_check(args) -> int:
     """Each step prints ok or FAIL with what to do; the exit status is 0 only when everything needed works."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    offline_unless_hub(args.model)
     failed = []
 
     def step(name: str, ok: bool, detail: str, fix: str = "") -> None:
@@ -268,9 +286,10 @@ def cmd_check(args) -> int:
                  "--index-url https://download.pytorch.org/whl/cpu)")
     if versions:
         step("packages", len(versions) == 5, ", ".join(f"{k} {v}" for k, v in versions.items()))
-    lab_missing = missing_lab_modules()
-    step("jupyterlab", not lab_missing, "installed" if not lab_missing else f"missing {', '.join(lab_missing)}",
-         'pip install "interplab[lab]" (needed by `interplab lab`)')
+    lab_missing = missing_lab_modules()  # only `interplab lab` needs it: a note, not a failure (VS Code, Colab, ...)
+    print(f"{'ok  ' if not lab_missing else 'note'}  jupyterlab: " + ("installed" if not lab_missing else
+          f"not installed (missing {', '.join(lab_missing)}): the library and its widgets work in the Jupyter you "
+          f"have; `interplab lab` needs the lab extra (pip install \"interplab[lab]\")"))
     static = Path(__file__).resolve().parent / "static"
     bundle = [static / name for name in ("widgets.js", "loader.js")]
     step("widget code", all(f.is_file() and f.stat().st_size > 0 for f in bundle),

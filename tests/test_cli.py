@@ -248,3 +248,41 @@ def test_the_lab_polls_its_own_server_past_any_proxy(monkeypatch):
         assert not _wait_until_serving(Running(), "127.0.0.1", server.server_address[1], "wrong", timeout=1)
     finally:
         server.shutdown()
+
+
+def test_a_plain_sweep_prints_a_labelled_table():
+    out = run_cli("sweep", "--by", "layer,pos")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    lab = ilab.Lab.load("ioi-tiny")
+    from interplab.__main__ import CLEAN, CORRUPT
+
+    res = lab.patch_sweep(CLEAN, CORRUPT, "resid_pre", ("layer", "pos"), ilab.logit_diff(" Mary", " John"),
+                          progress=False)
+    header = next(i for i, line in enumerate(lines) if line.startswith("layer"))
+    assert "tensor(" not in out.stdout and all(c in lines[header] for c in res.cells.col_labels(short=True))
+    rows = lines[header + 1:header + 1 + lab.n_layers]
+    for layer, row in enumerate(rows):
+        cells = row.split()
+        assert cells[0] == f"L{layer}" and len(cells) == 1 + len(lab.to_str_tokens(CLEAN))
+        assert [float(c) for c in cells[1:]] == pytest.approx(res.values[layer].tolist(), abs=5e-4)
+
+
+def test_only_the_embedded_model_or_a_folder_turns_the_hub_off(monkeypatch, tmp_path):
+    from interplab.__main__ import offline_unless_hub
+
+    for model, off in (("gpt2", False), ("openai-community/gpt2", False), ("ioi-tiny", True), (str(tmp_path), True)):
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        offline_unless_hub(model)
+        assert (os.environ.get("HF_HUB_OFFLINE") == "1") == off, model
+
+
+def test_check_without_jupyterlab_is_ready_for_the_jupyter_you_have(monkeypatch, capsys):
+    """The plain install (for VS Code, Colab, an existing Jupyter) has no JupyterLab: a note, not 'not ready'."""
+    import interplab.__main__ as cli
+
+    monkeypatch.setattr(cli, "missing_lab_modules", lambda: ["jupyterlab"])
+    rc = cli.main(["check"])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.splitlines()[-1].startswith("ready"), out
+    assert "note  jupyterlab: not installed" in out and "FAIL" not in out
