@@ -313,9 +313,9 @@ for h in readers + movers:
     print(f"{name(h)}: direct on the logit diff {float(dla_clean.heads[h][END]):+.2f} | on logit(IO) - logit(the) "
           f"{float(push['IO'].heads[h][END]):+.2f}, on logit(S) - logit(the) {float(push['S'].heads[h][END]):+.2f}")
 # The S2 heads write almost nothing directly: their effect reaches the logits through later parts. The END heads
-# write most of the logit difference, and on both names: together they push the S name *down*, far below the IO
-# name. They split the work by layer: the earliest movers push both names down, S much more; the latest ones lift
-# IO and push S down.
+# write most of the logit difference: together they put the S name far below the IO name. How each does it is in
+# the two printed columns (each name's logit against ' the'): read the signs there. Against another reference
+# token those signs can change, since a logit difference is always relative to something; the gap IO - S cannot.
 # Yet all of them look at S2, where the S name stands: so what they read there is not only "this name" but also
 # which is the other one.
 first, latest = ([h for h in movers if h[0] == layer] for layer in (movers[0][0], movers[-1][0]))
@@ -368,12 +368,14 @@ assert reach["q"] < 0.05 < reach["v"] and all(into["v"].value(*h) > 0.05 for h i
 >   queries finds about nothing (printed above); the S2 signal enters through the movers' *values*, from the
 >   layer-0 heads (and MLP0 between them: notebook 04 measures that edge). Its movers do not look at IO, they look
 >   at S2 and read there which name is the other one; and the heads that look at one intro name pick
->   it by its position, whichever name stands there (notebook 03), because nothing steers where they look.
+>   it by its position, whichever name stands there (notebook 03). No earlier head's output steers where the movers
+>   look (the path into their queries, printed above); whether the repeat itself does is a different question,
+>   which this corruption (a repeated name in both runs) cannot ask.
 > - **What transfers.** The methods: position sweeps, head x position patching, attention, direct effects, path
 >   patching, sufficiency and necessity tests. And the questions they answer: *where* the task's information is
 >   computed (at S2, early), *where* it is moved (to the end, by attention that reads S2), and *who* writes it to
->   the logits. Run the same cells on GPT-2 small (last section) and the answers are many more heads, in the roles
->   the paper describes.
+>   the logits. The last section loads GPT-2 small where it is at hand; the answer cells here check ioi-tiny's
+>   facts and are not expected to hold there.
 
 ## Exercise 7: is that the circuit? Sufficiency
 
@@ -407,11 +409,11 @@ for label, value in suff.items():
 """),
     code("""
 # ANSWER
-# The movers alone carry the clean behaviour into the corrupt run: they are the path to the logits, and patching
-# them gives them their clean output directly. The readers alone restore only part of it: MLP0 at S2 still reads
-# the corrupt name's own embedding (exercise 3), so what the movers find at S2 is only partly clean. Together they
-# restore about 1 (a little more: the rest of the end, left corrupt, leans towards the clean answer, exercise 2),
-# and adding the layer-0 heads at END changes little: the circuit is sufficient.
+# The movers alone restore about as much as the readers and the movers together (printed). That is no evidence for
+# the readers: the movers are the last writers before the logits, so patching their clean output is sufficient
+# almost by definition, whatever feeds them. The readers alone restore only part of it: MLP0 at S2 still reads the
+# corrupt name's own embedding (exercise 3), so what the movers find at S2 is only partly clean. Whether the readers
+# are *needed* is a question for necessity (exercise 8), not for this test.
 assert suff["movers at END"] > 0.9 and 0.1 < suff["readers at S2"] < suff["movers at END"]
 assert suff["both"] > 0.9 and abs(suff["both + the readers at END"] - 1) < 0.1
 """),
@@ -491,9 +493,9 @@ noise.figure()
 # ANSWER
 # noise ~ 1 - denoise, cell by cell. Where one position holds the whole difference between the runs (layer 0: S2),
 # swapping it is swapping everything: denoising restores 1, noising leaves 0. Elsewhere a cell that holds nothing
-# different does nothing either way. The small gap is where S2 and END share the difference. On the residual
-# stream noising adds little; it differs from denoising on heads (exercise 8: a part can be sufficient without
-# being necessary, when others back it up).
+# different does nothing either way. The small gap (printed) is where S2 and END share the difference. The two can
+# disagree where a part is sufficient without being necessary (others back it up, exercise 8); on this residual
+# stream they nearly never do.
 assert float(gap.max()) < 0.1
 """),
     md("""
@@ -521,9 +523,9 @@ print("readers' outputs, exact:", {name(h): round(float(heads_exact.values[h]), 
     code("""
 # ANSWER
 # A high correlation: the estimate lights up the same cells (S2 early, END late), so it is a good *map*. But the
-# large cells come out too small: the first-order step through saturating nonlinearities (a logit difference that
-# flips sign) underestimates big effects. One correlation over a grid of mostly-zero cells hides that. Use the
-# estimate to find where to look, exact patching to measure.
+# large cells come out too small (asserted below): a first-order step cannot follow the model's curvature between
+# the two runs, and QUESTIONS.md traces where this model bends. One correlation over a grid of mostly-zero cells
+# hides that. Use the estimate to find where to look, exact patching to measure.
 assert corr > 0.8
 assert float(attr.values[0, S2]) < 0.8 * float(res.values[0, S2])
 big = [h for h in readers if float(heads_exact.values[h]) > 0.15]
@@ -556,9 +558,11 @@ avg.figure()
 # ANSWER
 similar = float(torch.corrcoef(torch.stack([avg.values.flatten(), heads_exact.values.flatten()]))[0, 1])
 print(f"correlation of the two head maps: {similar:.2f}")
-# The same heads stand out (the maps correlate, printed), but not in the same order: several heads carry similar
-# shares, and on one prompt they swap places. A cut-off such as "restores > 0.15" then picks other heads on the
-# prompt than on the dataset. The dataset's answer is the one to report; one prompt is for exploring.
+# The same heads stand out (the maps correlate, printed). A cut-off picks the heads printed below on each: where
+# several heads carry similar shares, one prompt can reorder them and a cut-off can then pick other heads than the
+# dataset does. The dataset's answer is the one to report; one prompt is for exploring.
+print("restores > 0.15 on the dataset:", sorted(name(h) for h in HEADS if avg.values[h] > 0.15),
+      "| on the prompt:", sorted(name(h) for h in HEADS if heads_exact.values[h] > 0.15))
 one_prompt = {h for h in HEADS if heads_exact.values[h] > 0.1}  # the heads that stand out clearly on the prompt
 assert similar > 0.7 and all(avg.values[h] > 0.05 for h in one_prompt)
 """),
@@ -1117,7 +1121,7 @@ to_logits.show()
     code("""
 # ANSWER
 movers = major(paths)
-print("name movers (path to the logits >= 0.15):", [name(h) for h in movers])
+print("heads with a direct path to the logits >= 0.15:", [name(h) for h in movers])
 print("S2 readers' own direct path:", {name(h): round(paths[h], 2) for h in at_s2})
 # The S2 readers matter a lot, but not directly: their effect reaches the logits through later heads. The heads with
 # the direct path are the ones exercise 4 found writing the answer: path patching and direct logit attribution agree.
@@ -1130,7 +1134,7 @@ assert all(abs(paths[h]) < min(paths[m] for m in movers) for h in at_s2)
 movers = major(paths)  # the heads whose path to the logits carries >= 0.15
 """),
     md("""
-## Exercise 6: what feeds the name movers? senders → their queries, keys, values
+## Exercise 6: what feeds the movers? senders → their queries, keys, values
 
 In GPT-2 small the **S-inhibition heads** were found this way: path patching with the *name movers' queries* as the
 receivers. The sender's path now reaches only the receivers (here all the movers' queries, or keys, or values);
@@ -1156,10 +1160,10 @@ print("senders into the movers' values (>= 0.15):", [name(h) for h in feeders],
       "| S2 readers:", [name(h) for h in at_s2])
 print("largest |path| into the queries, keys, values:", {s: round(v, 3) for s, v in reach.items()})
 # The S2 readers feed the movers' *values*: what they wrote at S2 is what the movers read there. Nothing of note
-# reaches the queries: no head steers where the movers look, which is what S-inhibition heads do in GPT-2 small. In
-# Wang et al.'s terms the S2 readers play the part of the duplicate-token and induction heads (which feed the
-# S-inhibition heads' values at S2), and each mover is an S-inhibition head and a name mover in one: it looks at S2
-# and pushes that name down or the other one up (exercise 4), where GPT-2's name movers look at IO and copy it.
+# reaches the queries from an earlier head (printed): no head's output steers where the movers look, which is what
+# S-inhibition heads do in GPT-2 small, so by the paper's evidence these are not S-inhibition heads. Nor are they
+# name movers in its sense: they attend to S2, not to IO (exercise 4). Whether what they write copies the name they
+# read or suppresses it is what their OV circuit would tell; the DLA columns of exercise 4 show the net push.
 assert set(feeders) == set(at_s2)
 assert max(reach["q"], reach["k"]) < 0.3 * reach["v"], reach
 """),
