@@ -90,9 +90,34 @@ class InterplabHTMLExporter(HTMLExporter):
         return [str(TEMPLATES), os.getcwd()]
 
     def from_notebook_node(self, nb, resources=None, **kw):
-        return super().from_notebook_node(with_plotly_divs(nb), resources, **kw)
+        nb = with_plotly_divs(nb)
+        resources = dict(resources or {})
+        # plotly figures and no widget code saved in the page (whose plotly draws them): plotly.js itself, once
+        resources["interplab_plotly_js"] = (_plotly_js() if _has_figures(nb) and not _holds_widget_code(nb)
+                                            else "")
+        return super().from_notebook_node(nb, resources, **kw)
 
     def _init_resources(self, resources):
         resources = super()._init_resources(resources)
         resources["interplab_offline_js"] = _inline_script(OFFLINE_JS.read_text(encoding="utf-8"))
         return resources
+
+
+def _has_figures(nb) -> bool:
+    return any("interplab-offline-plotly" in str(out.get("data", {}).get("text/html", ""))
+               for cell in nb.cells for out in cell.get("outputs", []))
+
+
+def _holds_widget_code(nb) -> bool:
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    return any(isinstance(m.get("state", {}).get("code"), str) and m["state"].get("hash") for m in state.values())
+
+
+def _plotly_js() -> str:
+    """The plotly package's own plotly.js (4.8 MB), inlined; '' where plotly is not installed (then the figures
+    say they cannot be drawn)."""
+    try:
+        from plotly.offline import get_plotlyjs
+    except ImportError:
+        return ""
+    return _inline_script(get_plotlyjs())

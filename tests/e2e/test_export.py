@@ -306,3 +306,25 @@ def test_plain_nbconvert_html_still_names_the_widgets(small_html):
     assert stamp.startswith("interplab-src-hash: ")
     assert out.stdout.count(stamp) == 1  # the bundle once, in the shared holder's state
     assert offline_html.read_text(encoding="utf-8").count(stamp) == 1  # the offline export too: no second copy inlined
+
+
+def test_a_notebook_of_plotly_figures_alone_is_drawn_offline(tmp_path, chromium):
+    """No interplab widget in the page, so no widget code to borrow plotly from: the exporter inlines plotly.js once,
+    and the figure (a static res.figure()-like heatmap) is drawn with no network."""
+    from interplab_export import execute
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import plotly.graph_objects as go\n"
+        "go.Figure(go.Heatmap(z=[[1, 2], [3, 4]])).show(renderer='plotly_mimetype')")]
+    execute(nb, timeout=300, path=str(tmp_path), kernel_name="python3")
+    assert any("application/vnd.plotly.v1+json" in o.get("data", {}) for o in nb.cells[0].outputs)
+    src = tmp_path / "figures.ipynb"
+    nbformat.write(nb, src)
+    html = export(src)
+    page = OfflinePage(chromium, html)
+    try:
+        assert not page.foreign and not page.log["errors"] and not page.errors, (page.log, page.errors)
+        assert page.page.locator(".interplab-offline-figure.js-plotly-plot .heatmaplayer").count() == 1
+    finally:
+        page.close()
