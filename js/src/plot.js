@@ -78,7 +78,7 @@ const CSS = `
 .interplab .il-error { display: none; color: #8b0000; background: #fdecea; border: 1px solid #d9534f;
   border-radius: 4px; padding: 6px 8px; margin: 4px 0; white-space: pre-wrap; font-family: monospace; }
 .interplab .il-error.on { display: block; }
-.interplab .il-status { color: #555; font-size: 12px; min-height: 16px; margin: 2px 0; white-space: pre-wrap; }
+.interplab .il-status { color: #555; font-size: 12px; min-height: 16px; margin: 2px 0; white-space: pre-line; }
 .interplab .il-progress { display: none; align-items: center; gap: 8px; margin: 2px 0; }
 .interplab .il-progress.on { display: flex; }
 .interplab .il-bar { flex: 1; height: 6px; background: #e5e5e5; border-radius: 3px; overflow: hidden; max-width: 400px; }
