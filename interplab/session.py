@@ -279,8 +279,9 @@ class PatchSession:
     def _hover_text(res: SweepResult, row: int, col: int, x: float) -> str:
         text = "not computed" if x != x else f"{res.metric_name}: {x:.3f}"
         top = res.top_tokens.get(res.cells.index(row, col))
-        if top:
-            text += "\nnext: " + ", ".join(f"{t!r} {p:.2f}" for t, p in top)
+        shown = [(t, p) for t, p in (top or []) if p >= 0.005]  # (what rounds to 0.00 says nothing)
+        if shown:
+            text += "\nnext: " + ", ".join(f"{t!r} {p:.2f}" for t, p in shown)
         return text
 
     def new_cells(self, result: SweepResult, sent: set) -> list[list]:

@@ -44,8 +44,10 @@ def test_path_view_shows_each_receiver_of_a_clicked_sender(gpt2_lab):
                               receivers=[(2, 0, "q"), (2, 1, "k"), (2, 3, "v")], per_receiver=True)
     view = res.show()
     assert isinstance(view, PathView) and view.heatmap.x_labels == ["H0", "H1", "H2", "H3", "MLP"]
-    assert torch.allclose(torch.tensor(view.heatmap.values, dtype=torch.float64), res.values.double().mean(0),
-                          atol=1e-6, equal_nan=True)
+    shown = torch.tensor([[float("nan") if v is None else v for v in row] for row in view.heatmap.values],
+                         dtype=torch.float64)  # None: no path from that sender (in the receivers' layer or after)
+    assert torch.allclose(shown, res.values.double().mean(0), atol=1e-6, equal_nan=True)
+    assert torch.isnan(shown[2:]).all() and torch.isfinite(shown[:2]).all()
     # the bars start on the strongest sender (selected), not on an empty row
     grid = res.values.double().mean(0).nan_to_num(0.0).abs()
     row, col = divmod(int(grid.argmax()), grid.shape[1])
