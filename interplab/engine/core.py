@@ -366,7 +366,7 @@ class Engine:
     def _plan_cache(self, item) -> list[tuple]:
         if isinstance(item, (tuple, list)):
             name, layer = item
-            if name in LAYERED and layer is not None:
+            if name in LAYERED and layer is not None and self.sites.arch is not None:
                 layer = self.sites.layer_index(layer, name)  # -1: the last layer, as in edits
             key = (name, layer) if layer is not None else name  # ("embed", None) is stored as "embed", as read
             return [(key, self.resolve(name, layer))]

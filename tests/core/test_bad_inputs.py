@@ -110,7 +110,7 @@ CASES = [
     Case("load a file, not a dir", lambda x: ilab.Lab.load(str(x.file("f.txt", "hi"))), ilab.LoadError,
          "could not load"),
     Case("load with an unknown dtype", lambda x: ilab.Lab.load("ioi-tiny", dtype="float33"), E,
-         ("unknown dtype 'float33'", "bfloat16")),
+         ("dtype='float33' is not a dtype", "bfloat16")),
     # ---- Lab.run: prompts --------------------------------------------------------------------------------------
     Case("run empty prompt", lambda x: x.lab.run(""), ilab.EmptyPromptError, "empty prompt"),
     Case("run whitespace prompt", lambda x: x.lab.run("  \n "), ilab.EmptyPromptError, "empty prompt"),

@@ -38,9 +38,9 @@ def test_unknown_site_lists_allowed_names(lab):
 
 def test_layer_out_of_range(lab):
     _raises(ilab.OutOfRangeError, lambda: lab.run(P, edits=[ilab.zero("resid_pre", 3)]),
-            "layer 3 out of range", "has 3 layers (0..2)")
-    _raises(ilab.OutOfRangeError, lambda: lab.run(P, cache=[("resid_post", 7)]), "has 3 layers (0..2)")
-    _raises(ilab.OutOfRangeError, lambda: lab.run(P, edits=[ilab.zero("mlp_out", [0, 5])]), "layer 5")
+            "layer=3 out of range", "has 3 layers (0..2")
+    _raises(ilab.OutOfRangeError, lambda: lab.run(P, cache=[("resid_post", 7)]), "has 3 layers (0..2")
+    _raises(ilab.OutOfRangeError, lambda: lab.run(P, edits=[ilab.zero("mlp_out", [0, 5])]), "layer=5")
 
 
 def test_head_out_of_range(lab):
