@@ -92,6 +92,45 @@ def restored(edits, base=corrupt):
     return (float(bound(lab.run(base, edits=edits).last_logits)) - corrupt_ld) / (clean_ld - corrupt_ld)
 """),
     md("""
+## Write it yourself: the metric
+
+Every number in this notebook is a **logit difference**: the answer's logit minus the wrong name's, at the last
+position. `ilab.logit_diff` computes it for you; write it yourself first. `logits` is a tensor `[rows, vocab]` (one
+row per prompt, the last position's logits); `lab.token_id(" Mary")` is a token's id. Replace the `...` and run the
+check below it: it says *right* or what is off.
+"""),
+    code("""
+def my_logit_diff(logits):
+    # return one number per row: logit(answer) - logit(wrong)
+    ...
+"""),
+    code("""
+def check_metric(fn):
+    \"\"\"Compare fn with the library's metric on the clean and corrupt prompts' last-position logits.\"\"\"
+    logits = lab.run([clean, corrupt]).last_logits
+    got, want = fn(logits), bound(logits)
+    if got is None:
+        print("not yet: my_logit_diff returns nothing; write it above and run both cells again")
+        return False
+    got = torch.as_tensor(got, dtype=torch.float32).flatten()
+    if got.shape != want.shape or not torch.allclose(got, want, atol=1e-4):
+        print(f"not yet: got {got.tolist()}, want one value per row: {[round(v, 3) for v in want.tolist()]}")
+        return False
+    print(f"right: {[round(v, 3) for v in got.tolist()]} (clean, corrupt)")
+    return True
+
+
+check_metric(my_logit_diff)
+"""),
+    code("""
+# ANSWER
+def my_logit_diff(logits):
+    return logits[:, lab.token_id(answer)] - logits[:, lab.token_id(wrong)]
+
+
+assert check_metric(my_logit_diff)
+"""),
+    md("""
 ## Exercise 1: where does the information travel?
 
 `resid_pre` at layer L and position p is the residual stream entering block L at token p. The sweep patches each
@@ -217,10 +256,12 @@ print("heads restoring > 0.05 at END:", {name(h): round(float(by_pos.values[h][E
 print("layer-0 heads at END:         ", {name(h): round(float(by_pos.values[h][END]), 2) for h in HEADS if h[0] == 0})
 elsewhere = float(by_pos.values[..., [p for p in range(len(tokens)) if p not in (S2, END)]].abs().max())
 print(f"largest effect anywhere else: {elsewhere:.3f}")
-# Layer-0 heads at S2, later heads at END, nothing at other positions. A layer-0 head at END cannot help: it sees
-# the tokens one by one, and a name it sees twice only gets more of its attention, which leans towards the repeated
-# name, the wrong one (its cells at END are about 0 or slightly negative). Telling S from IO takes a head that
-# works *at* S2, where the name meets its earlier copy, and later heads that read what it found.
+# Layer-0 heads at S2, later heads at END, nothing at other positions (printed). A layer-0 head at END cannot help
+# (its cells there are about 0 or slightly negative, printed): at the end it reads the tokens as they are, before
+# anything has marked which name is the repeated one. That is worked out at S2, the one position where the two
+# prompts differ, by the layer-0 heads printed above; later heads carry it to the end. Note what this corruption
+# keeps: both prompts repeat a name at S2, so these cells trace *which* name stands there, not how the model
+# notices a repeat (a corruption without the repeat would ask that).
 assert readers and all(h[0] == 0 for h in readers) and movers and all(h[0] > 0 for h in movers)
 assert elsewhere < 0.05 and all(float(by_pos.values[(0, h)][END]) < 0.05 for h in range(lab.n_heads))
 """),
@@ -807,12 +848,57 @@ for layer in range(res.n_layers):
 # ANSWER
 first_mary = next(layer for layer in range(res.n_layers) if res.top_tokens[layer][-1][0] == " Mary")
 print(f"' Mary' is first on top after layer {first_mary}; p(' Mary') at the end: {res.prob_of(mary)[-1, -1]:.3f}")
-# After layer 0 the end predicts ' John', the repeated name: layer 0 at the end cannot know which name is the
-# subject, and a name seen twice gets the most of its attention. The heads that read S2 from the end push that
-# name down, far below the other one, and the prediction flips to ' Mary'; the later layers make it near-certain.
+# After layer 0 the end predicts ' John', the repeated name (printed): layer 0 at the end cannot yet know which
+# name is the subject. After the heads that read S2 from the end, the prediction flips to ' Mary' (printed), and
+# the later layers make it near-certain.
 # Earlier positions predict ordinary continuations (see the widget).
 assert res.top_tokens[0][-1][0] == " John" and 0 < first_mary < res.n_layers - 1
 assert res.prob_of(mary)[-1, -1] > 0.5
+"""),
+    md("""
+## Write it yourself: the lens
+
+The logit lens reads the residual stream after a layer as if it were the last: the model's **final LayerNorm**, then
+its **unembedding**. In ioi-tiny (a GPT-2) they are the modules `lab.model.transformer.ln_f` and `lab.model.lm_head`.
+Write `my_lens(resid)`: `resid` is the residual stream after one layer at the last position, a `[d_model]` tensor;
+return the `[vocab]` logits. The check compares your lens with the library's at every layer.
+"""),
+    code("""
+def my_lens(resid):
+    # the final LayerNorm, then the unembedding
+    ...
+"""),
+    code("""
+import torch
+
+
+def check_lens(fn):
+    \"\"\"Compare fn's next-token probabilities with the library's lens after every layer, at the last position.\"\"\"
+    run = lab.run(prompt, cache=["resid_post"])
+    for layer in range(res.n_layers):
+        with torch.no_grad():
+            got = fn(run.cache["resid_post", layer][0, -1])
+        if got is None:
+            print("not yet: my_lens returns nothing; write it above and run both cells again")
+            return False
+        probs = torch.as_tensor(got).float().softmax(-1)
+        if probs.shape != res.probs[layer, -1].shape or not torch.allclose(probs, res.probs[layer, -1], atol=1e-4):
+            print(f"not yet: after layer {layer} your lens's top token is "
+                  f"{lab.tokenizer.decode([int(probs.argmax())])!r}, the library's {res.top_tokens[layer][-1][0]!r}")
+            return False
+    print(f"right: your lens gives the library's probabilities after all {res.n_layers} layers")
+    return True
+
+
+check_lens(my_lens)
+"""),
+    code("""
+# ANSWER
+def my_lens(resid):
+    return lab.model.lm_head(lab.model.transformer.ln_f(resid))
+
+
+assert check_lens(my_lens)
 """),
     md("""
 ## Exercise 2: where do the heads look from the end?
