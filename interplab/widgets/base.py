@@ -283,6 +283,13 @@ class BundleHolder(ipywidgets.Widget):
     hash = t.Unicode("").tag(sync=True)
 
 
+def compact_js(text: str) -> str:
+    """The loader as each view carries it: without its comment lines, blank lines and indentation (a saved notebook
+    stores it once per view). Line breaks stay, so no statement runs into the next."""
+    lines = (line.strip() for line in text.splitlines())
+    return "\n".join(line for line in lines if line and not line.startswith("//"))
+
+
 class _Code:
     """static/widgets.js and the loader that imports it, re-read when the file changes (a rebuild while a kernel
     runs gets a new holder: its hash differs)."""
@@ -299,7 +306,7 @@ class _Code:
         if stamp != self.stamp:
             self.bundle = BUNDLE.read_text(encoding="utf-8")
             self.hash = hashlib.sha256(self.bundle.encode("utf-8")).hexdigest()[:16]
-            self.loader = LOADER.read_text(encoding="utf-8").replace("__INTERPLAB_BUNDLE_HASH__", self.hash)
+            self.loader = compact_js(LOADER.read_text(encoding="utf-8")).replace("__INTERPLAB_BUNDLE_HASH__", self.hash)
             self.stamp = stamp
 
 
