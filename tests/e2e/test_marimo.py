@@ -24,6 +24,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from geometry import judge, measure  # tests/geometry.py
 from harness import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
@@ -299,6 +300,13 @@ def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
         # (the panel may still be redrawing from the shift-click's answer: wait for its bar rows to be back)
         page.wait_for_function("() => !!window.__m.views()[0].querySelector('.interplab-logits .il-bar-row')",
                                timeout=30_000)
+        # what the views draw is their numbers: each cell under its tick in its colour, no text clipped or overlapping
+        problems, compared = [], 0
+        for v in range(page.evaluate("() => window.__m.views().length")):
+            found, n = judge(measure(page, "(v) => window.__m.views()[v]", v), f"marimo view {v}")
+            problems += found
+            compared += n
+        assert not problems and compared >= 5, (problems, compared)
         st = page.evaluate("() => window.__m.styles(0)")
         assert st["shadow"], "marimo rendered the widget outside a shadow root: this test checks nothing there"
         assert st["fills"] and all(c not in ("", "rgba(0, 0, 0, 0)") and d == "block" for _, c, d in st["fills"]), st
