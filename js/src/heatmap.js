@@ -12,8 +12,9 @@ export const DIRECTION_TEXT = {
 };
 const TITLE_PAD = 18; // px above the title
 
-// Data traits repaint the whole heatmap (plotly); a click only changes the selection, drawn as DOM outlines over
-// the plot (no plotly call: a relayout of shapes took ~50 ms and delayed the logit panel's repaint).
+// Data traits redraw the heatmap (plotly's frame only where shape, labels, titles or width changed; the cells on our
+// canvas); a click only changes the selection, drawn as DOM outlines over the plot (no plotly call: a relayout of
+// shapes took ~50 ms and delayed the logit panel's repaint).
 const TRAITS = [
   "values", "x_labels", "y_labels", "x_title", "y_title", "title", "direction", "metric_name",
   "hover", "zmin", "zmax", "key_cols",
@@ -43,7 +44,9 @@ export function niceTicks(lo, hi, n = 5) {
   const p = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 5, 10].map((k) => k * p).find((s) => s >= raw) ?? 10 * p;
   const out = [];
-  for (let v = Math.ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+  for (let v = Math.ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) {
+    out.push(Math.abs(v) < step * 1e-9 ? 0 : v); // (no "-0")
+  }
   return out;
 }
 
@@ -161,7 +164,7 @@ export function render({ model, el }) {
 
   // The grid as painted: built from the traits, then patched in place by "cells" messages (a sweep's progress sends
   // only its new cells: resending every value and hover string made a 2000-cell sweep freeze the page for seconds).
-  // The cells are painted on our canvas, never by plotly: plotly draws the frame (axes, titles, colour bar) and the
+  // The cells are painted on our canvas, never by plotly: plotly draws the frame (axes, tick labels, titles) and the
   // canvas is repainted from plotly's own axes after every plotly paint, so a cell always sits under its tick,
   // whatever resize, relayout or re-display came before; a plotly heatmap of 2000 cells took 0.2-4 s a paint.
   let cur = null;
@@ -273,7 +276,8 @@ export function render({ model, el }) {
     const keys = Array.isArray(model.get("key_cols")) ? model.get("key_cols") : [];
     // at most one label per 18 px (-45° labels: 12.7 px between lines) and MAX_TICKS in all: plotly lays out each
     // label (about 1 ms each); the last column and the key columns (where the prompts differ) are always labelled
-    const xaxis = tokenAxis(xLabels.slice(0, cols), { title: { text: wide ? "" : esc(xTitle) }, tickangle: -45, ticks: "outside", ticklen: 4 },
+    const xaxis = tokenAxis(xLabels.slice(0, cols),
+      { title: { text: wide ? "" : esc(xTitle) }, tickangle: -45, ticks: "outside", ticklen: 4 },
       { maxTicks: Math.min(MAX_TICKS, Math.floor((width - MARGIN_X) / 18)), keep: [...keys, cols - 1] });
     const yaxis = tokenAxis(yLabels.slice(0, rows), { title: { text: esc(yTitle) }, range: [rows - 0.5, -0.5] });
     // margins from the labels' measured widths: plotly's automargin lays the plot out twice
@@ -432,11 +436,13 @@ export function render({ model, el }) {
     const ticks = niceTicks(lo, hi).map((v) => {
       const f = (v - lo) / (hi - lo);
       const label = h("span", { class: "il-scale-tick", text: fmt(v, 2).replace(/\.?0+$/, "") || "0" });
-      Object.assign(label.style, wide ? { left: `${f * len}px`, top: `${thick + 2}px` } : { top: `${(1 - f) * len}px`, left: `${thick + 4}px` });
+      Object.assign(label.style, wide ? { left: `${f * len}px`, top: `${thick + 2}px` }
+        : { top: `${(1 - f) * len}px`, left: `${thick + 4}px` });
       return label;
     });
     // (a vertical bar's title in lines as long as the bar, read top to bottom)
-    const title = h("span", { class: "il-scale-title", text: wide ? cur.metric : wrapLines(cur.metric, len, SCALE_TITLE_FONT).join("\n") });
+    const title = h("span", { class: "il-scale-title",
+      text: wide ? cur.metric : wrapLines(cur.metric, len, SCALE_TITLE_FONT).join("\n") });
     if (!wide) title.style.left = `${thick + 10 + textWidth(ticks.map((t) => t.textContent), SCALE_FONT)}px`;
     scale.className = `il-scale ${wide ? "il-scale-h" : "il-scale-v"}`;
     scale.replaceChildren(bar, ...ticks, title);
