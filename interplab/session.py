@@ -14,6 +14,7 @@ import torch
 from . import edges as edges_
 from .edits import Edit, SourceRef, patch, steer
 from .engine import Engine
+from .errors import InterplabError
 from .lens import logit_lens
 from .metrics import as_metric, logit_diff
 from .metrics import top_k as top_tokens
@@ -415,7 +416,7 @@ def node_exact(lab: Engine, clean, corrupt, metric, node: str, direction: str = 
     head = re.fullmatch(r"L(\d+)H(\d+)", node)
     mlp = re.fullmatch(r"MLP(\d+)", node)
     if head is None and mlp is None:
-        raise ValueError(f"node {node!r}: a head (L2H3), an MLP (MLP1), 'embed' or 'logits'")
+        raise InterplabError(f"node {node!r}: a head (L2H3), an MLP (MLP1), 'embed' or 'logits'")
     site, layer, h = ("z", int(head[1]), int(head[2])) if head else ("mlp_out", int(mlp[1]), None)
     src = lab.run(source, cache=[(site, layer)], log=False)
     patched = lab.last_logits(base, [patch(site, layer, head=h, source=src)], log=False)
