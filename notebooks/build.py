@@ -673,6 +673,49 @@ for prompt in (spain, france, italy):
     print(f"{prompt!r:28} -> {top(prompt)}")
 """),
     md("""
+## Write it yourself: the steering vector
+
+`v` above is the mean residual stream of the positive prompts minus that of the negative ones, at `resid_post` of
+`layer`, at each prompt's last position. Build it yourself from cached activations: `lab.run(prompt,
+cache=[("resid_post", layer)]).cache["resid_post", layer]` is a tensor `[1, positions, d_model]` for one prompt (run
+them one at a time: they differ in length). The check compares your vector with `v`.
+"""),
+    code("""
+def my_vector(positive, negative):
+    # mean over the positive prompts minus mean over the negative ones, resid_post of `layer`, last position
+    ...
+"""),
+    code("""
+def check_vector(fn):
+    \"\"\"Compare fn's vector with the library's diff_of_means on the same prompts.\"\"\"
+    got = fn(positive, negative)
+    if got is None:
+        print("not yet: my_vector returns nothing; write it above and run both cells again")
+        return False
+    got = torch.as_tensor(got).float().flatten()
+    if got.shape != v.shape or not torch.allclose(got, v, atol=1e-4):
+        print(f"not yet: your vector has shape {tuple(got.shape)} and norm {float(got.norm()):.2f}; v has "
+              f"{tuple(v.shape)} and {float(v.norm()):.2f}")
+        return False
+    print(f"right: your vector is v (norm {float(got.norm()):.2f})")
+    return True
+
+
+check_vector(my_vector)
+"""),
+    code("""
+# ANSWER
+def my_vector(positive, negative):
+    def mean_last(prompts):
+        return torch.stack([lab.run(p, cache=[("resid_post", layer)]).cache["resid_post", layer][0, -1]
+                            for p in prompts]).mean(0)
+
+    return mean_last(positive) - mean_last(negative)
+
+
+assert check_vector(my_vector)
+"""),
+    md("""
 ## Exercise 1: steer Spain towards France
 
 `ilab.steer("resid_post", layer, v, alpha=alpha, pos=-1)` adds `alpha * v` to the last position's residual stream.
