@@ -174,13 +174,21 @@ def test_a_clicked_sender_draws_its_effect_through_each_receiver(lab_server, chr
     try:
         bars = ("() => [...window.__il.cellNode(2).querySelectorAll('.il-pane[data-part=bars] .il-vbar')]"
                 ".map((r) => [r.dataset.label, r.dataset.value === '' ? null : Number(r.dataset.value)])")
-        assert all(v is None for _, v in nb.page.evaluate(bars))
+        # the bars start on the strongest sender (never a row of dashes)
+        first = kernel_json(nb, "(lambda g: pp.values[:, *divmod(int(g.argmax()), g.shape[1])].tolist())("
+                                "pp.values.mean(0).nan_to_num(0).abs())")
+        nb.page.wait_for_function(f"() => ({bars})().every(([, v]) => v !== null)", timeout=60000)
+        assert [v for _, v in nb.page.evaluate(bars)] == pytest.approx(first, abs=1e-6)
         grid = nb.page.evaluate("() => window.__il.cellNode(2).querySelector('.il-pane[data-part=heatmap] "
                                 ".js-plotly-plot').__interplab_grid.z")
-        want_grid = kernel_json(nb, "pp.values.mean(0).tolist()")
-        assert grid == [pytest.approx(r, abs=1e-6) for r in want_grid]
+        # (no path from a sender in the receivers' layer or after: not answered, null on the page)
+        want_grid = kernel_json(nb, "[[None if v != v else v for v in r] for r in pp.values.mean(0).tolist()]")
+        assert [[v is None for v in r] for r in grid] == [[v is None for v in r] for r in want_grid]
+        assert [[v for v in r if v is not None] for r in grid] == [
+            pytest.approx([v for v in r if v is not None], abs=1e-6) for r in want_grid]
         # the sender whose effect through the receivers differs most between them (a sender, not the mean)
-        row, col = kernel_json(nb, "divmod(int((pp.values.amax(0) - pp.values.amin(0)).argmax()), pp.values.shape[2])")
+        row, col = kernel_json(nb, "divmod(int((pp.values.amax(0) - pp.values.amin(0)).nan_to_num(0).argmax()), "
+                                   "pp.values.shape[2])")
         click_cell(nb, 2, "heatmap", row, col)
         nb.page.wait_for_function(f"() => ({bars})().every(([, v]) => v !== null)", timeout=60000)
         shown = nb.page.evaluate(bars)
