@@ -1012,11 +1012,11 @@ for h in copiers:
 # ANSWER
 slot = {h: ("first" if att(run, *h, FIRST) > att(run, *h, SECOND) else "second") for h in copiers}
 print("each head's slot, in both orders:", {f"L{h[0]}H{h[1]}": s for h, s in slot.items()})
-# They stay: each head attends to one *position* of the intro, the first or the second name, in both orders, and
-# copies whatever name is there. Together they put both candidates forward; none of them knows which one is the
-# answer. The choice is made elsewhere: the heads that read S2 from the end push the S name down, far below the IO
-# (notebook 01), so of the two names, the IO wins. (GPT-2's name movers instead attend to the IO itself: notebook
-# 01's box.)
+# They stay: each head attends to one *position* of the intro, the first or the second name, in both orders
+# (printed). Attention says where a head reads, not what it writes: whether these heads copy the name they read
+# would take their OV circuit (or their direct effect on each name) to show. What their attention does show is that
+# they cannot be choosing between the names: they look at a slot, whichever name fills it. The choice is made by the
+# heads that read S2 from the end (notebook 01). (GPT-2's name movers instead attend to the IO itself.)
 for h in copiers:
     k = FIRST if slot[h] == "first" else SECOND
     assert att(run, *h, k) > 0.8 and att(run_swapped, *h, k) > 0.8
@@ -1178,8 +1178,9 @@ print("the same heads, by intro position (first name / second name):",
 # The END heads look at S2: that is where they read which name is the subject (through their values, exercise 1).
 # Some heads (printed) look at IO and S1 alike on average, but split by position each of the later ones looks
 # mostly at ONE intro slot, the first name or the second, whatever name stands there (the pairs mix both orders,
-# so the averages come out about equal): positional copiers. They copy a candidate in the clean and in the corrupt
-# run alike, so patching one changes little: that is why no sweep showed them.
+# so the averages come out about equal): positional heads, by their attention (what they write, an OV check would
+# tell). Patching one changes little (asserted below), as it would for a head that does the same in the clean and
+# in the corrupt run: that is why no sweep showed them.
 assert all(attn(h, END, S2) > max(attn(h, END, IO), attn(h, END, S1)) for h in at_end)
 assert late_copiers and all(abs(float(sweeps["z"].values[h])) < 0.1 for h in late_copiers)
 assert all(max(attn(h, END, FIRST), attn(h, END, SECOND)) > 0.4 and
@@ -1493,9 +1494,9 @@ assert all(claims.values()) and float(mlp_sweep.values[layer, S2]) > 0.5
     md("""
 **Where they agree.** Path patching names the card's heads for both roles (the assert above checks it): the heads
 whose output matters at the end are the ones with the direct path to the logits, and the heads whose output matters
-at S2 are the ones that feed them. Where the lists differ (printed), it is by a head near the cut: the card averages
-200 pairs of many templates, this notebook one template, on which that head has a direct path below 0.15 but not
-near 0 (exercise 10 mixes templates). The card also says that some heads pick an intro name by position and that
+at S2 are the ones that feed them. The lists are printed side by side above; where they differ, look at the heads
+near the cut: the card averages 200 pairs of many templates, this notebook one template (exercise 10 mixes
+templates). The card also says that some heads pick an intro name by position and that
 patching one of them changes little: exercises 3, 4 and 6 agree.
 
 **Where the tools say more, or otherwise.**
