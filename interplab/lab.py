@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from . import dla, paths, served, steering
+from . import dla, ov, paths, served, steering
 from .edges import circuit, edge_attribution, edge_patch
 from .engine import Cache, Engine, InterventionLog, Run, device_of, dtype_of
 from .errors import InterplabError, LoadError, UnknownSiteError
@@ -233,6 +233,12 @@ class Lab(Engine):
         adding up to the model's own metric (see interplab.dla)."""
 
         return dla.direct_logit_attribution(self, prompts, metric)
+
+    def copying_scores(self, prompts, positions, k: int = 5):
+        """Every head's copying score: the share of the names at `positions` whose OV output ranks the same name
+        in the top k tokens (Wang et al.'s name-mover evidence; see interplab.ov)."""
+
+        return ov.copying_scores(self, prompts, positions, k)
 
     def path_patch(self, clean, corrupt, metric, senders="heads", receivers="logits", direction: str = "noise",
                    **kw):
