@@ -334,15 +334,18 @@ other head numbers for the same roles):
    the difference at S2 in layer 0 (L0H0 and MLP0).
 3. **Moved to the end in two steps, layers 1 and 2.** L1H0 and L1H2, then L2H0 and L2H2, attend from the end to S2
    (0.73 to 0.91 on average); patched at the final position they restore 0.18, 0.21, 0.29 and 0.28. They write
-   the answer directly on the logits, and split the work: the layer-1 heads push both names down, the S name much
-   more; the layer-2 heads lift the IO name and push the S name down (notebooks/01_ioi_patching.ipynb, exercise 6).
-   By Wang et al.'s procedure all four are name movers, not S-inhibition heads: path patching into their queries
-   finds next to nothing; the S2 signal reaches them through their *values*, from L0H0 and MLP0 at S2. Layer 3 adds
-   nothing for this corruption (its heads restore 0.00).
+   the answer directly on the logits. Their OV circuits *suppress* the name they read: by Wang et al.'s copying
+   score (the name's state after MLP0 through the head's OV circuit and the unembedding: is that name in the top
+   5?) each of the four scores 0.00, and 1.00 negated, over the 16 names of notebooks/04_circuit.ipynb's 8 pairs
+   (`lab.copying_scores`, exercise 6 there). Reading S2, they push the S name down. So they are not name movers in
+   the paper's sense (which copy the name they attend to), nor S-inhibition heads: path patching into their
+   queries finds next to nothing; the S2 signal reaches them through their *values*, from L0H0 and MLP0 at S2.
+   Layer 3 adds nothing for this corruption (its heads restore 0.00).
 4. **Intro names picked by position.** L2H1, L2H3 and L3H1 attend from the end to the intro names (0.30 to 0.51
    each on average: on one prompt each looks at one intro slot, whichever name stands there; the averages mix ABBA
-   and BABA prompts), and the layer-0 heads spread their attention over both (0.23 to 0.36 each). Patching one
-   changes little, because each copies its slot's name in the clean and the corrupt run alike.
+   and BABA prompts), and the layer-0 heads spread their attention over both (0.23 to 0.36 each). Attention says
+   where they read, not what they write: their copying scores differ (L2H3 1.00, L2H1 0.69, L3H1 0.00, on the
+   same 16 names). Patching one changes little: this corruption leaves both intro names in place.
 5. At the end the MLPs add little for this corruption, but MLP0 at S2 is a link of the circuit: patched there
    alone it restores about as much as the whole S2 residual.
 

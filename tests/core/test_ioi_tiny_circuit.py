@@ -148,3 +148,25 @@ def test_the_cards_copiers_are_steered_by_no_one_and_write_no_difference(paths):
     res = paths["copiers"]
     assert float(res.values.nan_to_num().abs().max()) < 0.05
     assert all(abs(paths["logits"].value(*c)) < 0.05 for c in COPIERS)
+
+
+def test_the_cards_copying_scores_are_what_lab_copying_scores_gives():
+    """The card's sentences on what the heads write (its interpretation, points 3 and 4) state copying scores over
+    notebook 04's 16 names; recomputed here, they must be what the card says."""
+    import torch
+
+    card = (EMBEDDED["ioi-tiny"] / "MODEL_CARD.md").read_text()
+    lab = ilab.Lab.load("ioi-tiny")
+    pairs = fixed_template_dataset(8)
+    clean = [p["clean"] for p in pairs]
+    io = torch.tensor([lab.to_str_tokens(c).index(p["answer"]) for c, p in zip(clean, pairs)])
+    s1 = torch.tensor([lab.to_str_tokens(c).index(p["wrong"]) for c, p in zip(clean, pairs)])
+    scores = lab.copying_scores(clean, [io, s1])
+    assert len(scores.names) == 16 and "16 names" in card
+    end_heads = [h for h, _ in sorted(_card_lists()[0].items(), key=lambda kv: -kv[1]) if _card_lists()[0][h] >= SHARE]
+    assert len(end_heads) == 4 and "each of the four scores 0.00, and 1.00 negated" in card
+    assert all(float(scores.positive[h]) == 0.0 and float(scores.negative[h]) == 1.0 for h in end_heads)
+    stated = re.findall(r"L(\d)H(\d) (\d\.\d\d)", card.split("their copying scores differ")[1].split(")")[0])
+    assert len(stated) == 3
+    for layer, head, value in stated:
+        assert f"{float(scores.positive[int(layer), int(head)]):.2f}" == value
