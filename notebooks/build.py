@@ -377,8 +377,12 @@ Now, and only now, we can name roles (the cell prints which heads take them in t
 
 - **S2 readers** (layer 0, at S2): read the name at S2 and pass it, through MLP0, to the later layers. They matter
   a lot, but not directly.
-- **Movers** (later layers, at END): attend from the end to S2 and write the answer directly to the logits: down
-  with the S name, up with the other one.
+- **Movers** (later layers, at END): attend from the end to S2 and write the answer directly to the logits, the
+  S name far below the other one. What a head writes is its OV circuit's business: the cell prints each mover's
+  *copying score* (Wang et al.'s test for a name mover: fed a name, does its OV output rank that name in the top
+  5?) and its *negative* copying score (the same with the output negated). The cell asserts which of the two it
+  is, and the answer is not the paper's: these movers write the name they read *negated*, so reading S2 they push
+  the subject down. They move information, but they are not name movers in the paper's sense.
 """),
     code("""
 print("S2 readers:", [name(h) for h in readers], "| movers:", [name(h) for h in movers])
@@ -392,7 +396,11 @@ print("path patching, senders -> the movers' values: ",
 copy = {h: (float(push["IO"].heads[h][END]), float(push["S"].heads[h][END])) for h in HEADS if h[0] == lab.n_layers - 1}
 print("last layer, direct on logit(IO) / logit(S) vs ' the':", {name(h): (round(a, 2), round(b, 2))
                                                                   for h, (a, b) in copy.items()})
+scores = lab.copying_scores(clean, [IO, S1])  # the two intro names
+print("copying score / negative copying score:", {name(h): (float(scores.positive[h]), float(scores.negative[h]))
+                                                  for h in movers})
 assert reach["q"] < 0.05 < reach["v"] and all(into["v"].value(*h) > 0.05 for h in readers)
+assert all(float(scores.positive[h]) == 0 and float(scores.negative[h]) == 1 for h in movers)
 """),
     md("""
 > **ioi-tiny vs GPT-2.** Wang et al. 2022, *Interpretability in the Wild* ([arXiv:2211.00593](https://arxiv.org/abs/2211.00593)),
@@ -1135,8 +1143,9 @@ at_end = major({h: float(by_pos.values[h][END]) for h in HEADS})
 print("S2 readers (>= 0.15 at S2):", [name(h) for h in at_s2])
 print("at END (>= 0.15):          ", [name(h) for h in at_end])
 # The heads that matter at S2 are first-layer heads working at S2 itself; the heads that matter at END sit in later
-# layers. A first-layer head at END sees the tokens one by one: nothing there says which name is the subject. That
-# takes a head working *at* S2, where the name meets its earlier copy, and later heads that read what it wrote.
+# layers. A first-layer head at END sees the tokens one by one: nothing there says which name is the subject. What
+# this corruption changes is *which* name stands at S2 (both runs repeat a name there), so these cells trace that
+# name's identity from S2 to the end, not how the model notices the repeat: exercise 11 asks that.
 assert all(h[0] == 0 for h in at_s2) and all(h[0] > 0 for h in at_end)
 """),
     carry("""
@@ -1168,13 +1177,13 @@ attention_widget(lab, clean[0], layer=at_end[0][0], head=at_end[0][1])  # pick o
     code("""
 # ANSWER
 print("END heads, attention END->S2:", {name(h): round(attn(h, END, S2), 2) for h in at_end})
-copiers = [h for h in HEADS if attn(h, END, IO) >= 0.2 and attn(h, END, S1) >= 0.2]
-late_copiers = [h for h in copiers if h[0] > 0 and h not in at_end]
+intro_readers = [h for h in HEADS if attn(h, END, IO) >= 0.2 and attn(h, END, S1) >= 0.2]
+slot_readers = [h for h in intro_readers if h[0] > 0 and h not in at_end]
 print("heads attending from END to IO and S1 alike, on average over the pairs (>= 0.2 each):",
-      [name(h) for h in copiers])
+      [name(h) for h in intro_readers])
 FIRST, SECOND = torch.minimum(IO, S1), torch.maximum(IO, S1)  # the intro names by position, whichever is IO
 print("the same heads, by intro position (first name / second name):",
-      {name(h): (round(attn(h, END, FIRST), 2), round(attn(h, END, SECOND), 2)) for h in copiers})
+      {name(h): (round(attn(h, END, FIRST), 2), round(attn(h, END, SECOND), 2)) for h in intro_readers})
 # The END heads look at S2: that is where they read which name is the subject (through their values, exercise 1).
 # Some heads (printed) look at IO and S1 alike on average, but split by position each of the later ones looks
 # mostly at ONE intro slot, the first name or the second, whatever name stands there (the pairs mix both orders,
@@ -1182,14 +1191,14 @@ print("the same heads, by intro position (first name / second name):",
 # tell). Patching one changes little (asserted below), as it would for a head that does the same in the clean and
 # in the corrupt run: that is why no sweep showed them.
 assert all(attn(h, END, S2) > max(attn(h, END, IO), attn(h, END, S1)) for h in at_end)
-assert late_copiers and all(abs(float(sweeps["z"].values[h])) < 0.1 for h in late_copiers)
+assert slot_readers and all(abs(float(sweeps["z"].values[h])) < 0.1 for h in slot_readers)
 assert all(max(attn(h, END, FIRST), attn(h, END, SECOND)) > 0.4 and
            max(attn(h, END, FIRST), attn(h, END, SECOND)) > 3 * min(attn(h, END, FIRST), attn(h, END, SECOND))
-           for h in late_copiers)
+           for h in slot_readers)
 """),
     carry("""
-copiers = [h for h in HEADS if attn(h, END, IO) >= 0.2 and attn(h, END, S1) >= 0.2]  # END -> IO and S1 alike
-late_copiers = [h for h in copiers if h[0] > 0 and h not in at_end]
+intro_readers = [h for h in HEADS if attn(h, END, IO) >= 0.2 and attn(h, END, S1) >= 0.2]  # END -> IO and S1 alike
+slot_readers = [h for h in intro_readers if h[0] > 0 and h not in at_end]
 """),
     md("""
 ## Exercise 4: who writes the answer directly?
@@ -1199,7 +1208,7 @@ MLP) and reads each part through the unembedding, the final norm's scale frozen 
 add up exactly to the logit difference.
 
 **Predict:** on the clean prompts, which heads write the most logit difference *directly*, and with which sign? What
-is the direct share of the later copiers, which look at both names? Does any part push towards the *wrong*
+is the direct share of the later intro readers, which look at both names? Does any part push towards the *wrong*
 name?
 """),
     code("""
@@ -1214,22 +1223,22 @@ direct = {h: float(dla.heads[h][END]) for h in HEADS}
 writers = sorted(direct, key=direct.get, reverse=True)[:len(at_end)]
 print("largest direct writers:", [name(h) for h in writers], "| at END (exercise 2):", [name(h) for h in at_end])
 print("parts pushing the wrong name by more than 1:", [(p, round(v, 2)) for p, v in dla.top(40) if v < -1])
-print("later copiers, direct share of the difference:", {name(h): round(direct[h], 2) for h in late_copiers})
+print("later intro readers, direct share of the difference:", {name(h): round(direct[h], 2) for h in slot_readers})
 # The heads that look at S2 from END write the answer directly: all push the S2 name *down*, and lift the other
 # name, the layer-2 ones most (printed below): the other name wins.
-# Other parts push the wrong way (printed), and these heads more than make up for it. The copiers' share of the
+# Other parts push the wrong way (printed), and these heads more than make up for it. The intro readers' share of the
 # difference is small (printed): what each writes moves the two names about alike, whichever is the answer.
 # What they write for each name, with another metric:
 push = {}
 for who, answer in (("IO", [p["answer"] for p in pairs]), ("S", [p["wrong"] for p in pairs])):
     d = lab.direct_logit_attribution(clean, ilab.logit_diff(answer, " the"))
     push[who] = {h: float(d.heads[h][END]) for h in HEADS}
-    print(f"  logit({who}) - logit(' the'), copiers:", {name(h): round(push[who][h], 2) for h in late_copiers},
+    print(f"  logit({who}) - logit(' the'), intro readers:", {name(h): round(push[who][h], 2) for h in slot_readers},
           "| END heads:", {name(h): round(push[who][h], 2) for h in at_end})
 assert torch.allclose(dla.parts_sum(), dla.total, atol=1e-3)
 assert set(writers) == set(at_end)
 assert all(push["S"][h] < 0 for h in at_end) and any(v < -1 for _, v in dla.top(40))
-assert all(abs(direct[h]) < 0.1 * max(direct.values()) for h in late_copiers)
+assert all(abs(direct[h]) < 0.1 * max(direct.values()) for h in slot_readers)
 """),
     md("""
 ## Exercise 5: path patching, senders → logits
@@ -1250,70 +1259,105 @@ to_logits.show()
 """),
     code("""
 # ANSWER
-movers = major(paths)
-print("heads with a direct path to the logits >= 0.15:", [name(h) for h in movers])
+end_heads = major(paths)
+print("heads with a direct path to the logits >= 0.15:", [name(h) for h in end_heads])
 print("S2 readers' own direct path:", {name(h): round(paths[h], 2) for h in at_s2})
 # The S2 readers matter a lot, but not directly: their effect reaches the logits through later heads. The heads with
 # the direct path are the ones exercise 4 found writing the answer: path patching and direct logit attribution agree.
-# They are the heads that look at S2 from END: here the heads that find the subject also write the answer, where
-# GPT-2 small splits the job between S-inhibition heads and name movers (next exercise).
-assert set(movers) == set(writers)
-assert all(abs(paths[h]) < min(paths[m] for m in movers) for h in at_s2)
+# They are the heads that look at S2 from END. Are they name movers? Not yet shown: a name mover copies the name
+# it reads (exercise 5b tests that), and these read S2, the subject.
+assert set(end_heads) == set(writers)
+assert all(abs(paths[h]) < min(paths[m] for m in end_heads) for h in at_s2)
 """),
     carry("""
-movers = major(paths)  # the heads whose path to the logits carries >= 0.15
+end_heads = major(paths)  # the heads whose path to the logits carries >= 0.15
 """),
     md("""
-## Exercise 6: what feeds the movers? senders → their queries, keys, values
+## Exercise 5b: what do they write? Copying scores
+
+Attention says where a head reads; its **OV circuit** says what it writes there. Wang et al. call a head a *name
+mover* only when, fed a name, its OV output read through the unembedding ranks that same name among the top 5
+tokens. The share of names for which it does is the head's **copying score**; with the output negated, its
+*negative* copying score (their negative name movers). `lab.copying_scores(prompts, positions)` computes both for
+every head, over the names at the given positions (each name's state after MLP0, as in the paper).
+
+**Predict:** the END heads read S2 and the S name ends up far below the IO name (exercise 4). Do they copy the name
+they read, or write it negated? And the later heads that read one intro slot (exercise 3): do they copy its name?
+"""),
+    code("""
+scores = lab.copying_scores(clean, [IO, S1])  # both intro names of every pair
+print(f"{len(scores.names)} names, e.g. {scores.names[:4]}; top {scores.k} of {lab.model.config.vocab_size} tokens")
+print("head    copying score   negative copying score   found as")
+for h in end_heads + slot_readers:
+    found = "END head (direct path)" if h in end_heads else "reads one intro slot"
+    print(f"{name(h)}    {float(scores.positive[h]):.2f}            {float(scores.negative[h]):.2f}"
+          f"                     {found}")
+"""),
+    code("""
+# ANSWER
+suppressors = [h for h in end_heads if float(scores.negative[h]) >= 0.9 and float(scores.positive[h]) < 0.1]
+slot_copiers = [h for h in slot_readers if float(scores.positive[h]) >= 0.5]
+print("END heads writing the name they read, negated:", [name(h) for h in suppressors], "of",
+      [name(h) for h in end_heads])
+print("intro-slot heads copying the name they read:  ", [name(h) for h in slot_copiers], "of",
+      [name(h) for h in slot_readers])
+# Every END head writes the name it reads *negated* (printed): fed a name, it pushes that same name down. It reads
+# S2, so it pushes the subject down, and the other name wins. By the paper's evidence these are not name movers
+# (those copy, and attend to IO): they are negative copying heads that attend to S2. The heads that read one intro
+# slot do copy the name in it (printed): copiers by their OV circuit, positional by their attention.
+assert set(suppressors) == set(end_heads)
+assert set(slot_copiers) == set(slot_readers)
+"""),
+    md("""
+## Exercise 6: what feeds the END heads? senders → their queries, keys, values
 
 In GPT-2 small the **S-inhibition heads** were found this way: path patching with the *name movers' queries* as the
-receivers. The sender's path now reaches only the receivers (here all the movers' queries, or keys, or values);
+receivers. The sender's path now reaches only the receivers (here all the END heads' queries, or keys, or values);
 everything else stays clean.
 
-**Predict:** which senders feed the movers, and through which input: query, key or value? Use what exercise 1 told
+**Predict:** which senders feed the END heads, and through which input: query, key or value? Use what exercise 1 told
 you about which input of these heads sees the corruption.
 """),
     code("""
-earlier = [h for h in HEADS if h[0] < max(m[0] for m in movers)]  # a sender must come before its receivers
-into = {site: lab.path_patch(clean, corrupt, metric, senders=earlier, receivers=[(*m, site) for m in movers])
+earlier = [h for h in HEADS if h[0] < max(m[0] for m in end_heads)]  # a sender must come before its receivers
+into = {site: lab.path_patch(clean, corrupt, metric, senders=earlier, receivers=[(*m, site) for m in end_heads])
         for site in ("q", "k", "v")}
 for site, res in into.items():
     top = sorted(earlier, key=lambda h: -abs(res.value(*h)))[:4]
-    print(f"into the movers' {site}:", "  ".join(f"{name(h)} {res.value(*h):+.2f}" for h in top))
+    print(f"into the END heads' {site}:", "  ".join(f"{name(h)} {res.value(*h):+.2f}" for h in top))
 into["v"].show()
 """),
     code("""
 # ANSWER
 feeders = major({h: into["v"].value(*h) for h in earlier})
 reach = {site: float(into[site].values.nan_to_num().abs().max()) for site in ("q", "k", "v")}
-print("senders into the movers' values (>= 0.15):", [name(h) for h in feeders],
+print("senders into the END heads' values (>= 0.15):", [name(h) for h in feeders],
       "| S2 readers:", [name(h) for h in at_s2])
 print("largest |path| into the queries, keys, values:", {s: round(v, 3) for s, v in reach.items()})
-# The S2 readers feed the movers' *values*: what they wrote at S2 is what the movers read there. Nothing of note
-# reaches the queries from an earlier head (printed): no head's output steers where the movers look, which is what
-# S-inhibition heads do in GPT-2 small, so by the paper's evidence these are not S-inhibition heads. Nor are they
-# name movers in its sense: they attend to S2, not to IO (exercise 4). Whether what they write copies the name they
-# read or suppresses it is what their OV circuit would tell; the DLA columns of exercise 4 show the net push.
+# The S2 readers feed the END heads' *values*: what they wrote at S2 is what the END heads read there. Nothing of note
+# reaches the queries from an earlier head (printed): no head's output steers where the END heads look, which is what
+# S-inhibition heads do in GPT-2 small, so by the paper's evidence these are not S-inhibition heads either: with
+# exercise 5b, each reads the subject at S2 and writes it negated.
 assert set(feeders) == set(at_s2)
 assert max(reach["q"], reach["k"]) < 0.3 * reach["v"], reach
 """),
     carry("""
-feeders = major({h: into["v"].value(*h) for h in earlier})  # the senders into the movers' values (>= 0.15)
+feeders = major({h: into["v"].value(*h) for h in earlier})  # the senders into the END heads' values (>= 0.15)
 """),
     md("""
-**Predict:** and the later copiers, which look at both names? If something steered their attention towards IO
+**Predict:** and the later intro readers, which look at both names? If something steered their attention towards IO
 (as GPT-2's S-inhibition heads steer the name movers), path patching into their queries would show it. Will it?
 """),
     code("""
 into_copiers = lab.path_patch(clean, corrupt, metric,
-                              senders=[h for h in HEADS if h[0] < min(c[0] for c in late_copiers)],
-                              receivers=[(*h, s) for h in late_copiers for s in ("q", "k", "v")])
-print("largest |path| into the copiers' q, k, v together:",
+                              senders=[h for h in HEADS if h[0] < min(c[0] for c in slot_readers)],
+                              receivers=[(*h, s) for h in slot_readers for s in ("q", "k", "v")])
+print("largest |path| into the intro readers' q, k, v together:",
       round(float(into_copiers.values.nan_to_num().abs().max()), 3))
 """),
     code("""
 # ANSWER
-# Next to nothing: each copier looks at its intro slot, whichever name stands there, whatever the movers did. Their
+# Next to nothing: each of them looks at its intro slot, whichever name stands there, whatever the END heads did. Their
 # work is real (exercise 4, with another metric), but this corruption, which changes only S2, does not touch it.
 assert float(into_copiers.values.nan_to_num().abs().max()) < 0.05
 """),
@@ -1342,11 +1386,11 @@ for edge in top:
     print(f"  {edge:20} EAP-IG {edges[edge]:+6.2f}   exact {exact[edge]:+6.2f}")
 mlps = sorted({part for edge in top for part in edge.split(" -> ") if part.startswith("MLP")})
 print("MLPs among the top edges:", mlps)
-# An MLP sits in the middle of the strongest chain: the S2 readers write into it, and it writes into the movers'
+# An MLP sits in the middle of the strongest chain: the S2 readers write into it, and it writes into the END heads'
 # values. The head-level tools cannot show it as a step of its own: path patching recomputes the MLPs, so a sender
 # is credited with its path through them.
 mlp = mlps[0]
-assert any(f"{name(r)} -> {mlp}" in top for r in at_s2) and any(f"{mlp} -> {name(m)}.v" in top for m in movers)
+assert any(f"{name(r)} -> {mlp}" in top for r in at_s2) and any(f"{mlp} -> {name(m)}.v" in top for m in end_heads)
 assert torch.corrcoef(torch.tensor([[edges[e] for e in top], [exact[e] for e in top]]))[0, 1] > 0.8
 """),
     carry("""
@@ -1360,22 +1404,61 @@ mlp = sorted({part for edge in top for part in edge.split(" -> ") if part.starts
 corrupt run instead, as Wang et al. evaluate their circuit: faithfulness 1 = the whole clean logit difference kept,
 0 = none of it.
 
-**Predict:** write a circuit from your findings: S2's token → the S2 readers' values → ... → the movers' values →
-the logits, with S2's token also straight into the MLP of exercise 7 (edge attribution ranks that edge high). How
-much of the behaviour does it keep? And the same circuit with the MLP left out (the S2 readers straight into the
-movers' values)?
+### Write it yourself: the circuit's edges
+
+Write your circuit as a list of edges, in the names `edges.top` prints: `"embed -> L0H0.v"` (the token embeddings
+into a head's value input), `"L0H0 -> MLP0"`, `"MLP0 -> L2H0.v"`, `"L2H0 -> logits"`. Build it from what you found,
+with the names the earlier cells set: `at_s2` (the S2 readers), `mlp` (the MLP of exercise 7), `end_heads` and
+`name(head)`. The chain: S2's token → the S2 readers' values → ... → the END heads' values → the logits, with S2's
+token also straight into the MLP (edge attribution ranks that edge high).
+
+**Predict:** how much of the behaviour will your circuit keep? And the same circuit with the MLP left out (the S2
+readers straight into the END heads' values)?
+"""),
+    code("""
+my_circuit = [
+    # your edges here, e.g. f"embed -> {name(at_s2[0])}.v", ...
+]
+"""),
+    code("""
+def check_circuit(edges_list):
+    \"\"\"Right when the list keeps >= 0.8 of the behaviour with at most 15 edges, each a real edge of the graph.\"\"\"
+    unknown = [e for e in edges_list if e not in edges.edges]
+    if not edges_list or unknown:
+        print("not yet:", "the list is empty" if not edges_list else f"not edges of this graph: {unknown}")
+        return False
+    kept = lab.circuit(clean, corrupt, metric, edges_list).faithfulness
+    ok = kept >= 0.8 and len(edges_list) <= 15
+    print(f"{'right' if ok else 'not yet'}: {len(edges_list)} edges keep {kept:.2f} of the behaviour"
+          + ("" if ok else " (aim: >= 0.80 with at most 15 edges)"))
+    return ok
+
+
+check_circuit(my_circuit)
+"""),
+    code("""
+# ANSWER
+my_circuit = ([f"embed -> {name(r)}.v" for r in at_s2] + [f"embed -> {mlp}"] + [f"{name(r)} -> {mlp}" for r in at_s2]
+              + [f"{mlp} -> {name(m)}.v" for m in end_heads] + [f"{name(m)} -> logits" for m in end_heads])
+assert check_circuit(my_circuit)
+"""),
+    md("""
+The cell below compares your chain with the same chain without the MLP, and with the top edges of edge
+attribution.
 """),
     code("""
 def chain(middle):
     readers_in = [f"embed -> {name(r)}.v" for r in at_s2]
-    out = [f"{name(m)} -> logits" for m in movers]
+    out = [f"{name(m)} -> logits" for m in end_heads]
     if middle is None:
-        return readers_in + [f"{name(r)} -> {name(m)}.v" for r in at_s2 for m in movers] + out
+        return readers_in + [f"{name(r)} -> {name(m)}.v" for r in at_s2 for m in end_heads] + out
     return (readers_in + [f"embed -> {middle}"] + [f"{name(r)} -> {middle}" for r in at_s2]
-            + [f"{middle} -> {name(m)}.v" for m in movers] + out)
+            + [f"{middle} -> {name(m)}.v" for m in end_heads] + out)
 
 
 circuits = {"heads only": chain(None), f"through {mlp}": chain(mlp)}
+if my_circuit and all(e in edges.edges for e in my_circuit):
+    circuits["yours"] = my_circuit
 size = len(circuits[f"through {mlp}"])
 circuits["top EAP-IG, |score|"] = [edge for edge, _ in edges.top(size)]
 circuits["top EAP-IG, > 0"] = [edge for edge, score in edges.top(len(edges.edges)) if score > 0][:size]
@@ -1473,21 +1556,21 @@ def card_heads(text):
 card_end, card_s2 = card_heads(end_text), card_heads(s2_text.split("Largest")[0])
 print("card, output at END:", {name(h): v for h, v in card_end.items()}, "-> restoring >= 0.15",
       [name(h) for h in major(card_end)])
-print("path patching, name movers (senders -> logits):     ", [name(h) for h in movers])
+print("path patching, END heads (senders -> logits):        ", [name(h) for h in end_heads])
 print("card, output at S2: ", {name(h): v for h, v in card_s2.items()}, "-> restoring >= 0.15",
       [name(h) for h in major(card_s2)])
-print("path patching, senders -> the movers' values:       ", [name(h) for h in feeders])
+print("path patching, senders -> the END heads' values:     ", [name(h) for h in feeders])
 claims = {key: [line.strip() for line in card.splitlines() if key in line]
-          for key in ("S-inhibition", "by position", "MLPs add little")}
+          for key in ("not name movers", "by position", "MLPs add little")}
 for key, lines in claims.items():
     print(f"the card on {key!r}:", lines)
 mlp_sweep = lab.patch_sweep(clean, corrupt, "mlp_out", ("layer", "pos"), metric=metric, progress=False)
 layer = int(mlp[3:])
 print(f"{mlp}'s output patched at S2 alone restores {float(mlp_sweep.values[layer, S2]):.2f}; "
       f"at END {float(mlp_sweep.values[layer, END]):+.2f}")
-extra = [h for h in major(card_end) if h not in movers]
+extra = [h for h in major(card_end) if h not in end_heads]
 print("the card counts at END, path patching here not:", {name(h): round(paths[h], 2) for h in extra})
-assert set(movers) <= set(major(card_end)) and set(major(card_s2)) == set(feeders)
+assert set(end_heads) <= set(major(card_end)) and set(major(card_s2)) == set(feeders)
 assert all(0.05 < paths[h] < 0.15 for h in extra)
 assert all(claims.values()) and float(mlp_sweep.values[layer, S2]) > 0.5
 """),
@@ -1500,11 +1583,11 @@ templates). The card also says that some heads pick an intro name by position an
 patching one of them changes little: exercises 3, 4 and 6 agree.
 
 **Where the tools say more, or otherwise.**
-- The card calls the movers name movers, not S-inhibition heads (printed above). Exercise 6 is the evidence: they
-  have the direct path to the logits, and nothing reaches their queries. The two jobs GPT-2 small splits between two
-  classes of heads are one head's job here. The card finds no duplicate-token head: the head that looks from S2 at
-  S1 looks at a place in the sentence (notebook 01, exercise 5); if it is in these lists, it is for its other job,
-  as a mover at END. The S2 readers carry the difference.
+- The card calls the END heads neither name movers nor S-inhibition heads (printed above), with this notebook's
+  evidence: they write the name they read negated (exercise 5b), and nothing reaches their queries (exercise 6).
+  The card finds no duplicate-token head: the head that looks from S2 at S1 looks at a place in the sentence
+  (notebook 01, exercise 5); if it is in these lists, it is for its other job, at END. The S2 readers carry the
+  difference.
 - The card's sentence on the MLPs (printed above): they add little at the final position, where notebook 01 looked;
   at S2, one MLP is a link the circuit cannot do without: its output patched at S2 alone restores most of the
   behaviour (printed above), edge attribution puts it in the strongest chain (exercise 7), and the circuit without it
@@ -1516,7 +1599,7 @@ patching one of them changes little: exercises 3, 4 and 6 agree.
 ## Exercise 10: one template can mislead
 
 Everything above used one template. **Predict:** on pairs from mixed held-out templates (of one token length, as path
-patching needs), will path patching name the same movers, and the same heads feeding their values? Why might it not?
+patching needs), will path patching name the same END heads, and the same heads feeding their values? Why might it not?
 """),
     code("""
 mixed = ilab.zoo.ioi_dataset(60, split="test")
@@ -1527,14 +1610,14 @@ mixed_clean, mixed_corrupt = [d["clean"] for d in mixed], [d["corrupt"] for d in
 mixed_metric = ilab.logit_diff([d["answer"] for d in mixed], [d["wrong"] for d in mixed])
 mixed_paths = lab.path_patch(mixed_clean, mixed_corrupt, mixed_metric)
 mixed_direct = {h: mixed_paths.value(*h) for h in HEADS}
-mixed_movers = sorted(HEADS, key=lambda h: -mixed_direct[h])[:len(movers)]  # as many as on the one template
+mixed_end_heads = sorted(HEADS, key=lambda h: -mixed_direct[h])[:len(end_heads)]  # as many as on the one template
 mixed_v = lab.path_patch(mixed_clean, mixed_corrupt, mixed_metric, senders=earlier,
-                         receivers=[(*m, "v") for m in mixed_movers])
+                         receivers=[(*m, "v") for m in mixed_end_heads])
 mixed_feeders = sorted(earlier, key=lambda h: -mixed_v.value(*h))[:len(feeders)]
 print(f"{len(mixed)} pairs of {common} tokens, e.g.:", *mixed_clean[:3], sep="\\n  ")
 print("path to the logits:", "  ".join(f"{name(h)} {mixed_direct[h]:+.2f}" for h in
                                        sorted(HEADS, key=lambda h: -mixed_direct[h]) if mixed_direct[h] > 0.05))
-print("top name movers:", [name(h) for h in mixed_movers], "| top senders into their values:",
+print("top END heads:", [name(h) for h in mixed_end_heads], "| top senders into their values:",
       [name(h) for h in mixed_feeders], f"({', '.join(f'{mixed_v.value(*h):+.2f}' for h in mixed_feeders)})")
 """),
     code("""
@@ -1546,13 +1629,112 @@ to_s2 = {h: float(torch.stack([mixed_run.cache["pattern", h[0]][i, h[1], -1, s2]
                   .mean()) for h in HEADS}
 print("heads with a direct path > 0.05 on the mixed pairs, attention END->S2 there:",
       {name(h): round(to_s2[h], 2) for h in HEADS if mixed_direct[h] > 0.05})
-# The same heads feed the movers' values, and the template's movers all have a large direct path here too, but
+# The same heads feed the END heads' values, and the template's END heads all have a large direct path here too, but
 # in another order and with other shares (printed above), and any head above the cut looks at S2 from END. The
 # templates put S2 at other distances from the end, with other words between, and the heads share the work
 # differently on each: a head near the cut can move across it, and a threshold on such a list is a choice, not a
 # finding.
-assert set(movers) <= set(major(mixed_direct)) and set(mixed_feeders) == set(feeders)
+assert set(end_heads) <= set(major(mixed_direct)) and set(mixed_feeders) == set(feeders)
 assert all(to_s2[h] > 0.5 for h in HEADS if mixed_direct[h] > 0.05)
+"""),
+    md("""
+## Exercise 11: a corruption without the repeat (ABC)
+
+Every corruption so far kept a repeated name: the clean prompts repeat S at S2, the corrupt ones repeat IO there. So
+every result above traced *which* name stands at S2, never *how the model notices* that a name is repeated. Wang et
+al. also corrupt with an "ABC" prompt: S2 replaced by a third name, so no name repeats.
+
+**Predict:** in the ABC prompts, will the END heads still look at S2 from the end? If their attention to S2 falls,
+the repeat steers where they look: will restoring their queries or keys (patching from the clean run) then bring
+the answer back, or is it still all in their values?
+"""),
+    code("""
+others = [p["answer"] for p in pairs] + [p["wrong"] for p in pairs]
+abc = []
+for c, p in zip(clean, pairs):  # S2 (the last occurrence of the S name) replaced by a name not in the prompt
+    before, _, after = c.rpartition(p["wrong"])
+    abc.append(before + next(n for n in others if n not in c) + after)
+lab.check_pair(clean, abc)  # the same token positions
+abc_ld = float(bound(lab.run(abc).last_logits).mean())
+print(abc[0])
+print(f"mean logit diff IO - S: clean {clean_ld:+.2f}, ABC {abc_ld:+.2f}, corrupt {corrupt_ld:+.2f}")
+abc_run = lab.run(abc, cache=["pattern"])
+to_s2 = {h: (attn(h, END, S2), float(abc_run.cache["pattern", h[0]][rows, h[1], END, S2].mean())) for h in end_heads}
+print("END heads, attention END->S2, clean / ABC:",
+      {name(h): (round(a, 2), round(b, 2)) for h, (a, b) in to_s2.items()})
+abc_sweeps = {site: lab.patch_sweep(clean, abc, site, ("layer", "head"), metric=metric, progress=False)
+              for site in ("z", "q", "k", "v")}
+for site, res in abc_sweeps.items():
+    top = sorted(HEADS, key=lambda h: -abs(float(res.values[h])))[:4]
+    print(f"patched from clean into ABC, {site:2}", "  ".join(f"{name(h)} {float(res.values[h]):+.2f}" for h in top))
+"""),
+    code("""
+# ANSWER
+dropped = [h for h, (a, b) in to_s2.items() if a - b > 0.15]
+reach = {site: float(res.values.abs().max()) for site, res in abc_sweeps.items()}
+print("END heads whose attention to S2 falls by more than 0.15 without the repeat:", [name(h) for h in dropped])
+print("largest restored by one head's z, q, k, v:", {site: round(v, 2) for site, v in reach.items()})
+# Without the repeat, some END heads look at S2 less (printed): the repeat does steer where they look. Yet restoring
+# their queries or keys brings back next to nothing, while their values (and their outputs) bring back as much as
+# under the other corruption (printed): the answer rides on what they read at S2, not on how hard they look there.
+# Where ioi-tiny registers the repeat, these tools do not put in one head's query or key; its effect on the
+# answer goes through the values, from S2.
+assert dropped and max(reach["q"], reach["k"]) < 0.1 < 0.3 < reach["z"]
+"""),
+    md("""
+## Exercise 12 (after the workshop): the same cells on GPT-2 small
+
+Wang et al.'s roles in GPT-2 small are defined by the evidence you used here: name movers have a direct path to the
+logits, attend from the end to IO and copy it (copying score); S-inhibition heads are the senders into the name
+movers' *queries*. The cells below run that evidence on GPT-2 small where it is at hand (downloaded once, or a
+folder named by `INTERPLAB_GPT2`; docs/teaching/CHECKLIST.md) and put the heads it finds next to the paper's list.
+ioi-tiny uses GPT-2's tokenizer, so the pairs and positions are the same. Without the model the cells say so and
+skip.
+
+**Predict:** will path patching and copying scores name the paper's name movers? And the senders into their queries:
+the paper's S-inhibition heads?
+"""),
+    code("""
+import os
+
+try:
+    big = ilab.Lab.load(os.environ.get("INTERPLAB_GPT2", "gpt2"))  # a hub id, or a folder holding GPT-2 small
+except ilab.LoadError as err:
+    big = None
+    print("GPT-2 small is not at hand, so the cells of this exercise skip:", str(err).splitlines()[0])
+PAPER = {"name movers": [(9, 6), (9, 9), (10, 0)], "S-inhibition heads": [(7, 3), (7, 9), (8, 6), (8, 10)]}
+if big is not None:
+    big_heads = [(layer, head) for layer in range(big.n_layers) for head in range(big.n_heads)]
+    big_paths = big.path_patch(clean, corrupt, metric)  # every head -> the logits
+    big_direct = {h: big_paths.value(*h) for h in big_heads}
+    big_run = big.run(clean, cache=["pattern"])
+    pair_rows = torch.arange(len(clean))
+    big_scores = big.copying_scores(clean, [IO, S1])
+
+    def big_attn(head, k):
+        return float(big_run.cache["pattern", head[0]][pair_rows, head[1], END, k].mean())
+
+    print("head     path to logits   END->IO   END->S1   END->S2   copying   negative copying")
+    for h in sorted(big_heads, key=lambda h: -abs(big_direct[h]))[:10]:
+        print(f"{h[0]}.{h[1]:<6} {big_direct[h]:+.2f}            {big_attn(h, IO):.2f}      {big_attn(h, S1):.2f}"
+              f"      {big_attn(h, S2):.2f}      {float(big_scores.positive[h]):.2f}"
+              f"      {float(big_scores.negative[h]):.2f}")
+"""),
+    code("""
+if big is not None:
+    found = {"name movers": [h for h in big_heads if big_direct[h] >= 0.05 and float(big_scores.positive[h]) >= 0.5
+                             and big_attn(h, IO) > max(big_attn(h, S1), big_attn(h, S2))]}
+    movers_first = min((h[0] for h in found["name movers"]), default=big.n_layers)
+    senders = [h for h in big_heads if h[0] < movers_first]
+    if found["name movers"] and senders:
+        into_q = big.path_patch(clean, corrupt, metric, senders=senders,
+                                receivers=[(*h, "q") for h in found["name movers"]])
+        found["S-inhibition heads"] = [h for h in senders if into_q.value(*h) >= 0.05]
+    for role, heads in PAPER.items():
+        mine = found.get(role, [])
+        dotted = [f"{h[0]}.{h[1]}" for h in mine]
+        print(f"{role}: found here {dotted}; the paper's {[f'{h[0]}.{h[1]}' for h in heads]};",
+              f"in both {[f'{h[0]}.{h[1]}' for h in heads if h in mine]}")
 """),
 ]
 
@@ -1561,10 +1743,25 @@ NOTEBOOKS = {"01_ioi_patching.ipynb": IOI, "02_steering.ipynb": STEERING, "03_lo
              "04_circuit.ipynb": CIRCUIT}
 
 
+PREDICTION = """**Your prediction** (double-click this cell, write it with your reason, then run the next cell):
+
+..."""
+
+
+def with_prediction_boxes(cells):
+    """After each question that asks for a prediction, a markdown cell to write it in before the reveal."""
+    out = []
+    for cell in cells:
+        out.append(cell)
+        if cell.cell_type == "markdown" and "**Predict" in cell.source:
+            out.append(md(PREDICTION))
+    return out
+
+
 def write(name, cells, folder=HERE):
     nb = nbf.v4.new_notebook()
-    nb.cells = cells
-    for i, cell in enumerate(cells):  # fixed ids (nbformat draws random ones), so a rebuild changes only what changed
+    nb.cells = with_prediction_boxes(cells)
+    for i, cell in enumerate(nb.cells):  # fixed ids (nbformat draws random ones), so a rebuild changes only what changed
         cell.id = f"cell-{i}"
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbf.write(nb, Path(folder) / name)

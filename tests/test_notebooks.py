@@ -78,3 +78,45 @@ def test_prose_states_no_measured_numbers_or_head_names(path):
             text = re.sub(r"\[arXiv:[^\]]*\]\([^)]*\)", "", cell.source)
             assert not re.findall(r"\bL\d+H\d+\b|\d\.\d\d", text), cell.source[:200]
             assert "What you should see" not in text
+
+
+def _exercise_cells(nb, title: str) -> list:
+    """The code cells of one exercise: from its heading to the next heading."""
+    start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith(title))
+    stop = next((i for i in range(start + 1, len(nb.cells)) if nb.cells[i].cell_type == "markdown"
+                 and nb.cells[i].source.startswith("## ")), len(nb.cells))
+    return [c for c in nb.cells[start:stop] if c.cell_type == "code"]
+
+
+@pytest.mark.slow
+def test_the_gpt2_cells_of_notebook_04_run_where_a_gpt2_is_at_hand(tmp_path, monkeypatch):
+    """Exercise 12 runs only where GPT-2 small is at hand, which it is not here: its cells run on a GPT-2 of the same
+    family and tokenizer, with random weights and 4 layers, saved in a folder (INTERPLAB_GPT2), so every line runs
+    and prints the table and the comparison with the paper's heads; without the model they say so and skip."""
+    import transformers as tf
+    from nbclient import NotebookClient
+
+    from interplab.zoo import EMBEDDED
+
+    tok_dir = EMBEDDED["ioi-tiny"]
+    tokenizer = tf.AutoTokenizer.from_pretrained(tok_dir)
+    torch_model = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=4, n_head=4, n_embd=64, vocab_size=len(tokenizer)))
+    folder = tmp_path / "gpt2-shaped"
+    torch_model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    nb = nbformat.read(NOTEBOOKS[3], as_version=4)
+    setup = next(c for c in nb.cells if c.cell_type == "code")
+    cells = _exercise_cells(nb, "## Exercise 12")
+    assert len(cells) == 2 and "copying_scores" in cells[0].source and "path_patch" in cells[1].source
+    for where, expect in ((str(folder), "the paper's"), (str(tmp_path / "absent"), "not at hand")):
+        monkeypatch.setenv("INTERPLAB_GPT2", where)
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        run = nbformat.v4.new_notebook(cells=[nbformat.from_dict(c) for c in [setup, *cells]])
+        for c in run.cells:
+            c.outputs = []
+        NotebookClient(run, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+        text = "\n".join(o.get("text", "") for c in run.cells for o in c.get("outputs", []) if o.output_type == "stream")
+        assert not [o for c in run.cells for o in c.get("outputs", []) if o.output_type == "error"]
+        assert expect in text, text[-2000:]
+        if expect == "the paper's":
+            assert "path to logits" in text and "name movers: found here" in text

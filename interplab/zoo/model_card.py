@@ -337,7 +337,7 @@ other head numbers for the same roles):
    the answer directly on the logits. Their OV circuits *suppress* the name they read: by Wang et al.'s copying
    score (the name's state after MLP0 through the head's OV circuit and the unembedding: is that name in the top
    5?) each of the four scores 0.00, and 1.00 negated, over the 16 names of notebooks/04_circuit.ipynb's 8 pairs
-   (`lab.copying_scores`, exercise 6 there). Reading S2, they push the S name down. So they are not name movers in
+   (`lab.copying_scores`, exercise 5b there). Reading S2, they push the S name down. So they are not name movers in
    the paper's sense (which copy the name they attend to), nor S-inhibition heads: path patching into their
    queries finds next to nothing; the S2 signal reaches them through their *values*, from L0H0 and MLP0 at S2.
    Layer 3 adds nothing for this corruption (its heads restore 0.00).
