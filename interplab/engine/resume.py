@@ -2,8 +2,9 @@
 
 A patch at (layer L, position p) changes nothing below layer L, nor at positions before p. So a patched forward can
 feed the unedited run's residual into layer L (the layers below are skipped) and reuse the unedited run's keys and
-values for positions < p (only positions p.. are computed). Only the final position is unembedded. Chunks of such
-forwards halve on out-of-memory.
+values for positions < p (only positions p.. are computed). Only the final position is unembedded. The cached keys
+and values are shared by every row of a batch, never copied per row. Chunks of such forwards are sized to a memory
+budget (row_bytes, default_budget) and halve on out-of-memory.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
+from transformers.cache_utils import DynamicLayer
 
 from ..sites import Arch, HookPoint
 from .hooks import HookManager, attach, run_lock, with_input
@@ -101,13 +103,47 @@ def key_values(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> tuple
 
 
 def prefix(entry: tuple[str, object], first: int, n_rows: int, repeats: int, device) -> dict:
-    """{keyword: a copy of the cache cropped to `first` positions, tiled `repeats` times along the batch}."""
+    """{keyword: a cache holding the first `first` positions of `entry`'s keys/values, for a batch of `repeats`
+    copies of its `n_rows` prompts}: the prefix is shared by every copy (see SharedPrefixLayer); caches of other
+    layer kinds are copied, cropped and tiled."""
     name, cache = entry
+    layers = getattr(cache, "layers", None)
+    if layers and all(type(layer) is DynamicLayer and layer.is_initialized for layer in layers) \
+            and not getattr(cache, "offloading", False):
+        shared = copy.copy(cache)  # the memoised cache itself is left as it is
+        shared.layers = [SharedPrefixLayer(layer.keys[..., :first, :], layer.values[..., :first, :], repeats)
+                         for layer in layers]
+        return {name: shared}
     cropped = copy.deepcopy(cache)
     cropped.crop(first - cropped.get_seq_length())  # negative: drop that many trailing positions (all versions)
     if repeats > 1:  # rows are cell-major (row c * n_rows + i = prompt i), so tile rather than interleave
         cropped.reorder_cache(torch.arange(n_rows, device=device).repeat(repeats))
     return {name: cropped}
+
+
+class SharedPrefixLayer(DynamicLayer):
+    """One layer's cached prefix keys/values [n_rows, heads, first, d], read by a batch of `repeats` x n_rows rows
+    (row c * n_rows + i continues prompt i). update() returns prefix + this forward's positions and keeps nothing: a
+    resumed forward runs each layer once, so no layer's joined keys outlive it (a DynamicLayer keeps them all, one
+    copy of the prefix per row in every layer at once). The join itself is materialised, one layer at a time: the
+    models' attention takes one key tensor per row, so reading the prefix in place would mean rewriting attention."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, repeats: int):
+        super().__init__()
+        self.keys, self.values, self.repeats = keys, values, repeats
+        self.device, self.is_initialized = keys.device, True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        return _joined(self.keys, key_states, self.repeats), _joined(self.values, value_states, self.repeats)
+
+
+def _joined(prefix: torch.Tensor, new: torch.Tensor, repeats: int) -> torch.Tensor:
+    """[repeats * n, heads, first + q, d]: the prefix [n, heads, first, d] broadcast to every repeat, then `new`."""
+    n, first = prefix.shape[0], prefix.shape[-2]
+    out = new.new_empty(repeats, n, new.shape[1], first + new.shape[-2], new.shape[-1])
+    out[..., :first, :] = prefix.to(new.dtype)
+    out[..., first:, :] = new.unflatten(0, (repeats, n))
+    return out.flatten(0, 1)
 
 
 def halving(run: Callable[[list], list], items: list) -> list:
@@ -121,3 +157,50 @@ def halving(run: Callable[[list], list], items: list) -> list:
             torch.cuda.empty_cache()
         half = len(items) // 2
         return halving(run, items[:half]) + halving(run, items[half:])
+
+
+# ---- chunk sizes from a memory budget ----------------------------------------------------------------------------
+
+# The default budget's ceiling. On a CPU a forward of a thousand token rows already runs its matrix products at full
+# speed (benchmarks/bench_long_sweep.py: the same CPU time at 64 MiB as at 512 MiB), so more memory buys nothing; a
+# GPU needs larger batches to be busy.
+BUDGET_CAP = {"cuda": 2**30}
+BUDGET_CAP_OTHER = 256 * 2**20
+FREE_SHARE = 4  # the default budget takes at most this fraction (1/FREE_SHARE) of the device's free memory
+
+
+def default_budget(device) -> int:
+    """Bytes a chunk's forward may use when the caller names no budget: a quarter of the device's free memory (CUDA:
+    mem_get_info; CPU: MemAvailable), at most 1 GiB on CUDA and 256 MiB elsewhere (the ceiling alone where free
+    memory cannot be read)."""
+    device = torch.device(device)
+    cap = BUDGET_CAP.get(device.type, BUDGET_CAP_OTHER)
+    free = None
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    elif device.type == "cpu":
+        try:
+            with open("/proc/meminfo") as f:
+                free = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+        except (OSError, StopIteration, ValueError, IndexError):
+            free = None
+    return cap if free is None else max(1, min(cap, free // FREE_SHARE))
+
+
+def row_bytes(model: nn.Module, q_len: int, k_len: int) -> int:
+    """Bytes one row of a resumed forward holds at its peak, computing `q_len` positions over `k_len` keys: what a
+    layer keeps alive at once (residual and norm copies, queries/keys/values, the MLP's hidden and its activation's
+    temporaries, this layer's joined keys/values and the attention scores), from the config's sizes. An estimate
+    (calibrated by benchmarks/bench_long_sweep.py), not a bound: chunks still halve if memory runs out."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    d = cfg.hidden_size
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or d // heads
+    kv_width = (getattr(cfg, "num_key_value_heads", None) or heads) * head_dim
+    d_ff = next((v for v in (getattr(cfg, k, None) for k in ("intermediate_size", "n_inner", "ffn_dim", "d_ff"))
+                 if isinstance(v, int)), 4 * d)
+    eager = getattr(cfg, "_attn_implementation", "eager") in (None, "eager")
+    per_position = 6 * d + 3 * d_ff + heads * head_dim + 2 * kv_width
+    elements = q_len * per_position + 2 * kv_width * k_len + (2 if eager else 1) * heads * q_len * k_len
+    itemsize = next(model.parameters()).element_size()
+    return elements * itemsize + q_len * k_len * itemsize  # + the row's attention mask
