@@ -18,6 +18,7 @@ for denoising (clean patched into corrupt) and noising (corrupt patched into cle
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ import torch
 from . import display, engine
 from . import edits as ed
 from .engine import Engine, as_prompts
-from .errors import InterplabError, LengthMismatchError, UnsupportedSiteError
+from .errors import InterplabError, LengthMismatchError, NumberError, UnsupportedSiteError
 from .metrics import Custom, Metric, as_metric, top_k
 from .sites import FULL_FORWARD, HEADED, LAYERED
 
@@ -227,13 +228,18 @@ def patch_sweep_heads(lab: Engine, clean, corrupt, metric, by=("layer", "head"),
 
 
 def _row_patch(src: torch.Tensor, row_mask: torch.Tensor, n_heads: int | None) -> Callable:
-    """t -> t with src written where row_mask holds: row_mask [rows, pos] or [rows, pos, heads]."""
+    """t -> t with src written where row_mask holds: src [n_pairs, pos, ...] is every cell's (rows are cell-major,
+    row c * n_pairs + i = pair i), row_mask [rows, pos] or [rows, pos, heads]."""
+    n_pairs = src.shape[0]
+
     def edit(t):
         mask, value = row_mask.to(t.device), src.to(t.device)  # (a device_map may run the layer elsewhere)
-        if n_heads is not None and mask.dim() == 3:
-            x = t.view(*t.shape[:2], n_heads, -1)
-            return torch.where(mask[..., None], value.view_as(x), x).reshape(t.shape)
-        return torch.where(mask[..., None], value, t)
+        cells = t.unflatten(0, (-1, n_pairs))  # [cells, n_pairs, pos, ...]: value broadcasts over the cells
+        mask = mask.unflatten(0, (-1, n_pairs))
+        if n_heads is not None and mask.dim() == 4:
+            x = cells.unflatten(-1, (n_heads, -1))
+            return torch.where(mask[..., None], value.unflatten(-1, (n_heads, -1)), x).flatten(-2).flatten(0, 1)
+        return torch.where(mask[..., None], value, cells).flatten(0, 1)
     return edit
 
 
@@ -252,7 +258,8 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                 direction: str = "denoise", method: str = "exact", *, max_batch: int = 64,
                 progress: bool | Callable[[int, int], None] = True, cancel: threading.Event | None = None,
                 on_partial: Callable[[SweepResult], None] | None = None, layers=None, qk_fix: bool = False,
-                grad_drop: bool = False, order: torch.Tensor | None = None) -> SweepResult:
+                grad_drop: bool = False, order: torch.Tensor | None = None,
+                memory_budget: int | str | None = None) -> SweepResult:
     """Patch every cell of (site, by) from source into base and measure the metric; see the module docstring.
 
     clean / corrupt: a prompt each, or lists of N pairs (the metric is averaged over pairs, as the IOI papers do).
@@ -260,6 +267,10 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
             [rows, vocab] last-position logits. direction: "denoise" (clean into corrupt) or "noise".
     order: exact sweeps only, a priority per cell (the result's shape, e.g. |attribution estimate|): chunks run
            highest first, across layers (each chunk still one layer's), so on_partial fills the promising cells first.
+    memory_budget: exact sweeps, the memory one batched forward may use: bytes, or a string such as "600MiB" or
+           "2GiB"; each chunk takes as many rows (up to max_batch) as fit (an estimate from the model's sizes and the
+           positions the chunk computes). Default: a quarter of the device's free memory, at most 1 GiB on CUDA
+           and 256 MiB elsewhere (engine.default_budget).
     """
     if not isinstance(by, (str, list, tuple)):
         raise InterplabError(f"by={by!r} is not a sweep layout: choose one of {', '.join(map(str, AXES))}.")
@@ -285,6 +296,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise InterplabError(f"max_batch={max_batch!r}: the most patched rows per forward, an int >= 1 (default 64; "
                              f"lower it if memory runs out).")
+    budget = _budget_bytes(memory_budget, lab.device)
     if not (isinstance(progress, bool) or callable(progress)):
         raise InterplabError(f"progress={progress!r}: use True (a progress bar), False, or a function (done, total).")
     if cancel is not None and not callable(getattr(cancel, "is_set", None)):
@@ -351,6 +363,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     base_cell = _cell_run(base_run.last_logits[:1], metric)[0]
     base_top = _hover_top(base_cell)
     pending = []  # (priority, layer index, layer, source act, chunks): run after every layer's skipped cells
+    fits = None  # first changed position -> cells per chunk within the budget (once some cell needs a forward)
     try:
         for li, layer, all_cells in jobs:
             key = (site, layer)
@@ -369,12 +382,14 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                 _advance(bar, progress, done, total, len(all_cells) - len(cells))
             result.cells_run += len(cells)
             per_chunk = max(1, max_batch // len(pairs.base))
+            if cells and fits is None:
+                fits = _chunk_fits(lab, site, pairs, budget)
             if order is None:
-                pending.append((0.0, li, layer, source_act, _chunks(cells, per_chunk)))
+                pending.append((0.0, li, layer, source_act, _chunks(cells, per_chunk, fits)))
                 continue
             prio = torch.as_tensor(order, dtype=torch.float64)[li].nan_to_num(0.0)
             cells.sort(key=lambda c: -float(prio[c[0]]))  # highest first; each chunk then by first change
-            pending += [(float(prio[c[0][0]]), li, layer, source_act, _chunks(c, per_chunk))
+            pending += [(float(prio[c[0][0]]), li, layer, source_act, _chunks(c, per_chunk, fits))
                         for c in (cells[i:i + per_chunk] for i in range(0, len(cells), per_chunk))]
         if order is not None:
             pending.sort(key=lambda job: -job[0])
@@ -413,14 +428,53 @@ def _pairs(lab: Engine, clean, corrupt, direction, by) -> _Pairs:
     return _Pairs(base, source, ids, mask, lengths)
 
 
-def _chunks(cells, per_chunk: int) -> list[list]:
-    """Cells (index, selector, first changed position) in chunks of at most `per_chunk`, sorted by that position:
-    a chunk computes only the positions from its earliest change on (the earlier ones are the base run's, their
-    keys and values come from its cache), so chunks of neighbouring positions keep that saving. (Cutting a layer
-    into more, smaller chunks to save more positions does not pay on a CPU: a matmul over fewer rows runs at a
-    fraction of the speed, measured in benchmarks/bench_sweep.py.)"""
+_UNITS = {"b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def _budget_bytes(memory_budget, device) -> int:
+    """memory_budget as bytes: None -> the device's default (engine.default_budget)."""
+    if memory_budget is None:
+        return engine.default_budget(device)
+    value = memory_budget
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]+)\s*", value)
+        unit = _UNITS.get(match[2].lower()) if match else None
+        value = float(match[1]) * unit if unit else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
+        raise NumberError(f"memory_budget={memory_budget!r}: the memory one batched forward of the sweep may use, as "
+                          f"bytes (a number >= 1) or a string such as '600MiB' or '2GiB' (units B, KiB, MiB, GiB); "
+                          f"or None for the default (a quarter of the device's free memory, at most 1 GiB on CUDA "
+                          f"and 256 MiB elsewhere).")
+    return int(value)
+
+
+def _chunk_fits(lab: Engine, site: str, pairs: _Pairs, budget: int) -> Callable[[int], int]:
+    """first changed position -> how many cells a chunk starting there may hold within `budget` bytes (at least
+    one): the chunk computes positions first.. (all of them where its forward cannot resume at a position, see
+    _run_cells) over every key position, n_pairs rows per cell."""
+    n_pairs, n_pos = pairs.base_ids.shape
+    resumes = bool(pairs.mask.all()) and site not in FULL_FORWARD and lab.kv_prefix(pairs.base, 1) is not None
+
+    def fits(first: int) -> int:
+        q_len = n_pos - first if resumes and first else n_pos
+        return max(1, budget // (engine.row_bytes(lab.model, q_len, n_pos) * n_pairs))
+    return fits
+
+
+def _chunks(cells, per_chunk: int, fits: Callable[[int], int] | None = None) -> list[list]:
+    """Cells (index, selector, first changed position) in chunks, sorted by that position: a chunk computes only the
+    positions from its earliest change on (the earlier ones are the base run's, their keys and values come from its
+    cache), so chunks of neighbouring positions keep that saving. A chunk holds at most `per_chunk` cells and at
+    most fits(its first position) (the memory budget: chunks that start later compute fewer positions, so more
+    cells fit). Within a budget a chunk spans few positions of a long prompt, so its forward computes little more
+    than its cells' own positions (the 256-token sweep of benchmarks/bench_long_sweep.py: 9% more at 256 MiB)."""
     cells = sorted(cells, key=lambda c: c[2])
-    return [cells[i:i + per_chunk] for i in range(0, len(cells), per_chunk)]
+    chunks, i = [], 0
+    while i < len(cells):
+        size = min(per_chunk, fits(cells[i][2])) if fits is not None else per_chunk
+        chunks.append(cells[i:i + size])
+        i += size
+    return chunks
 
 
 def _resume_key(lab: Engine, site: str, layer: int) -> tuple[str, int]:
@@ -460,13 +514,15 @@ def _run_cells(lab: Engine, site: str, layer: int, chunk, pairs: _Pairs, metric:
     real = pairs.mask.bool()[None, :, :]  # never patch padding
     mask &= real.reshape(1, n_pairs, n_pos, *([1] if heads else []))
     mask = mask.reshape(rows, n_pos, *([n_heads] if heads else []))[:, first:].to(dev)
-    src_rows = src[:, first:].to(dev).repeat(n_cells, 1, 1)
-    hidden = base_hidden[:, first:].to(dev).repeat(n_cells, 1, 1)
+    src = src[:, first:].to(dev)  # [n_pairs, ...]: broadcast over the cells, never repeated per row
+    base_hidden = base_hidden[:, first:].to(dev)
     hooks = []
     if site in ("resid_pre", "resid_post"):
-        hidden = torch.where(mask[..., None], src_rows, hidden)
+        cell_mask = mask.unflatten(0, (n_cells, n_pairs))[..., None]
+        hidden = torch.where(cell_mask, src, base_hidden).flatten(0, 1)
     else:
-        hooks.append((site_point, _row_patch(src_rows, mask, n_heads if heads else None)))
+        hidden = base_hidden.repeat(n_cells, 1, 1)
+        hooks.append((site_point, _row_patch(src, mask, n_heads if heads else None)))
     ids = pairs.base_ids[:, first:].to(dev).repeat(n_cells, 1)
     attn = pairs.mask.to(dev).repeat(n_cells, 1)
     last = (torch.tensor(pairs.lengths) - 1 - first).repeat(n_cells).to(dev)
