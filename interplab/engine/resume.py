@@ -202,5 +202,5 @@ def row_bytes(model: nn.Module, q_len: int, k_len: int) -> int:
     eager = getattr(cfg, "_attn_implementation", "eager") in (None, "eager")
     per_position = 6 * d + 3 * d_ff + heads * head_dim + 2 * kv_width
     elements = q_len * per_position + 2 * kv_width * k_len + (2 if eager else 1) * heads * q_len * k_len
-    itemsize = next(model.parameters()).element_size()
+    itemsize = torch.empty((), dtype=getattr(model, "dtype", torch.float32)).element_size()  # activations' dtype
     return elements * itemsize + q_len * k_len * itemsize  # + the row's attention mask
