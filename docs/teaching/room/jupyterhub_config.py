@@ -1,0 +1,122 @@
+# JupyterHub for an interplab workshop room on one machine (docs/teaching/ROOM.md).
+#
+#     sudo /srv/interplab/venv/bin/jupyterhub -f /srv/interplab/room/jupyterhub_config.py
+#
+# One server per student, started as the student's own system account (files are isolated by the operating system),
+# running the room's Python with interplab. On first login the notebooks are copied into ~/interplab-notebooks (a
+# notebook already there is kept: it holds the student's work). The embedded model ships in the package; GPT-2, when
+# the teacher put it there, is read from a shared read-only Hugging Face cache. One kernel per student; idle servers
+# are stopped by jupyterhub-idle-culler.
+#
+# Every setting below has a default for the layout ROOM.md describes and an INTERPLAB_ROOM_* variable to change it
+# (tests/room/test_room.py runs this very file with other ports, folders and the dummy authenticator).
+
+import os
+import pwd
+import subprocess
+import sys
+from pathlib import Path
+
+c = get_config()  # noqa: F821 - defined by JupyterHub when it loads this file
+
+env = os.environ.get
+HERE = Path(__file__).resolve().parent
+ROOM = Path(env("INTERPLAB_ROOM_DIR", "/srv/interplab"))  # shared, root-owned, readable by every student
+NOTEBOOKS = Path(env("INTERPLAB_ROOM_NOTEBOOKS", str(ROOM / "notebooks")))
+HF_CACHE = env("INTERPLAB_ROOM_HF_CACHE", str(ROOM / "hf-home" / "hub"))
+PYTHON = env("INTERPLAB_ROOM_PYTHON", sys.executable)  # the students' Python (default: the hub's own environment)
+STATE = Path(env("INTERPLAB_ROOM_STATE", "/srv/jupyterhub"))  # the hub's database and cookie secret: root only
+MEM_LIMIT = env("INTERPLAB_ROOM_MEM_LIMIT", "3G")
+CPU_LIMIT = float(env("INTERPLAB_ROOM_CPU_LIMIT", "1"))
+IDLE_TIMEOUT = int(env("INTERPLAB_ROOM_IDLE_TIMEOUT", "3600"))  # longer than the workshop's break
+CULL_EVERY = int(env("INTERPLAB_ROOM_CULL_EVERY", "300"))
+AUTH = env("INTERPLAB_ROOM_AUTH", "pam")  # pam: the students' system accounts (students.sh); dummy: tests only
+SPAWNER = env("INTERPLAB_ROOM_SPAWNER", "local")  # local: LocalProcessSpawner; systemd: SystemdSpawner (limits)
+STUDENTS_GROUP = env("INTERPLAB_ROOM_GROUP", "interplab-students")
+NOTEBOOK_DIR = "interplab-notebooks"
+
+# ---- the hub -----------------------------------------------------------------------------------------------------
+c.JupyterHub.ip = env("INTERPLAB_ROOM_IP", "")  # all interfaces: the students' browsers come from the room's network
+c.JupyterHub.port = int(env("INTERPLAB_ROOM_PORT", "8000"))
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = int(env("INTERPLAB_ROOM_HUB_PORT", "8081"))
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{env('INTERPLAB_ROOM_PROXY_API_PORT', '8001')}"
+c.ConfigurableHTTPProxy.command = [env("INTERPLAB_ROOM_PROXY", "configurable-http-proxy")]
+c.ConfigurableHTTPProxy.pid_file = str(STATE / "jupyterhub-proxy.pid")
+c.JupyterHub.db_url = f"sqlite:///{STATE / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(STATE / "jupyterhub_cookie_secret")
+c.JupyterHub.allow_named_servers = False  # one server per student
+c.JupyterHub.cleanup_servers = True  # stopping the hub stops the students' servers
+# 25 students log in within a minute: each server imports torch (a few CPU-seconds each), so allow time
+c.JupyterHub.concurrent_spawn_limit = int(env("INTERPLAB_ROOM_CONCURRENT_SPAWNS", "30"))
+
+# ---- who may log in ----------------------------------------------------------------------------------------------
+if AUTH == "dummy":  # any name with the shared password: for tests on a closed machine, never for a room
+    c.JupyterHub.authenticator_class = "dummy"
+    c.DummyAuthenticator.password = env("INTERPLAB_ROOM_DUMMY_PASSWORD", "")
+    c.Authenticator.allow_all = True
+else:  # the system accounts students.sh created, with the passwords it printed
+    c.JupyterHub.authenticator_class = "pam"
+    c.PAMAuthenticator.allowed_groups = {STUDENTS_GROUP}
+admins = env("INTERPLAB_ROOM_ADMINS", "")
+c.Authenticator.admin_users = {a for a in admins.split(",") if a}
+
+# ---- each student's server ---------------------------------------------------------------------------------------
+if SPAWNER == "systemd":  # jupyterhub-systemdspawner: systemd enforces mem_limit and cpu_limit (not run here)
+    c.JupyterHub.spawner_class = "systemdspawner.SystemdSpawner"
+    c.SystemdSpawner.unit_name_template = "jupyter-{USERNAME}"
+else:  # enforces nothing by itself: the limits below only reach the server as MEM_LIMIT / CPU_LIMIT
+    c.JupyterHub.spawner_class = "localprocess"
+c.Spawner.cmd = [PYTHON, "-m", "jupyterhub.singleuser"]
+c.Spawner.args = [f"--config={HERE / 'jupyter_server_config.py'}"]  # one kernel per student
+c.Spawner.notebook_dir = "~"
+c.Spawner.default_url = f"/lab/tree/{NOTEBOOK_DIR}/01_ioi_patching.ipynb"
+c.Spawner.mem_limit = MEM_LIMIT
+c.Spawner.cpu_limit = CPU_LIMIT
+c.Spawner.start_timeout = 180
+c.Spawner.http_timeout = 120
+c.Spawner.environment = {
+    "HF_HUB_OFFLINE": "1",  # the room's models are on disk: no student waits on the network
+    "HF_HUB_CACHE": HF_CACHE,  # GPT-2 for the optional cells, shared and read-only
+    "TOKENIZERS_PARALLELISM": "false",
+    # torch's threads per kernel = the student's CPU share: 25 kernels x all cores would thrash the machine
+    "OMP_NUM_THREADS": str(max(1, round(CPU_LIMIT))),
+    "MKL_NUM_THREADS": str(max(1, round(CPU_LIMIT))),
+}
+
+# The notebooks, copied into the student's home on every start, keeping any notebook already there. The copy runs as
+# the student (not as root, which could be led by a link the student made to write elsewhere).
+COPY = """
+import shutil, sys
+from pathlib import Path
+src, dest = Path(sys.argv[1]), Path.home() / sys.argv[2]
+dest.mkdir(exist_ok=True)
+for nb in sorted(src.glob("*.ipynb")):
+    if not (dest / nb.name).exists():
+        shutil.copy(nb, dest / nb.name)
+"""
+
+
+def copy_notebooks(spawner):
+    if not NOTEBOOKS.is_dir():
+        spawner.log.warning("interplab room: no notebooks in %s", NOTEBOOKS)
+        return
+    account = pwd.getpwnam(spawner.user.name)
+    subprocess.run([PYTHON, "-c", COPY, str(NOTEBOOKS), NOTEBOOK_DIR], user=account.pw_uid, group=account.pw_gid,
+                   extra_groups=[], cwd=account.pw_dir, env={"HOME": account.pw_dir, "PATH": "/usr/bin:/bin"},
+                   check=True, timeout=60)
+
+
+c.Spawner.pre_spawn_hook = copy_notebooks
+
+# ---- idle culling ------------------------------------------------------------------------------------------------
+c.JupyterHub.services = [{
+    "name": "idle-culler",
+    "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={IDLE_TIMEOUT}",
+                f"--cull-every={CULL_EVERY}"],
+}]
+c.JupyterHub.load_roles = [{
+    "name": "idle-culler",
+    "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+    "services": ["idle-culler"],
+}]
