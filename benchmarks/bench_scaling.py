@@ -167,7 +167,8 @@ def sample_cells(n_layers: int, n_pos: int, k: int):
     return [cells[int(i * step)] for i in range(k)]
 
 
-def one_row(name: str, n: int, device: str, loop_budget: float, max_batch: int) -> dict:
+def one_row(name: str, n: int, device: str, loop_budget: float, max_batch: int, memory_budget: str | None = None
+            ) -> dict:
     model, tok = build(name, device)
     lab = ilab.Lab(model, tok, model_id=name)
     clean, corrupt = pair(tok, n)
@@ -195,10 +196,11 @@ def one_row(name: str, n: int, device: str, loop_budget: float, max_batch: int) 
         t_loop = (time.perf_counter() - t0) * total / len(cells)
 
     lab.clear_memo()
+    budget = {} if memory_budget is None else {"memory_budget": memory_budget}  # None: the library's default
     with Peak(device) as mem_exact:
         t0 = time.perf_counter()
         res = lab.patch_sweep(clean, corrupt, "resid_pre", ("layer", "pos"), metric, progress=False,
-                              max_batch=max_batch)
+                              max_batch=max_batch, **budget)
         sync(device)
         t_exact = time.perf_counter() - t0
     diff = max(abs(float(res.raw[l, p]) - v) for (l, p), v in ref.items())
@@ -216,7 +218,7 @@ def one_row(name: str, n: int, device: str, loop_budget: float, max_batch: int) 
     row = {"model": name, "tokens": n, "cells": total, "cells_run": res.cells_run,
            "loop_s": t_loop, "loop_cells_timed": len(cells), "loop_sampled": sampled,
            "exact_s": t_exact, "attr_s": t_attr, "exact_x": t_loop / t_exact, "attr_x": t_loop / t_attr,
-           "max_abs_diff": diff, "attr_corr": corr, "max_batch": max_batch,
+           "max_abs_diff": diff, "attr_corr": corr, "max_batch": max_batch, "memory_budget": memory_budget,
            "mem_loop_mib": mem_loop.bytes / 2**20, "mem_exact_mib": mem_exact.bytes / 2**20,
            "mem_attr_mib": mem_attr.bytes / 2**20,
            "params_m": sum(p.numel() for p in model.parameters()) / 1e6}
@@ -231,7 +233,8 @@ def table(rows: list[dict], device: str, args) -> list[str]:
     where = (torch.cuda.get_device_name() if device.startswith("cuda")
              else f"{platform.machine()} CPU, {os.cpu_count()} cores, {torch.get_num_threads()} thread(s)")
     lines = [
-        f"`python benchmarks/bench_scaling.py --models {args.models} --lengths {args.lengths} --device {device}` on "
+        f"`python benchmarks/bench_scaling.py --models {args.models} --lengths {args.lengths} --device {device}"
+        f"{f' --memory-budget {args.memory_budget}' if args.memory_budget else ''}` on "
         f"{where}, torch {torch.__version__}, fp32, {time.strftime('%Y-%m-%d')}. Random weights, real GPT-2 "
         "tokenizer; a resid_pre (layer x position) sweep of a logit difference, the pair differing at the first "
         "token (every cell from layer 1 on runs). Speed-ups are against (a) in the same run; (a) marked * was timed "
@@ -261,6 +264,8 @@ def main() -> int:
     ap.add_argument("--loop-budget", type=float, default=600.0,
                     help="seconds: a loop that would take longer is timed on a sample of cells")
     ap.add_argument("--max-batch", type=int, default=64, help="exact sweep: rows per batched forward")
+    ap.add_argument("--memory-budget", help="exact sweep: memory per batched forward, e.g. 1GiB (default: the "
+                    "library's, from free memory)")
     ap.add_argument("--quick", action="store_true", help="gpt2-tiny at 15 and 64 tokens")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--json", help="also write the rows here")
@@ -274,7 +279,7 @@ def main() -> int:
             raise SystemExit(f"--models: unknown {name!r}; use {', '.join(SHAPES)}")
         for n in (int(x) for x in args.lengths.split(",")):
             t0 = time.perf_counter()
-            row = one_row(name, n, args.device, args.loop_budget, args.max_batch)
+            row = one_row(name, n, args.device, args.loop_budget, args.max_batch, args.memory_budget)
             rows.append(row)
             print(json.dumps(row), f"({time.perf_counter() - t0:.0f} s)", flush=True)
     lines = table(rows, args.device, args)

@@ -491,8 +491,9 @@ class Engine:
 
     def kv_prefix(self, prompts, first: int, repeats: int = 1) -> dict | None:
         """Keyword arguments that make a forward start at position `first` of `prompts` (one string, or a list of
-        equal-length prompts): the unedited run's keys/values cropped to `first` positions and tiled `repeats`
-        times along the batch. None where the model's cache cannot be cropped (sliding windows)."""
+        equal-length prompts): the unedited run's keys/values for the first `first` positions, read by a batch of
+        `repeats` copies of the prompts (shared, not copied per row: engine.resume.prefix). None where the model's
+        cache cannot be cropped (sliding windows)."""
         key = prompts if isinstance(prompts, str) else tuple(prompts)
         memo_key = self.memo.key(("kv", key))
         entry = self.memo.get(memo_key)
