@@ -351,15 +351,18 @@ class LabNotebook:
 
     @classmethod
     def open(cls, browser, server: JupyterServer, path: str, timeout: float = 120.0,
-             viewport=(1400, 1000), app: str = "lab") -> LabNotebook:
-        """app: "lab" (JupyterLab 4, /lab/tree/) or "notebook" (Notebook 7, /notebooks/; the `notebook` package)."""
-        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+             viewport=(1400, 1000), app: str = "lab", context=None) -> LabNotebook:
+        """app: "lab" (JupyterLab 4, /lab/tree/) or "notebook" (Notebook 7, /notebooks/; the `notebook` package).
+        context: a browser context to open it in (one logged in to a JupyterHub, tests/room): server.url is then the
+        student's server (http://hub/user/NAME) and server.origin the hub's, where its login pages are."""
+        context = context or browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
         page = context.new_page()
         nb = cls(context, page, server, path)
+        origin = getattr(server, "origin", server.url)
 
         def route(r):  # nothing but the loopback server (and inline data)
             url = r.request.url
-            if url.startswith(server.url) or url.startswith("data:") or url.startswith("blob:"):
+            if url.startswith(origin) or url.startswith("data:") or url.startswith("blob:"):
                 return r.continue_()
             return r.abort()
 
