@@ -7,7 +7,7 @@ the five kernels at once prints what the single-user run prints; a heatmap cell 
 JupyterLab draws the single-user sweep and repaints the logits with the patched run's numbers; a student's token
 cannot reach another student's server, files or kernel, and the operating system keeps their homes apart; a second
 kernel is refused; the limits and the shared model cache reach the kernel; the idle culler queries the hub.
-Needs root (the accounts are removed at the end, pass or fail). About 2-3 minutes on two cores.
+Needs root (the accounts are removed at the end, pass or fail). About 3-4 minutes on two cores.
 """
 
 from __future__ import annotations
