@@ -21,6 +21,7 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+from results_file import provenance  # noqa: E402
 
 import interplab as ilab  # noqa: E402
 from interplab.zoo import random_model  # noqa: E402
@@ -78,6 +79,7 @@ def main() -> None:
     if not args.quick:
         model, tok = random_model("gpt2-small")
         lines += table("random GPT-2 small (12 layers x 12 heads, random weights)", ilab.Lab(model, tok))
+    lines += [provenance("ioi-tiny"), ""]  # the ioi-tiny table depends on its weights
     if not args.no_write:
         (pathlib.Path(__file__).resolve().parent / "RESULTS_ATP.md").write_text("\n".join(lines))
 
