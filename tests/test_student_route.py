@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -271,3 +272,44 @@ def test_interplab_lab_serves_notebook_01(student):
                     pass
     with pytest.raises((urllib.error.URLError, OSError)):
         urllib.request.urlopen(f"{base}/api/status", timeout=5)  # the server is gone
+
+
+COLAB_RUNNER = """
+import sys
+
+import nbformat
+from nbclient import NotebookClient
+
+# the cell in a real kernel of the student's environment, as a notebook's one cell (raises on an error)
+nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(open(sys.argv[1]).read())])
+NotebookClient(nb, timeout=900, kernel_name="python3").execute()
+print("\\n".join(o.get("text", "") for o in nb.cells[0].outputs if o.output_type == "stream"))
+"""
+
+
+@pytest.mark.slow
+def test_the_colab_cell_runs_notebook_01_without_its_answers(student, tmp_path):
+    """COLAB.md's one cell, as written, in the student's fresh environment (the wheel installed offline; its own
+    `!pip install` of the uploaded wheel then finds everything in place): it runs notebook 01 from the wheel cell by
+    cell with the answer cells left out, and no cell fails. Colab itself cannot be reached from here: its module
+    `google.colab.output` is the one thing provided, a function that does nothing (on Colab it loads the widget
+    manager; anywidget calls it too)."""
+    block = (ROOT / "docs/teaching/COLAB.md").read_text().split("```python\n", 1)[1].split("```", 1)[0]
+    assert "!pip install -q ./interplab-0.1.0-py3-none-any.whl" in block and "# ANSWER" in block
+    shutil.copy(student.wheel, tmp_path / "interplab-0.1.0-py3-none-any.whl")
+    colab = tmp_path / "stubs" / "google" / "colab"  # a namespace package `google`: protobuf's stays importable
+    colab.mkdir(parents=True)
+    (colab / "__init__.py").write_text("")
+    (colab / "output.py").write_text("def enable_custom_widget_manager():\n    pass\n")
+    cell = tmp_path / "colab_cell.py"
+    # each notebook cell's error is reported by run_cell, not raised: fail the outer cell on the first one
+    cell.write_text(block.replace("get_ipython().run_cell(source)",
+                                  "assert get_ipython().run_cell(source).success, source[:300]"))
+    runner = tmp_path / "runner.py"
+    runner.write_text(COLAB_RUNNER)
+    env = {**student.env, "PYTHONPATH": str(tmp_path / "stubs"), "MPLBACKEND": "Agg"}
+    res, seconds = _run([str(student.python), str(runner), str(cell)], cwd=tmp_path, env=env, timeout=900,
+                        what="COLAB.md's cell")
+    assert "Traceback" not in res.stdout, res.stdout[-3000:]
+    assert "<- S2: differs" in res.stdout  # notebook 01's first code cell printed its table
+    print(f"\nCOLAB.md's cell: notebook 01 without its answers in {seconds:.0f} s")
