@@ -144,13 +144,10 @@ def test_five_students_run_notebook_01_at_once_and_print_the_single_user_numbers
     print(f"\nroom: notebook 01 in {N} kernels at once: {took:.1f} s")
 
 
-def test_a_heatmap_click_in_two_browsers_shows_the_single_user_numbers(room):
+def test_a_heatmap_click_in_two_browsers_shows_the_single_user_numbers(room, chromium):
     sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-    from harness import DEFINES_EXPLORER, LabNotebook, chromium_missing, launch_browser
+    from harness import DEFINES_EXPLORER, LabNotebook
 
-    reason = chromium_missing()
-    if reason:
-        pytest.skip(reason)
     import interplab as ilab
 
     r, hub, tokens = room
@@ -159,50 +156,50 @@ def test_a_heatmap_click_in_two_browsers_shows_the_single_user_numbers(room):
     corrupt = "When Mary and John went to the store, Mary gave a drink to"
     metric = ilab.logit_diff(" Mary", " John")
     want = lab.patch_sweep(clean, corrupt, site="resid_pre", by=("layer", "pos"), metric=metric, progress=False)
-    with launch_browser() as browser:
-        for name in NAMES[:2]:
-            context = browser.new_context(viewport={"width": 1400, "height": 1000})
-            login = context.new_page()
-            login.goto(f"{hub.url}/hub/login?next=%2Fhub%2Fhome")  # (not into JupyterLab: the test opens it)
-            login.fill("input[name=username]", name)
-            login.fill("input[name=password]", roomhub.PASSWORD)
-            login.click("input[type=submit], button[type=submit]")
-            login.wait_for_url("**/hub/home", timeout=60000)
-            login.close()
-            server = types.SimpleNamespace(url=f"{hub.url}/user/{name}", origin=hub.url, log_tail=hub.log_tail)
-            nb = LabNotebook.open(browser, server, roomhub.NOTEBOOK, context=context)
-            try:
-                who = nb.exec("import os, sys\nprint(os.getuid(), sys.executable)").split()
-                assert int(who[0]) == __import__("pwd").getpwnam(name).pw_uid, who
-                i = nb.find_cell(DEFINES_EXPLORER)
-                nb.run_through(i)
-                nb.wait_heatmap(i)
-                drawn = nb.page.evaluate("(i) => window.__il.gd(i, 'heatmap').__interplab_grid.z", i)
-                assert len(drawn) == want.values.shape[0]
-                for row, want_row in zip(drawn, want.values.tolist()):
-                    assert row == pytest.approx(want_row, abs=1e-5), (name, drawn, want.values)
-                rows, cols = nb.heatmap_shape(i)
-                t_click = nb.click_heatmap_cell(i, rows - 1, cols - 1)
-                nb.wait_paint("logits", t_click, timeout=60)
-                assert any(n.startswith("patched") for n in nb.series_names(i)), nb.series_names(i)
-                # the patched run's next-token probabilities as the panel prints them, against the same patch run
-                # here: the last layer's input at the last position, from the clean run
-                shown = nb.logits_text(i).split("patched: ", 1)[1].splitlines()
-                assert shown[0] == f"L{rows - 1} pos {cols - 1}", shown[0]
-                probs = lab.run(corrupt, edits=[ilab.patch("resid_pre", rows - 1, pos=cols - 1,
-                                                           source=lab.run(clean))]).last_logits[0].softmax(-1)
-                pairs = list(zip(shown[1::2], shown[2::2]))
-                assert len(pairs) >= 3, shown
-                for token, text in pairs:
-                    want_p = float(probs[lab.token_id(token.replace("\u2423", " "))])
-                    assert float(text) == pytest.approx(want_p, abs=6e-4, rel=0.01), (name, token, text, want_p)
-                state = json.loads(nb.exec("import json\nprint(json.dumps(explorer.heatmap.selected))")
-                                   .strip().splitlines()[-1])
-                assert state == [[rows - 1, cols - 1]], state
-                assert not nb.page_errors, nb.page_errors
-            finally:
-                nb.close()
-                hub.stop_kernels(name, tokens[name])
+    browser = chromium  # the session's one Chromium: a second sync Playwright in one process is refused
+    for name in NAMES[:2]:
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        login = context.new_page()
+        login.goto(f"{hub.url}/hub/login?next=%2Fhub%2Fhome")  # (not into JupyterLab: the test opens it)
+        login.fill("input[name=username]", name)
+        login.fill("input[name=password]", roomhub.PASSWORD)
+        login.click("input[type=submit], button[type=submit]")
+        login.wait_for_url("**/hub/home", timeout=60000)
+        login.close()
+        server = types.SimpleNamespace(url=f"{hub.url}/user/{name}", origin=hub.url, log_tail=hub.log_tail)
+        nb = LabNotebook.open(browser, server, roomhub.NOTEBOOK, context=context)
+        try:
+            who = nb.exec("import os, sys\nprint(os.getuid(), sys.executable)").split()
+            assert int(who[0]) == __import__("pwd").getpwnam(name).pw_uid, who
+            i = nb.find_cell(DEFINES_EXPLORER)
+            nb.run_through(i)
+            nb.wait_heatmap(i)
+            drawn = nb.page.evaluate("(i) => window.__il.gd(i, 'heatmap').__interplab_grid.z", i)
+            assert len(drawn) == want.values.shape[0]
+            for row, want_row in zip(drawn, want.values.tolist()):
+                assert row == pytest.approx(want_row, abs=1e-5), (name, drawn, want.values)
+            rows, cols = nb.heatmap_shape(i)
+            t_click = nb.click_heatmap_cell(i, rows - 1, cols - 1)
+            nb.wait_paint("logits", t_click, timeout=60)
+            assert any(n.startswith("patched") for n in nb.series_names(i)), nb.series_names(i)
+            # the patched run's next-token probabilities as the panel prints them, against the same patch run
+            # here: the last layer's input at the last position, from the clean run
+            shown = nb.logits_text(i).split("patched: ", 1)[1].splitlines()
+            assert shown[0] == f"L{rows - 1} pos {cols - 1}", shown[0]
+            probs = lab.run(corrupt, edits=[ilab.patch("resid_pre", rows - 1, pos=cols - 1,
+                                                       source=lab.run(clean))]).last_logits[0].softmax(-1)
+            pairs = list(zip(shown[1::2], shown[2::2]))
+            assert len(pairs) >= 3, shown
+            for token, text in pairs:
+                want_p = float(probs[lab.token_id(token.replace("\u2423", " "))])
+                assert float(text) == pytest.approx(want_p, abs=6e-4, rel=0.01), (name, token, text, want_p)
+            state = json.loads(nb.exec("import json\nprint(json.dumps(explorer.heatmap.selected))")
+                               .strip().splitlines()[-1])
+            assert state == [[rows - 1, cols - 1]], state
+            assert not nb.page_errors, nb.page_errors
+        finally:
+            nb.close()
+            hub.stop_kernels(name, tokens[name])
 
 
 def test_a_student_cannot_reach_another_students_server_files_or_kernel(room):
