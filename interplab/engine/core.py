@@ -311,13 +311,13 @@ class Engine:
 
     # ---- runs -------------------------------------------------------------------------------------------
     def run(self, prompts, edits=None, cache=None, *, grad: bool = False, log: bool = True) -> Run:
-        if not isinstance(grad, bool) or not isinstance(log, bool):
-            name, value = ("grad", grad) if not isinstance(grad, bool) else ("log", log)
-            raise InterplabError(f"{name}={value!r}: pass True or False.")
         """Forward the prompts with edits applied, recording the cached sites.
 
         cache: site names ('resid_post' = every layer), (name, layer) pairs, or raw module paths.
         """
+        if not isinstance(grad, bool) or not isinstance(log, bool):
+            name, value = ("grad", grad) if not isinstance(grad, bool) else ("log", log)
+            raise InterplabError(f"{name}={value!r}: pass True or False.")
         prompts = as_prompts(prompts)
         edits = list(edits or [])
         cache_req = _cache_request(cache)
