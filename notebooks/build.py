@@ -1406,8 +1406,9 @@ corrupt run instead, as Wang et al. evaluate their circuit: faithfulness 1 = the
 
 ### Write it yourself: the circuit's edges
 
-Write your circuit as a list of edges, in the names `edges.top` prints: `"embed -> L0H0.v"` (the token embeddings
-into a head's value input), `"L0H0 -> MLP0"`, `"MLP0 -> L2H0.v"`, `"L2H0 -> logits"`. Build it from what you found,
+Write your circuit as a list of edges, in the names `edges.top` prints (these examples are the format, not the
+answer): `"embed -> L0H1.v"` (the token embeddings into a head's value input), `"L1H3 -> MLP2"`, `"MLP2 -> L3H1.v"`,
+`"L3H1 -> logits"`. Build it from what you found,
 with the names the earlier cells set: `at_s2` (the S2 readers), `mlp` (the MLP of exercise 7), `end_heads` and
 `name(head)`. The chain: S2's token → the S2 readers' values → ... → the END heads' values → the logits, with S2's
 token also straight into the MLP (edge attribution ranks that edge high).
