@@ -1,7 +1,7 @@
 """Code blocks of the docs run as written. docs/SCALE.md's vLLM block: every name it uses is defined in it, its
 scored tokens are single tokens of the model it loads, and every call exists with those arguments. It runs here on
-the Hugging Face engine (engine="vllm" and backend="vllm" taken out: the main environment has no vLLM; the engine
-itself is tested in tests/vllm_engine/, in an environment of its own)."""
+the Hugging Face engine (engine="vllm" and backend="vllm" taken out: the main environment has no vLLM); on vLLM,
+as written, in tests/vllm_engine/test_doc_block.py, in the vLLM environment."""
 
 from __future__ import annotations
 
