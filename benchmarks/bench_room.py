@@ -32,7 +32,6 @@ import statistics
 import sys
 import threading
 import time
-import types
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -40,7 +39,7 @@ sys.path.insert(0, str(ROOT / "tests" / "room"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 import hub as roomhub  # noqa: E402
-from harness import DEFINES_EXPLORER, LabNotebook, chromium_missing, launch_browser  # noqa: E402
+from harness import DEFINES_EXPLORER, chromium_missing, launch_browser  # noqa: E402
 from results_file import write_section  # noqa: E402
 
 PREFIX = "ilab-b"
@@ -100,16 +99,7 @@ def in_kernel(hub, name, token, code, timeout=600.0) -> str:
 
 
 def login_page(browser, hub, name):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.goto(f"{hub.url}/hub/login?next=%2Fhub%2Fhome")
-    page.fill("input[name=username]", name)
-    page.fill("input[name=password]", roomhub.PASSWORD)
-    page.click("input[type=submit], button[type=submit]")
-    page.wait_for_url("**/hub/home", timeout=60000)
-    page.close()
-    server = types.SimpleNamespace(url=f"{hub.url}/user/{name}", origin=hub.url, log_tail=hub.log_tail)
-    return LabNotebook.open(browser, server, roomhub.NOTEBOOK, context=context)
+    return roomhub.open_notebook_as(browser, hub, name)
 
 
 def clicks(nb, index, n) -> list[float]:

@@ -483,3 +483,23 @@ def memory_of(pids: list[int]) -> dict:
             pss += int(re.search(r"^Pss:\s+(\d+)", text, re.M).group(1))
             rss += int(re.search(r"^Rss:\s+(\d+)", text, re.M).group(1))
     return {"pss_mib": pss / 1024, "rss_mib": rss / 1024}
+
+
+def open_notebook_as(browser, hub, name: str):
+    """Notebook 01 of `name`, open in JupyterLab in a browser context of its own, logged in through the hub's login
+    form (not into JupyterLab: LabNotebook opens it). A tests/e2e/harness LabNotebook."""
+    import types
+
+    sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+    from harness import LabNotebook
+
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    login = context.new_page()
+    login.goto(f"{hub.url}/hub/login?next=%2Fhub%2Fhome")
+    login.fill("input[name=username]", name)
+    login.fill("input[name=password]", PASSWORD)
+    login.click("input[type=submit], button[type=submit]")
+    login.wait_for_url("**/hub/home", timeout=60000)
+    login.close()
+    server = types.SimpleNamespace(url=f"{hub.url}/user/{name}", origin=hub.url, log_tail=hub.log_tail)
+    return LabNotebook.open(browser, server, NOTEBOOK, context=context)

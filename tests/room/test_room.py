@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 import time
-import types
 
 import pytest
 
@@ -146,7 +145,7 @@ def test_five_students_run_notebook_01_at_once_and_print_the_single_user_numbers
 
 def test_a_heatmap_click_in_two_browsers_shows_the_single_user_numbers(room, chromium):
     sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-    from harness import DEFINES_EXPLORER, LabNotebook
+    from harness import DEFINES_EXPLORER
 
     import interplab as ilab
 
@@ -158,16 +157,7 @@ def test_a_heatmap_click_in_two_browsers_shows_the_single_user_numbers(room, chr
     want = lab.patch_sweep(clean, corrupt, site="resid_pre", by=("layer", "pos"), metric=metric, progress=False)
     browser = chromium  # the session's one Chromium: a second sync Playwright in one process is refused
     for name in NAMES[:2]:
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        login = context.new_page()
-        login.goto(f"{hub.url}/hub/login?next=%2Fhub%2Fhome")  # (not into JupyterLab: the test opens it)
-        login.fill("input[name=username]", name)
-        login.fill("input[name=password]", roomhub.PASSWORD)
-        login.click("input[type=submit], button[type=submit]")
-        login.wait_for_url("**/hub/home", timeout=60000)
-        login.close()
-        server = types.SimpleNamespace(url=f"{hub.url}/user/{name}", origin=hub.url, log_tail=hub.log_tail)
-        nb = LabNotebook.open(browser, server, roomhub.NOTEBOOK, context=context)
+        nb = roomhub.open_notebook_as(browser, hub, name)
         try:
             who = nb.exec("import os, sys\nprint(os.getuid(), sys.executable)").split()
             assert int(who[0]) == __import__("pwd").getpwnam(name).pw_uid, who
