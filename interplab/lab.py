@@ -23,7 +23,7 @@ from .engine import Cache, Engine, InterventionLog, Run, device_of, dtype_of
 from .errors import InterplabError, LoadError, UnknownSiteError
 from .patching import patch_sweep, patch_sweep_heads
 from .widgets.base import resend_states
-from .widgets.controller import Dashboard  # also registers the sweep heatmap, so res.show() finds it
+from .widgets.controller import Dashboard, attention_widget, lens_widget, steering_panel  # (registers res.show()'s views)
 from .worker import join_all
 
 
@@ -269,6 +269,20 @@ class Lab(Engine):
         progressive=True: the heatmap shows the attribution estimate at once, then fills in exact cells, largest
         |estimate| first (Cancel keeps them, marked partial)."""
         return Dashboard(self, clean, corrupt, answer, wrong, site, by, direction, sweep, progressive)
+
+    def lens(self, prompt: str):
+        """The logit lens of a prompt as a view: each layer's top next token at each position."""
+        return lens_widget(self, prompt)
+
+    def attention(self, prompt: str, layer: int = 0, head: int = 0):
+        """A head's attention pattern on a prompt as a view, with a layer and head picker."""
+        return attention_widget(self, prompt, layer, head)
+
+    def steering(self, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
+                 layer: int | None = None, alpha_range: tuple[float, float] = (-4.0, 4.0)):
+        """The steering panel: a vector mean(positive) - mean(negative) at (site, layer), a slider for alpha with
+        live next-token bars, and generation with the steer."""
+        return steering_panel(self, prompt, positive, negative, site, layer, alpha_range)
 
     # ---- generation and persistent edits: implemented in interplab.steering -------------------------------
     def generate(self, prompt, edits=None, **kw):
