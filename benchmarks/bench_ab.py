@@ -32,7 +32,7 @@ out = {}
 for site, by in (("resid_pre", ("layer", "pos")), ("z", ("layer", "head"))):
     times = []
     for _ in range(3):
-        lab.clear_memo()
+        lab.engine.clear_memo()
         t = time.perf_counter()
         lab.patch_sweep(clean, corrupt, site=site, by=by, metric=metric, progress=False)
         times.append(time.perf_counter() - t)

@@ -86,7 +86,7 @@ for _cid in {cids!r}:
     _ts = []
     for _ in range(2):  # what a click on a fresh cell computes: the memo holds what the explorer computes at
         # creation (clean and corrupt runs, session.warm(): cached residuals and keys/values), nothing per cell
-        lab.clear_memo(); lab.run(clean, log=False); lab.run(corrupt, log=False); explorer.session.warm()
+        lab.engine.clear_memo(); lab.run(clean, log=False); lab.run(corrupt, log=False); explorer.session.warm()
         _t0 = time.perf_counter(); explorer.session.logits_view([_e]); _ts.append(time.perf_counter() - _t0)
     _times.append(min(_ts) * 1000)
 print(json.dumps(_times))

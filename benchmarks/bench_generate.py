@@ -104,7 +104,7 @@ def main() -> None:
 
     ids = [lab.to_tokens(p)[0].tolist() for p in ps]
     raw = SamplingParams(max_tokens=args.new_tokens, temperature=0.0, ignore_eos=True, detokenize=False)
-    raw_s, _ = timed(lambda: lab.vllm.llm.generate([{"prompt_token_ids": i} for i in ids], raw, use_tqdm=False),
+    raw_s, _ = timed(lambda: lab.engine.vllm.llm.generate([{"prompt_token_ids": i} for i in ids], raw, use_tqdm=False),
                      args.repeats)
     same = sum(a == b for a, b in zip(hf.ids.tolist(), vl.ids.tolist()))
     tokens = args.prompts * args.new_tokens
@@ -129,7 +129,7 @@ def main() -> None:
     print("\n".join(rows))
     if not args.no_write and not args.quick:
         write_section(f"Steered generation, HF vs vLLM ({device})", rows)
-    lab.vllm.close()
+    lab.engine.vllm.close()
 
 
 if __name__ == "__main__":  # (vLLM may start worker processes, which import this file)

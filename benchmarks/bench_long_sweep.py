@@ -87,7 +87,7 @@ def run(args) -> dict:
         x = args_[0] if args_ else kwargs_["hidden_states"]
         rows.append((int(x.shape[0]), int(x.shape[1])))
 
-    lab.clear_memo()
+    lab.engine.clear_memo()
     gc.collect()
     with Peak("cpu") as mem_exact:
         handle = final_norm.register_forward_pre_hook(count, with_kwargs=True)

@@ -195,7 +195,7 @@ def one_row(name: str, n: int, device: str, loop_budget: float, max_batch: int, 
         sync(device)
         t_loop = (time.perf_counter() - t0) * total / len(cells)
 
-    lab.clear_memo()
+    lab.engine.clear_memo()
     budget = {} if memory_budget is None else {"memory_budget": memory_budget}  # None: the library's default
     with Peak(device) as mem_exact:
         t0 = time.perf_counter()
@@ -205,9 +205,9 @@ def one_row(name: str, n: int, device: str, loop_budget: float, max_batch: int, 
         t_exact = time.perf_counter() - t0
     diff = max(abs(float(res.raw[l, p]) - v) for (l, p), v in ref.items())
 
-    lab.clear_memo()
+    lab.engine.clear_memo()
     lab.patch_sweep(clean, corrupt, "resid_pre", ("layer", "pos"), metric, method="attribution")  # warm-up
-    lab.clear_memo()
+    lab.engine.clear_memo()
     with Peak(device) as mem_attr:
         t0 = time.perf_counter()
         est = lab.patch_sweep(clean, corrupt, "resid_pre", ("layer", "pos"), metric, method="attribution")

@@ -150,7 +150,7 @@ name, mode, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
 model, tok = random_model(name)
 lab = ilab.Lab(model, tok)
 clean, corrupt = CLEAN_PROMPT, CORRUPT_PROMPT
-ids, mask, lengths = lab.encode([corrupt] * rows)
+ids, mask, lengths = lab.engine.encode([corrupt] * rows)
 cached = lab.run(corrupt, cache=[("resid_pre", 0)]).cache["resid_pre", 0].repeat(rows, 1, 1)
 def status(key):
     for line in open("/proc/self/status"):
@@ -209,7 +209,7 @@ def main():
     add("(a) plain hook loop, one forward per cell", t_loop, t_loop, 0.0)
 
     def exact(corrupt=CORRUPT):
-        lab.clear_memo()
+        lab.engine.clear_memo()
         return lab.patch_sweep(CLEAN, corrupt, "resid_pre", ("layer", "pos"), metric, progress=False).raw
     t_exact, got = timed(exact, args.repeat)
     add("(b) interplab exact (batched, resumed)", t_exact, t_loop, float((got - ref).abs().max()))
@@ -223,7 +223,7 @@ def main():
     add("(b') interplab exact, pair differing at token 0", t_first, t_loop1, float((got1 - ref1).abs().max()))
 
     def attrib():
-        lab.clear_memo()
+        lab.engine.clear_memo()
         return lab.patch_sweep(CLEAN, CORRUPT, "resid_pre", ("layer", "pos"), metric, method="attribution").raw
     t_attr, est = timed(attrib, max(args.repeat, 3))
     corr = float(torch.corrcoef(torch.stack([est.flatten(), ref.flatten()]))[0, 1])
@@ -242,13 +242,13 @@ def main():
     add("(a) plain hook loop, one forward per head", t_hloop, t_hloop, 0.0)
 
     def hexact():
-        lab.clear_memo()
+        lab.engine.clear_memo()
         return lab.patch_sweep(CLEAN, CORRUPT, "z", ("layer", "head"), metric, progress=False).raw
     t_hexact, hgot = timed(hexact, args.repeat)
     add("(b) interplab exact", t_hexact, t_hloop, float((hgot - href).abs().max()))
 
     def hattr():
-        lab.clear_memo()
+        lab.engine.clear_memo()
         return lab.patch_sweep(CLEAN, CORRUPT, "z", ("layer", "head"), metric, method="attribution").raw
     t_hattr, _ = timed(hattr, max(args.repeat, 3))
     add("(c) interplab attribution", t_hattr, t_hloop, "estimate")

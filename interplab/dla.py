@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .engine import Engine, as_prompts, execution_device, own_weights
+from .engine import Engine, as_prompts, engine_of, execution_device, own_weights
 from .errors import InterplabError, LengthMismatchError, UnsupportedSiteError
 from .metrics import as_metric
 
@@ -59,6 +59,7 @@ class DLAResult:
 def direct_logit_attribution(lab: Engine, prompts, metric) -> DLAResult:
     """Each head's, MLP's and embedding's direct contribution to `metric` (linear in the logits, e.g.
     ilab.logit_diff(" Mary", " John")) at every position, averaged over equal-length prompts."""
+    lab = engine_of(lab)
     prompts = as_prompts(prompts)
     arch = lab.sites.arch
     if arch is None:

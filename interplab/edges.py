@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from . import edits as ed
-from .engine import Engine, execution_device
+from .engine import Engine, engine_of, execution_device
 from .errors import InterplabError, UnsupportedSiteError
 
 
@@ -77,6 +77,7 @@ class _Reader:
 
 def graph(lab: Engine) -> tuple[list[_Writer], list[_Reader], list[tuple[_Writer, _Reader]]]:
     """Every writer, reader and edge of the model (a writer feeds every reader after it)."""
+    lab = engine_of(lab)
     _check_model(lab)
     n, H = lab.n_layers, lab.n_heads
     kv = lab.sites.n_kv_heads
@@ -133,6 +134,7 @@ def _cache_sites(lab: Engine) -> list:
 def edge_attribution(lab: Engine, clean, corrupt, metric, method: str = "eap", steps: int = 5,
                      direction: str = "denoise") -> EdgeScores:
     """Every edge's estimated effect: (source u - base u) . d metric / d (v's input); see the module docstring."""
+    lab = engine_of(lab)
     if method not in ("eap", "eap-ig"):
         raise InterplabError(f"method={method!r}: use 'eap' or 'eap-ig'.")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -202,6 +204,7 @@ def edge_patch(lab: Engine, clean, corrupt, metric, edges=None, direction: str =
                max_batch: int = 64) -> EdgeScores:
     """Each edge patched on its own, exactly (see the module docstring); edges: names ("L0H1 -> L2H3.q"), or None
     for every edge of the model."""
+    lab = engine_of(lab)
     base, source, metric = _setup(lab, clean, corrupt, metric, direction)
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise InterplabError(f"max_batch={max_batch!r}: the most rows per forward, an int >= 1.")
@@ -315,6 +318,7 @@ def circuit(lab: Engine, clean, corrupt, metric, edges) -> CircuitResult:
     the corrupt run) for each circuit edge into it. Computed layer by layer: one forward gives each reader of a layer
     its q/k/v from its own input, one the heads' outputs from those, one the MLP's. Every edge in gives the clean
     run, none the corrupt run."""
+    lab = engine_of(lab)
     corrupt_p, clean_p, metric = _setup(lab, clean, corrupt, metric, "denoise")  # (base, source) = (corrupt, clean)
     _, _, all_edges = graph(lab)
     by_name = {f"{w.name} -> {r.name}": (w, r) for w, r in all_edges}

@@ -1,18 +1,21 @@
-"""Who: the Lab a notebook holds - an Engine (model, tokenizer, runs, memo, log) with the analyses on top.
+"""Who: the Lab a notebook holds - the face of an Engine (model, tokenizer, runs, memo, log), with the analyses and
+views on top.
 
     lab = ilab.Lab.load("ioi-tiny")
     run = lab.run("When Mary and John went to the store, John gave a drink to", cache=["resid_post"])
     run.cache["resid_post", 3]
     lab.patch_sweep(clean, corrupt, metric=ilab.logit_diff(" Mary", " John")).show()
 
-The Lab is the facade: it delegates to the analyses (patching, steering, lens) and the widgets, which take any
-Engine and never import it back.
+The Lab is the facade: it holds the engine (`lab.engine`, the plumbing: memo, worker, plans, hooks) and delegates
+to the analyses and views, which take the engine and never import the Lab back. Its public names are what a
+notebook needs; the engine's other names still answer on the Lab for one release, with a DeprecationWarning.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 
 from . import dla, ov, paths, served, steering
 from .edges import circuit, edge_attribution, edge_patch
@@ -30,15 +33,97 @@ from .widgets.controller import (  # (also registers res.show()'s views)
 from .worker import join_all
 
 
-class Lab(Engine):
+class Lab:
     """Drives one model and tokenizer. Build it with Lab.load(name) or Lab(model, tokenizer)."""
 
     def __init__(self, model, tokenizer, **kw):
-        super().__init__(model, tokenizer, **kw)
+        self.engine = Engine(model, tokenizer, **kw)
         self._bound_edits: list = []
         self._bound_hooks = None  # the HookManager of the bound edits
-        self.vllm = None  # a VLLMEngine on the same weights (use_vllm): generation, sampling, prefill-only sweeps
         self._vllm_dir = None  # where use_vllm saved an in-memory model for vLLM to load
+
+    # ---- the model in hand ----------------------------------------------------------------------------
+    @property
+    def model(self):
+        """The Hugging Face model (a torch.nn.Module), exactly as loaded: interplab's hooks are attached only while
+        it runs an edit, or while edits are bound (lab.bind)."""
+        return self.engine.model
+
+    @property
+    def tokenizer(self):
+        """The model's tokenizer (read, never changed)."""
+        return self.engine.tokenizer
+
+    @property
+    def model_id(self) -> str:
+        """The name the model was loaded by (a hub id, a folder, 'ioi-tiny')."""
+        return self.engine.model_id
+
+    @property
+    def sites(self):
+        """The site names on this model (lab.sites.describe() shows where each lives in its module tree)."""
+        return self.engine.sites
+
+    @property
+    def log(self):
+        """Every run this session asked for, in order; lab.log.to_code() is the session as runnable Python."""
+        return self.engine.log
+
+    @property
+    def n_layers(self) -> int:
+        """The number of transformer blocks."""
+        return self.engine.n_layers
+
+    @property
+    def n_heads(self) -> int:
+        """Attention heads per layer."""
+        return self.engine.n_heads
+
+    @property
+    def d_model(self) -> int:
+        """The width of the residual stream."""
+        return self.engine.d_model
+
+    def hooks(self) -> list[dict]:
+        """The hooks interplab has attached right now: empty between runs, unless edits are bound (lab.bind)."""
+        return self.engine.hooks()
+
+    def to_tokens(self, prompts):
+        """Token ids [batch, pos] of a prompt or a list of prompts, padded as every run pads them."""
+        return self.engine.to_tokens(prompts)
+
+    def to_str_tokens(self, prompt: str) -> list[str]:
+        """A prompt's tokens as strings, one per position (what the heatmaps label their columns with)."""
+        return self.engine.to_str_tokens(prompt)
+
+    def to_string(self, ids) -> str:
+        """Token ids back to text."""
+        return self.engine.to_string(ids)
+
+    def token_id(self, token) -> int:
+        """The id of a single-token string (" Mary"), or an id checked against the vocabulary."""
+        return self.engine.token_id(token)
+
+    def check_pair(self, clean, corrupt) -> None:
+        """Raise, showing both tokenizations, unless the clean and corrupt prompts have the same token length (a
+        patch moves position i of one run into position i of the other)."""
+        self.engine.check_pair(clean, corrupt)
+
+    def run(self, prompts, edits=None, cache=None, *, grad: bool = False, log: bool = True):
+        """One forward of the prompts with `edits` applied, reading the `cache` sites: a Run (run.logits,
+        run.cache["resid_post", 2]). Remembered: the same request again is answered without a forward."""
+        return self.engine.run(prompts, edits, cache, grad=grad, log=log)
+
+    def __getattr__(self, name: str):
+        # The engine's plumbing answered on the Lab while it was an Engine: an alias for one release, with a warning.
+        if name.startswith("_") or name == "engine":
+            raise AttributeError(name)
+        engine = self.__dict__.get("engine")
+        if engine is None or not hasattr(engine, name):
+            raise AttributeError(f"'Lab' object has no attribute {name!r}")
+        warnings.warn(f"lab.{name} is the engine's: use lab.engine.{name} (the Lab holds an Engine since 0.2; "
+                      f"this alias goes in the next release)", DeprecationWarning, stacklevel=2)
+        return getattr(engine, name)
 
     # ---- loading --------------------------------------------------------------------------------------
     @classmethod
@@ -68,7 +153,7 @@ class Lab(Engine):
             attn_implementation=attn_implementation, progress=progress, device_map=device_map,
             offload_folder=offload_folder, max_memory=max_memory)
         lab = cls(model, tokenizer, model_id=name, **kw)
-        lab.load_options = placement  # (the log's to_code() loads the same way)
+        lab.engine.load_options = placement  # (the log's to_code() loads the same way)
         if engine == "vllm":
             lab.use_vllm(path if os.path.isdir(path) else name, **(vllm_options or {}))
         return lab
@@ -82,9 +167,9 @@ class Lab(Engine):
 
         from .engine.vllm import VLLMEngine
 
-        if self.vllm is not None:
-            self.vllm.close()
-            self.vllm = None
+        if self.engine.vllm is not None:
+            self.engine.vllm.close()
+            self.engine.vllm = None
         if path is None:
             path = embedded_path(self.model_id)
         if path is None:
@@ -92,104 +177,104 @@ class Lab(Engine):
             path = self._vllm_dir.name
             self.model.save_pretrained(path)
             self.tokenizer.save_pretrained(path)
-        self.vllm = VLLMEngine(path, special_ids=list(getattr(self.tokenizer, "all_special_ids", None) or []),
-                               **options)
-        return self.vllm
+        self.engine.vllm = VLLMEngine(path, special_ids=list(getattr(self.tokenizer, "all_special_ids", None) or []),
+                                      **options)
+        return self.engine.vllm
 
     def sample(self, prompts, edits=None, **kw):
         """n completions per prompt under edits, with log-probabilities, for evaluating an edit over many prompts
         (see interplab.served.sample)."""
 
-        return served.sample(self, prompts, edits, **kw)
+        return served.sample(self.engine, prompts, edits, **kw)
 
     def patch_sweep(self, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
                     direction: str = "denoise", method: str = "exact", backend: str = "hf", **kw):
         """Activation-patching heatmap values for every cell (see interplab.patching.patch_sweep);
         backend="vllm": each cell a request on the lab's vLLM engine (interplab.served.patch_sweep)."""
 
-        if backend == "vllm" and served.check_backend(self, backend):
+        if backend == "vllm" and served.check_backend(self.engine, backend):
             if method != "exact" or kw:
                 raise InterplabError(f"a vLLM sweep is exact and takes no options; got method={method!r}, "
                                      f"{sorted(kw)}.")
-            return served.patch_sweep(self, clean, corrupt, site, by, metric, direction)
+            return served.patch_sweep(self.engine.engine, clean, corrupt, site, by, metric, direction)
         if backend != "hf":
             raise InterplabError(f"backend={backend!r}: 'hf' or 'vllm'.")
-        return patch_sweep(self, clean, corrupt, site, by, metric, direction, method, **kw)
+        return patch_sweep(self.engine, clean, corrupt, site, by, metric, direction, method, **kw)
 
     def patch_sweep_heads(self, clean, corrupt, metric, by=("layer", "head"), direction: str = "denoise",
                           method: str = "exact", **kw):
         """Sweeps of every head's output, query, key, value and pattern in one call, shown side by side
         (see interplab.patching.patch_sweep_heads)."""
 
-        return patch_sweep_heads(self, clean, corrupt, metric, by, direction, method, **kw)
+        return patch_sweep_heads(self.engine, clean, corrupt, metric, by, direction, method, **kw)
 
     def direct_logit_attribution(self, prompts, metric):
         """Each head's, MLP's and embedding's direct share of a metric linear in the logits, at every position,
         adding up to the model's own metric (see interplab.dla)."""
 
-        return dla.direct_logit_attribution(self, prompts, metric)
+        return dla.direct_logit_attribution(self.engine, prompts, metric)
 
     def copying_scores(self, prompts, positions, k: int = 5):
         """Every head's copying score: the share of the names at `positions` whose OV output ranks the same name
         in the top k tokens (Wang et al.'s name-mover evidence; see interplab.ov)."""
 
-        return ov.copying_scores(self, prompts, positions, k)
+        return ov.copying_scores(self.engine, prompts, positions, k)
 
     def path_patch(self, clean, corrupt, metric, senders="heads", receivers="logits", direction: str = "noise",
                    **kw):
         """Each sender's effect through the receivers only, every other head frozen (see interplab.paths)."""
 
-        return paths.path_patch(self, clean, corrupt, metric, senders, receivers, direction, **kw)
+        return paths.path_patch(self.engine, clean, corrupt, metric, senders, receivers, direction, **kw)
 
     def edge_patch(self, clean, corrupt, metric, edges=None, direction: str = "denoise", **kw):
         """Each edge between components patched on its own, exactly (see interplab.edges)."""
 
-        return edge_patch(self, clean, corrupt, metric, edges, direction, **kw)
+        return edge_patch(self.engine, clean, corrupt, metric, edges, direction, **kw)
 
     def edge_attribution(self, clean, corrupt, metric, method: str = "eap", steps: int = 5,
                          direction: str = "denoise"):
         """Every edge's effect estimated from gradients: EAP, or EAP-IG (see interplab.edges)."""
 
-        return edge_attribution(self, clean, corrupt, metric, method, steps, direction)
+        return edge_attribution(self.engine, clean, corrupt, metric, method, steps, direction)
 
     def circuit(self, clean, corrupt, metric, edges):
         """The metric with only `edges` carrying the clean run, everything else the corrupt run, and its
         faithfulness (1 = all of the clean behaviour; see interplab.edges.circuit)."""
 
-        return circuit(self, clean, corrupt, metric, edges)
+        return circuit(self.engine, clean, corrupt, metric, edges)
 
     def show(self, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre", by=("layer", "pos"),
              direction: str = "denoise", sweep: bool = True, progressive: bool = False):
         """The dashboard: clickable patching heatmap + logits, steering slider, logit lens, attention.
         progressive=True: the heatmap shows the attribution estimate at once, then fills in exact cells, largest
         |estimate| first (Cancel keeps them, marked partial)."""
-        return Dashboard(self, clean, corrupt, answer, wrong, site, by, direction, sweep, progressive)
+        return Dashboard(self.engine, clean, corrupt, answer, wrong, site, by, direction, sweep, progressive)
 
     def lens(self, prompt: str):
         """The logit lens of a prompt as a view: each layer's top next token at each position."""
-        return lens_widget(self, prompt)
+        return lens_widget(self.engine, prompt)
 
     def attention(self, prompt: str, layer: int = 0, head: int = 0):
         """A head's attention pattern on a prompt as a view, with a layer and head picker."""
-        return attention_widget(self, prompt, layer, head)
+        return attention_widget(self.engine, prompt, layer, head)
 
     def steering(self, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
                  layer: int | None = None, alpha_range: tuple[float, float] = (-4.0, 4.0)):
         """The steering panel: a vector mean(positive) - mean(negative) at (site, layer), a slider for alpha with
         live next-token bars, and generation with the steer."""
-        return steering_panel(self, prompt, positive, negative, site, layer, alpha_range)
+        return steering_panel(self.engine, prompt, positive, negative, site, layer, alpha_range)
 
     # ---- generation and persistent edits: implemented in interplab.steering -------------------------------
     def generate(self, prompt, edits=None, **kw):
         """Generate text with edits active at every decoding step (see interplab.steering.generate), on the lab's
         vLLM engine when it has one (backend=None; 'hf' or 'vllm' choose: interplab.served.generate)."""
 
-        return served.generate(self, prompt, edits, **kw)
+        return served.generate(self.engine, prompt, edits, **kw)
 
     def residual_norm(self, site: str = "resid_post", layer: int = 0, prompts=None) -> float:
         """Mean norm of the activation at a site: the scale to size a steering vector against."""
 
-        return steering.residual_norm(self, site, layer, prompts)
+        return steering.residual_norm(self.engine, site, layer, prompts)
 
     # ---- persistent edits: hooks on the plain model until removed --------------------------------------------
     @contextlib.contextmanager
@@ -229,7 +314,7 @@ class Lab(Engine):
 
     def _attach(self, edits: list) -> None:
         if edits:
-            self._bound_hooks = steering.bind_hooks(self, edits)
+            self._bound_hooks = steering.bind_hooks(self.engine, edits)
         self._bound_edits = list(edits)
 
     def _detach(self) -> None:
@@ -240,7 +325,7 @@ class Lab(Engine):
     def __repr__(self) -> str:
         arch = self.sites.arch.name if self.sites.arch else "unknown (raw module paths only)"
         return (f"Lab({self.model_id!r}, arch={arch}, layers={self.n_layers}, heads={self.n_heads}, "
-                f"d_model={self.d_model}, {self.dtype_name} on {self.device_name})")
+                f"d_model={self.d_model}, {self.engine.dtype_name} on {self.engine.device_name})")
 
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .engine import Engine, execution_device
+from .engine import Engine, engine_of, execution_device
 from .errors import InterplabError, UnsupportedSiteError
 
 LENS_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")  # [batch, pos, d_model], per layer
@@ -32,6 +32,7 @@ class LensResult:
 
 def logit_lens(lab: Engine, prompt: str, site: str = "resid_post", k: int = 5) -> LensResult:
     """Top-k next tokens that each layer's residual (site 'resid_post' or 'resid_pre') would predict."""
+    lab = engine_of(lab)
     if not isinstance(lab, Engine):
         raise InterplabError(f"logit_lens(lab, prompt): the first argument must be an ilab.Lab, got "
                              f"{type(lab).__name__}.")

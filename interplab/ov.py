@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from .edits import set_value, zero
-from .engine import Engine, as_prompts, execution_device
+from .engine import Engine, as_prompts, engine_of, execution_device
 from .errors import InterplabError, LengthMismatchError, UnsupportedSiteError
 
 
@@ -47,6 +47,7 @@ def copying_scores(lab: Engine, prompts, positions, k: int = 5) -> CopyingScores
     """Every head's copying score over the names at `positions` of `prompts`: an int (the same position in every
     prompt), a tensor with one position per prompt, or a list of those (e.g. [IO, S1]: both names of each IOI
     prompt)."""
+    lab = engine_of(lab)
     prompts = as_prompts(prompts)
     arch = lab.sites.arch
     if arch is None:

@@ -27,7 +27,7 @@ import torch
 
 from . import display, engine
 from . import edits as ed
-from .engine import Engine, as_prompts
+from .engine import Engine, as_prompts, engine_of
 from .errors import InterplabError, LengthMismatchError, NumberError, UnsupportedSiteError
 from .metrics import Custom, Metric, as_metric, top_k
 from .sites import FULL_FORWARD, HEADED, LAYERED
@@ -220,6 +220,7 @@ def patch_sweep_heads(lab: Engine, clean, corrupt, metric, by=("layer", "head"),
                       method: str = "exact", sites=EVERY_HEAD_SITE, **kw) -> HeadSweeps:
     """patch_sweep of each part of every head, by (layer, head) or (layer, head, pos): one call for what
     TransformerLens's `get_act_patch_attn_head_*_every` gives (k and v by key-value head)."""
+    lab = engine_of(lab)
     unknown = [s for s in sites if s not in HEAD_SITES]
     if unknown or not sites:
         raise InterplabError(f"sites={sites!r}: choose among {', '.join(HEAD_SITES)}.")
@@ -272,6 +273,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
            positions the chunk computes). Default: a quarter of the device's free memory, at most 1 GiB on CUDA
            and 256 MiB elsewhere (engine.default_budget).
     """
+    lab = engine_of(lab)
     if not isinstance(by, (str, list, tuple)):
         raise InterplabError(f"by={by!r} is not a sweep layout: choose one of {', '.join(map(str, AXES))}.")
     by = tuple([by] if isinstance(by, str) else by)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import edits as ed
-from .engine import Engine
+from .engine import Engine, engine_of
 from .errors import InterplabError
 
 RECEIVER_SITES = ("q", "k", "v")
@@ -58,6 +58,7 @@ def path_patch(lab: Engine, clean, corrupt, metric, senders="heads", receivers="
     receivers: "logits", or a list of (layer, head, "q" | "k" | "v"), patched together; per_receiver=True
     measures each receiver on its own instead (one group each). direction: "noise" (the paper's: the corrupt run's
     sender into the clean run) or "denoise"."""
+    lab = engine_of(lab)
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise InterplabError(f"max_batch={max_batch!r}: the most rows per forward, an int >= 1.")
     if lab.sites.arch is None:

@@ -23,7 +23,7 @@ import torch
 
 from . import edits as ed
 from . import steering
-from .engine import as_prompts
+from .engine import as_prompts, engine_of
 from .engine.vllm import VLLM_SITES, RequestPlan
 from .errors import InterplabError, LengthMismatchError, NumberError, OutOfRangeError, UnsupportedSiteError
 from .metrics import as_metric
@@ -98,6 +98,7 @@ def generate(lab, prompt, edits=None, *, backend: str | None = None, max_new_tok
     arguments these are). backend None takes vLLM when the lab has an engine and the call needs nothing vLLM lacks
     (on_logits, logits_processor, use_cache=False, model.generate keywords, sites inside attention, ban_expert);
     'hf' or 'vllm' choose. Greedy output is the same token for token on both."""
+    lab = engine_of(lab)
     common = dict(max_new_tokens=max_new_tokens, greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
                   seed=seed)
     args = steering.check_generate(lab, prompt, edits, on_logits=hf_only.get("on_logits"), **common)
@@ -219,6 +220,7 @@ def sample(lab, prompts, edits=None, *, n: int = 1, max_new_tokens: int = 20, te
     token's log-probability, and the log-probabilities of the `score` tokens at every step (e.g. [" love", " hate"]
     to read a steering vector's effect). temperature=None samples greedily (then n must be 1). On the vLLM engine
     when the lab has one; the same numbers come from the Hugging Face model with backend='hf'."""
+    lab = engine_of(lab)
     prompts = as_prompts(prompts)
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
         raise OutOfRangeError(f"n must be an int >= 1 (completions per prompt), got {n!r}.")
@@ -302,6 +304,7 @@ def last_logits(lab, prompts, edits=None, *, per_prompt: list | None = None) -> 
     """[prompts, vocab] logits at each prompt's last position, with `edits` (or one list of edits per prompt in
     per_prompt) applied, each prompt one vLLM request. Equal to lab.run(prompts, edits).last_logits up to vLLM's
     arithmetic."""
+    lab = engine_of(lab)
     prompts = as_prompts(prompts)
     rows, lengths = token_rows(lab, prompts)
     if per_prompt is not None:
@@ -346,6 +349,7 @@ def patch_sweep(lab, clean, corrupt, site: str, by, metric, direction: str):
     """An exact activation-patching sweep on vLLM: every cell of every pair is one prefill-only request, the
     source activation recorded by vLLM too (so it holds for models only vLLM can hold). Sites resid_pre/mid/post,
     attn_out, mlp_out by ('layer', 'pos') or ('layer',), and z by ('layer', 'head') or ('layer', 'head', 'pos')."""
+    lab = engine_of(lab)
     by = tuple([by] if isinstance(by, str) else by) if isinstance(by, (str, list, tuple)) else by
     if by not in AXES or site not in AXES[by]:
         raise InterplabError(f"site {site!r} by {by!r} is not a sweep: layouts {', '.join(map(str, AXES))}, each with "

@@ -13,7 +13,7 @@ import torch
 
 from . import edges as edges_
 from .edits import Edit, SourceRef, patch, steer
-from .engine import Engine
+from .engine import Engine, engine_of
 from .errors import InterplabError
 from .lens import logit_lens
 from .metrics import as_metric, logit_diff
@@ -57,6 +57,7 @@ class PatchSession:
     _tokens: list[str] | None = field(default=None, repr=False)
 
     def __post_init__(self):
+        self.lab = engine_of(self.lab)
         self.lab.check_pair(self._as_run(self.clean), self._as_run(self.corrupt))
         self.metric = as_metric(self.metric or logit_diff(self.answer, self.wrong)).bind(self.lab.token_id)
 
@@ -315,6 +316,7 @@ def _short(edits: list[Edit]) -> str:
 def steering_preview(lab: Engine, prompt: str, vector: torch.Tensor | None, site: str, layer: int, alpha: float,
                      positions: str) -> list[dict]:
     """Next-token top-k without and with the steer (h + alpha * v) at the chosen positions."""
+    lab = engine_of(lab)
     base = lab.run(prompt, log=False).last_logits[0]
     toks, probs = top_k(lab, base)
     out = [{"name": "base", "tokens": toks, "probs": probs}]
@@ -328,11 +330,13 @@ def steering_preview(lab: Engine, prompt: str, vector: torch.Tensor | None, site
 
 def steering_vector(lab: Engine, positive: list[str], negative: list[str], site: str, layer: int) -> torch.Tensor:
     """The steering vector mean(positive) - mean(negative) at (site, layer) (interplab.vectors.diff_of_means)."""
+    lab = engine_of(lab)
     return diff_of_means(lab, positive, negative, site, layer)
 
 
 def steering_generate(lab: Engine, prompt: str, vector: torch.Tensor | None, site: str, layer: int, alpha: float,
                       positions: str, max_new_tokens: int, cancel=None) -> str:
+    lab = engine_of(lab)
     edits = []
     if vector is not None:
         pos = {"all": None, "last": "newest", "prompt": "prompt"}[positions]
@@ -341,6 +345,7 @@ def steering_generate(lab: Engine, prompt: str, vector: torch.Tensor | None, sit
 
 
 def lens_view(lab: Engine, prompt: str, k: int = 5) -> dict:
+    lab = engine_of(lab)
     res = logit_lens(lab, prompt, k=k)
     top = [[cell[0] for cell in layer] for layer in res.top_tokens]
     probs = res.top_probs[..., 0].tolist()
@@ -351,6 +356,7 @@ def lens_view(lab: Engine, prompt: str, k: int = 5) -> dict:
 
 
 def attention_view(lab: Engine, prompt: str, layer: int, head: int) -> dict:
+    lab = engine_of(lab)
     layer = lab.sites.layer_index(layer)
     lab.sites.check_head(head)
     run = lab.run(prompt, cache=[("pattern", layer)], log=False)
@@ -399,6 +405,7 @@ def edge_graph(scores: edges_.EdgeScores, limit: int = 2000) -> dict:
 
 def edge_exact(lab: Engine, clean, corrupt, metric, edge: str, direction: str = "denoise") -> float:
     """One edge patched exactly: metric(patched) - metric(base), as lab.edge_patch gives it."""
+    lab = engine_of(lab)
     return float(edges_.edge_patch(lab, clean, corrupt, metric, edges=[edge], direction=direction).scores[0])
 
 
@@ -406,6 +413,7 @@ def node_exact(lab: Engine, clean, corrupt, metric, node: str, direction: str = 
     """A graph node's whole output patched, source into base at every position: metric(patched) - metric(base),
     the mean over pairs (the units of edge scores). "embed": the whole input, so the source run's own metric;
     "logits" reads, writes nothing: None."""
+    lab = engine_of(lab)
     base, source = (corrupt, clean) if direction == "denoise" else (clean, corrupt)
     bound = as_metric(metric).bind(lab.token_id)
     base_value = float(bound(lab.run(base, log=False).last_logits).mean())
@@ -425,6 +433,7 @@ def node_exact(lab: Engine, clean, corrupt, metric, node: str, direction: str = 
 
 def circuit_view(lab: Engine, clean, corrupt, metric, edges: list[str]) -> dict:
     """A set of edges evaluated for faithfulness (lab.circuit), as plain numbers."""
+    lab = engine_of(lab)
     r = edges_.circuit(lab, clean, corrupt, metric, list(edges))
     return {"n_edges": r.n_edges, "total_edges": r.total_edges, "value": r.value, "faithfulness": r.faithfulness,
             "clean_value": r.clean_value, "corrupt_value": r.corrupt_value}

@@ -28,6 +28,7 @@ import torch
 
 from . import engine
 from .edits import POS_SELECTORS, ApplyContext, Edit, selection_mask
+from .engine import engine_of
 from .errors import (
     InterplabError,
     NumberError,
@@ -429,6 +430,7 @@ def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool 
     return edited logits (what the sampler draws from). Other keyword arguments go to model.generate.
     This runs the Hugging Face model; lab.generate also runs on a vLLM engine (interplab.served.generate).
     """
+    lab = engine_of(lab)
     from transformers import LogitsProcessorList
 
     args = check_generate(lab, prompt, edits, max_new_tokens=max_new_tokens, greedy=greedy,
@@ -516,6 +518,7 @@ def _seeded(seed):
 def residual_norm(lab, site: str = "resid_post", layer: int = 0, prompts=None) -> float:
     """Mean L2 norm of the activation at (site, layer) over every real token of `prompts`: the scale to size a
     steering vector against (alpha = 4 * norm is a strong steer)."""
+    lab = engine_of(lab)
     prompts = DEFAULT_NORM_PROMPTS if prompts is None else prompts
     if site == "pattern":  # attention weights, [batch, heads, pos, pos]: no width to measure a norm along
         raise UnsupportedSiteError("residual_norm reads an activation [batch, pos, width]; 'pattern' holds attention "
@@ -536,6 +539,7 @@ def bind_hooks(lab, edits: list) -> engine.HookManager:
     return the manager that holds their hooks (remove_all() detaches them). Positions count within each forward's
     input (plus its KV cache): None, ints, slices, 'newest' (the last token of each forward) and 'content' work;
     'prompt', 'generated' and steps= need lab.generate. The Lab keeps what is bound (Lab.bind / Lab.edit)."""
+    lab = engine_of(lab)
     for e in edits:
         if isinstance(e, SamplerEdit):
             raise InterplabError(f"{e.describe()}: sampler edits work in lab.generate only, not bound to the model.")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .edits import Edit, as_tensor, clamp, project, steer
+from .engine import engine_of
 from .errors import InterplabError, LoadError, UnsupportedSiteError, VectorError
 
 _KEY = "vector"
@@ -96,6 +97,7 @@ def diff_of_means(lab, positive_prompts, negative_prompts, site: str = "resid_po
 
     pos: an int picks that position of each prompt (-1 = each prompt's last real token); None averages over every
     real token of every prompt."""
+    lab = engine_of(lab)
     return _acts(lab, positive_prompts, site, layer, pos).mean(0) - _acts(lab, negative_prompts, site, layer,
                                                                           pos).mean(0)
 

@@ -37,7 +37,7 @@ lens = lens_widget(lab, clean)
 attention = attention_widget(lab, clean)
 attention.send_test_message({"type": "select", "layer": 1, "head": 0})
 dashboard = lab.show(clean, corrupt, answer=" Mary", wrong=" John")
-print("in flight at exit:", not lab.worker.idle(), flush=True)
+print("in flight at exit:", not lab.engine.worker.idle(), flush=True)
 '''
 
 

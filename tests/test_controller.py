@@ -25,7 +25,7 @@ def explorer(gpt2_lab):
     res = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), progress=False)
     ex = res.show()
     assert isinstance(ex, PatchExplorer)
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     return ex
 
 
@@ -51,7 +51,7 @@ def hooked_last_logits(model, tok, prompt_src, prompt_base, layer, pos):
 
 def test_click_applies_patch_and_repaints_logits(explorer, gpt2_lab, tokenizer):
     explorer.heatmap.send_test_message({"type": "click", "row": 1, "col": 3, "shift": False})
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     assert explorer.heatmap.selected == [[1, 3]]
     assert [e["id"] for e in explorer.heatmap.active_edits] == ["r1c3"]
     expected = hooked_last_logits(gpt2_lab.model, tokenizer, CLEAN, CORRUPT, 1, 3)
@@ -68,18 +68,18 @@ def test_shift_click_toggle_remove_and_code_side_state(explorer, gpt2_lab):
     hm = explorer.heatmap
     hm.send_test_message({"type": "click", "row": 2, "col": 10, "shift": False})
     hm.send_test_message({"type": "click", "row": 1, "col": 4, "shift": True})
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     assert len(explorer.edits) == 2 and "2 edits" in explorer.logits.series[2]["name"]
     assert hm.send_test_message({"type": "toggle", "edit_id": "r2c10", "enabled": False})["ok"]
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     assert len(explorer.edits) == 1 and explorer.edits[0].layer == 1 and explorer.edits[0].pos == 4
     assert hm.send_test_message({"type": "remove", "edit_id": "r1c4"})["ok"]
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     assert hm.selected == [[2, 10]] and explorer.edits == []
     assert len(explorer.logits.series) == 2  # nothing enabled: clean and corrupt only
     # set from code: the view and the logits follow
     hm.selected = [[0, 0]]
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     assert [e["id"] for e in hm.active_edits] == ["r0c0"] and len(explorer.logits.series) == 3
 
 
@@ -110,11 +110,11 @@ def test_worker_latest_wins_and_drops_stale():
 
 def test_steering_panel_preview_and_generate(gpt2_lab):
     panel = steering_panel(gpt2_lab, CORRUPT, [CLEAN], [CORRUPT], site="resid_post", layer=1)
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     v = panel.controller.vector
     assert v is not None and v.shape == (gpt2_lab.d_model,)
     panel.send_test_message({"type": "preview", "alpha": 3.0, "layer": 1, "site": "resid_post", "positions": "last"})
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     assert panel.error == "" and panel.dist[1]["name"].startswith("steered")
     # independent: add 3 v to the output of block 1 at the last position by hand
     h = gpt2_lab.model.transformer.h[1].register_forward_hook(
@@ -127,7 +127,7 @@ def test_steering_panel_preview_and_generate(gpt2_lab):
     assert panel.dist[1]["probs"] == pytest.approx(ref.topk(8).values.tolist(), abs=6e-5)
     panel.send_test_message({"type": "generate", "alpha": 3.0, "layer": 1, "site": "resid_post",
                              "positions": "all", "max_new_tokens": 4})
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     assert panel.error == "" and isinstance(panel.generated, str) and not panel.busy
 
 
@@ -151,7 +151,7 @@ def test_lens_last_layer_equals_model_logits(gpt2_lab):
 def test_attention_widget_shows_the_pattern(gpt2_lab):
     view = attention_widget(gpt2_lab, CLEAN, layer=0, head=0)
     view.send_test_message({"type": "select", "layer": 2, "head": 3})
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     pattern = torch.tensor(view.pattern)
     # independent: eager attention weights returned by the attention module itself
     got = {}
@@ -165,7 +165,7 @@ def test_attention_widget_shows_the_pattern(gpt2_lab):
 
 def test_dashboard_composes_every_view(gpt2_lab):
     d = gpt2_lab.show(CLEAN, CORRUPT, answer=5, wrong=9)
-    gpt2_lab.worker.join(timeout=120)
+    gpt2_lab.engine.worker.join(timeout=120)
     assert all(v is not None for row in d.heatmap.values for v in row)
     assert d.steering.panel.dist and d.lens.top_tokens and d.attention.pattern
     assert ilab.attached_hooks() == []
@@ -177,7 +177,7 @@ def test_a_click_on_an_exact_sweep_reads_the_sweep_and_equals_a_fresh_forward(gp
 
     res = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), progress=False)
     ex = res.show()
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     s = ex.session
     n_pos = res.values.shape[1]
     cells = [(0, 0), (0, n_pos - 5), (1, n_pos - 5), (gpt2_lab.n_layers - 1, n_pos - 1), (2, 1)]
@@ -186,7 +186,7 @@ def test_a_click_on_an_exact_sweep_reads_the_sweep_and_equals_a_fresh_forward(gp
     def no_forward(*a, **k):
         raise AssertionError("a click on an exact sweep's cell ran a forward")
 
-    monkeypatch.setattr(gpt2_lab, "last_logits", no_forward)
+    monkeypatch.setattr(gpt2_lab.engine, "last_logits", no_forward)
     logged = len(gpt2_lab.log)
     for c in cells:
         view = s.logits_view([s.cell_edit(*c)], cells=[c])
@@ -278,8 +278,8 @@ def test_no_model_work_on_the_message_thread(gpt2_lab):
     ex = res.show()
     panel = steering_panel(gpt2_lab, CORRUPT, [CLEAN], [CORRUPT], site="resid_post", layer=1)
     att = attention_widget(gpt2_lab, CLEAN)
-    assert gpt2_lab.worker.join(60)
-    gpt2_lab.clear_memo()  # nothing memoised: the first click's source run is a real forward
+    assert gpt2_lab.engine.worker.join(60)
+    gpt2_lab.engine.clear_memo()  # nothing memoised: the first click's source run is a real forward
     main = threading.get_ident()
     on_main = []
 
@@ -305,7 +305,7 @@ def test_no_model_work_on_the_message_thread(gpt2_lab):
         ]
         assert on_main == [], f"the message thread ran {on_main[:5]}"
         assert [r["ok"] for r in replies] == [True] * len(replies), replies  # answered at once, before the jobs
-        assert gpt2_lab.worker.join(60)
+        assert gpt2_lab.engine.worker.join(60)
     finally:
         handle.remove()
     assert hm.selected == [[1, 3]] and [e.describe() for e in ex.edits] == [e["label"] for e in hm.active_edits]
@@ -332,7 +332,7 @@ def test_a_clicked_cell_is_listed_with_its_edits_label(gpt2_lab, site, by, layer
     for row, col in [(0, 0), (n_rows - 1, n_cols - 1), (n_rows // 2, n_cols // 2)]:
         ex.heatmap.selected = [[row, col]]
         assert ex.heatmap.active_edits[0]["label"] == session.cell_edit(row, col).describe()
-    assert gpt2_lab.worker.join(60) and ex.logits.error == ""
+    assert gpt2_lab.engine.worker.join(60) and ex.logits.error == ""
 
 
 @pytest.mark.parametrize("by", [("layer", "pos"), ("layer", "head", "pos")])
@@ -342,7 +342,7 @@ def test_the_page_holds_what_a_click_on_an_exact_sweep_shows(gpt2_lab, by):
     site = "z" if "head" in by else "resid_pre"
     res = gpt2_lab.patch_sweep(CLEAN, CORRUPT, site=site, by=by, metric=ilab.logit_diff(5, 9), progress=False)
     ex = res.show()
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     tops = ex.heatmap.cell_tops
     rows, cols = len(ex.heatmap.values), len(ex.heatmap.values[0])
     assert tops["metric"] == ex.logits.metric["name"] and len(tops["cells"]) == rows * cols
@@ -356,14 +356,14 @@ def test_the_page_holds_what_a_click_on_an_exact_sweep_shows(gpt2_lab, by):
     # an attribution sweep: nothing held, every click goes to the kernel
     attr = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), method="attribution")
     assert attr.show().heatmap.cell_tops == {}
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
 
 
 def test_sweep_progress_sends_only_new_cells(gpt2_lab, monkeypatch):
     """A sweep's progress: the grid once (shape, labels), then one-way 'cells' messages with only the new cells,
     each cell once; the whole grid (values, hover, cell_tops) again only when the sweep ends."""
     ex = gpt2_lab.show(CLEAN, CORRUPT, answer=5, wrong=9, sweep=False).explorer
-    gpt2_lab.worker.join(timeout=120)
+    gpt2_lab.engine.worker.join(timeout=120)
     out = []
     monkeypatch.setattr(ex.heatmap, "_send", lambda msg, buffers=None: out.append(msg))
     ex.sweep(wait=True, max_batch=4)
@@ -389,13 +389,13 @@ def test_a_burst_of_clicks_is_logged_in_order_while_only_the_last_is_computed(gp
 
     res = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), progress=False)
     ex = res.show()
-    assert gpt2_lab.worker.join(60)
+    assert gpt2_lab.engine.worker.join(60)
     s, hm = ex.session, ex.heatmap
     computed = []
     view = s.logits_view
     monkeypatch.setattr(s, "logits_view", lambda *a, **k: computed.append(a) or view(*a, **k))
     gate = threading.Event()
-    gpt2_lab.worker.submit("gate", lambda: gate.wait(10))  # the worker is busy: the clicks queue behind it
+    gpt2_lab.engine.worker.submit("gate", lambda: gate.wait(10))  # the worker is busy: the clicks queue behind it
     logged = len(gpt2_lab.log)
     clicks = [(1, 3, False), (2, 4, False), (0, 5, False), (2, 1, False), (1, 2, True)]
     main = threading.get_ident()
@@ -417,7 +417,7 @@ def test_a_burst_of_clicks_is_logged_in_order_while_only_the_last_is_computed(gp
     assert all(e["prompts"] == [s.base] for e in entries)
     assert computed == []  # nothing computed yet: all of that happened on arrival
     gate.set()
-    assert gpt2_lab.worker.join(60)
+    assert gpt2_lab.engine.worker.join(60)
     assert len(computed) == 1 and len(gpt2_lab.log) == logged + len(clicks)  # the last click's panel, logged once
     assert "2 edits" in ex.logits.series[2]["name"]
     # what was logged is what the job ran: the same JSON as the edits built from the cells
@@ -426,7 +426,7 @@ def test_a_burst_of_clicks_is_logged_in_order_while_only_the_last_is_computed(gp
     # a toggle is a request too: logged at once
     assert hm.send_test_message({"type": "toggle", "edit_id": "r2c1", "enabled": False})["ok"]
     assert [d["label"] for d in json.loads(gpt2_lab.log.entries[-1]["edits"])] == [s.cell_label(1, 2)]
-    assert gpt2_lab.worker.join(60) and len(gpt2_lab.log) == logged + len(clicks) + 1
+    assert gpt2_lab.engine.worker.join(60) and len(gpt2_lab.log) == logged + len(clicks) + 1
 
 
 def test_a_dataset_sweeps_views_show_the_mean_over_pairs_or_one_pair(gpt2_lab, tokenizer):
@@ -451,7 +451,7 @@ def test_a_dataset_sweeps_views_show_the_mean_over_pairs_or_one_pair(gpt2_lab, t
 
     res = gpt2_lab.patch_sweep(clean, corrupt, site="resid_pre", by=("layer", "pos"), metric=metric, progress=False)
     ex = res.show()
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     assert ex.logits.error == "" and ex.heatmap.error == ""
     assert len(ex.logits.pairs) == 3 and ex.logits.pair == -1 and "mean over 3 pairs" in ex.logits.title
     want_clean, want_corrupt = by_hand(clean), by_hand(corrupt)
@@ -460,11 +460,11 @@ def test_a_dataset_sweeps_views_show_the_mean_over_pairs_or_one_pair(gpt2_lab, t
     assert values["corrupt"] == pytest.approx(float(want_corrupt.mean()), abs=1e-4)
     # a click: the patched mean over the pairs is the sweep's own cell
     assert ex.heatmap.send_test_message({"type": "click", "row": 1, "col": 4, "shift": False})["ok"]
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     assert ex.logits.metric["values"]["patched"] == pytest.approx(float(res.raw[1, 4]), abs=1e-4)
     # the menu: pair 2 alone, with the click still applied
     assert ex.logits.send_test_message({"type": "pair", "index": 2})["ok"]
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     edit = ilab.patch("resid_pre", 1, pos=4, source=gpt2_lab.run(clean, cache=["resid_pre"]))
     values = ex.logits.metric["values"]
     assert ex.logits.pair == 2 and ex.logits.title.startswith("pair 2 of 3")
@@ -474,22 +474,22 @@ def test_a_dataset_sweeps_views_show_the_mean_over_pairs_or_one_pair(gpt2_lab, t
     assert not bad["ok"] and "'index'=3 is out of range -1..2" in bad["error"]
     # the five head sweeps of the same pairs share one panel, with the same menu
     hs = gpt2_lab.patch_sweep_heads(clean, corrupt, metric, progress=False).show()
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     assert hs.logits.error == "" and all(e.heatmap.error == "" for e in hs.explorers.values())
     assert hs.logits.metric["values"]["clean"] == pytest.approx(float(want_clean.mean()), abs=1e-4)
     assert hs.logits.send_test_message({"type": "pair", "index": 1})["ok"]
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     assert hs.logits.metric["values"]["corrupt"] == pytest.approx(float(want_corrupt[1]), abs=1e-4)
     assert not ilab.attached_hooks()
 
 
 def test_cancel_says_how_far_the_sweep_got_and_shows_no_error(explorer, gpt2_lab):
     gate = threading.Event()
-    gpt2_lab.worker.submit("test:gate", lambda: gate.wait(10), widget=explorer.heatmap)  # the sweep queues behind
+    gpt2_lab.engine.worker.submit("test:gate", lambda: gate.wait(10), widget=explorer.heatmap)  # the sweep queues behind
     explorer.sweep()
     assert explorer.heatmap.send_test_message({"type": "cancel"})["ok"]
     gate.set()
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     n = explorer.heatmap.n_rows * explorer.heatmap.n_cols
     assert explorer.heatmap.error == "", explorer.heatmap.error
     done = re.match(rf"cancelled after (\d+) of {n} cells", explorer.heatmap.status)

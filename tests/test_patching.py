@@ -279,7 +279,7 @@ def test_out_of_memory_halves_the_chunk_and_retries(models, tokenizer, monkeypat
         return real(lab_, site, layer, chunk, *rest)
 
     monkeypatch.setattr(patching, "_run_cells", limited)
-    lab.clear_memo()
+    lab.engine.clear_memo()
     got = lab.patch_sweep(CLEAN, CORRUPT, metric=m, progress=False, max_batch=16).raw
     big = max(sizes)  # cells whose activation is equal in both runs need no forward, so chunks are < 16 here
     first = sizes.index(big)
@@ -302,8 +302,8 @@ def test_edited_last_logits_resumes_exactly(models, tokenizer, arch):
         [ilab.scale("mlp_out", 2, 0.5)],
     ]
     for edits in cases:
-        got = lab.last_logits([CORRUPT, CLEAN[:30]], edits)
-        lab.clear_memo()
+        got = lab.engine.last_logits([CORRUPT, CLEAN[:30]], edits)
+        lab.engine.clear_memo()
         want = lab.run([CORRUPT, CLEAN[:30]], edits).last_logits
         assert torch.allclose(got, want, atol=1e-4), (edits, (got - want).abs().max())
     assert hooks_everywhere(lab.model) == before_hooks  # none of interplab's left; anyone else's still there
@@ -349,12 +349,12 @@ def test_click_path_reuses_keys_values_before_the_patched_position(models, token
         [ilab.steer("resid_post", 0, v, alpha=3.0, pos=-1), ilab.patch("attn_out", 2, pos=4, source=src)],
     ]
     for edits in cases:
-        got = lab.last_logits(CORRUPT, edits)
-        used = lab.memo.get(lab.memo.key(("kv", CORRUPT)))
+        got = lab.engine.last_logits(CORRUPT, edits)
+        used = lab.engine.memo.get(lab.engine.memo.key(("kv", CORRUPT)))
         assert used is not None, "the key/value prefix was not looked up"
         if arch != "gemma2":  # gemma2's sliding-window layers are not croppable: it falls back to the full prefix
             assert used[1] is not None, "the key/value prefix was not used"
-        lab.clear_memo()
+        lab.engine.clear_memo()
         want = lab.run(CORRUPT, edits).last_logits
         assert torch.allclose(got, want, atol=1e-4), (arch, edits, (got - want).abs().max())
     assert hooks_everywhere(lab.model) == before_hooks  # none of interplab's left; anyone else's still there
@@ -383,7 +383,7 @@ def test_cells_equal_in_both_runs_are_not_run(models, tokenizer):
               if not torch.equal(acts["clean", l][p], acts["corrupt", l][p])]
     assert res.cells_run == len(differ) < res.values.numel() // 2
     # chunks of late positions reused the cached keys/values of the corrupt run
-    assert any(r[0] == "kv" and isinstance(r[1], tuple) for r in lab.memo.requests())
+    assert any(r[0] == "kv" and isinstance(r[1], tuple) for r in lab.engine.memo.requests())
     for l in range(lab.n_layers):  # unchanged cells read exactly "corrupt" (0 after normalising)
         for p in range(res.values.shape[1]):
             if (l, p) not in differ:
@@ -398,7 +398,7 @@ def test_a_resumed_forward_leaves_the_model_whole(models, tokenizer):
     seen = []
     h = model.transformer.h[2].register_forward_hook(lambda m, a, o: seen.append(len(model.transformer.h)))
     try:
-        lab.last_logits(CORRUPT, [ilab.zero("resid_pre", 2, pos=-1)])
+        lab.engine.last_logits(CORRUPT, [ilab.zero("resid_pre", 2, pos=-1)])
     finally:
         h.remove()
     assert seen and all(n == lab.n_layers for n in seen), seen

@@ -43,7 +43,7 @@ def test_the_explorer_shows_the_estimate_then_streams_exact_cells(gpt2_lab, monk
 
     session = PatchSession(gpt2_lab, CLEAN, CORRUPT, 5, 9)
     ex = PatchExplorer(session)
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     shown, cells = [], []
     ex.heatmap.observe(lambda ch: shown.append(ch["new"]), "values")
     monkeypatch.setattr(ex.heatmap, "add_cells", lambda c: cells.extend(c))
@@ -65,7 +65,7 @@ def test_cancel_keeps_the_exact_cells_done_marked_partial(gpt2_lab, monkeypatch)
 
     session = PatchSession(gpt2_lab, CLEAN, CORRUPT, 5, 9)
     ex = PatchExplorer(session)
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     cells = []
 
     def add_cells(c):  # the page presses Cancel once the first exact cells are shown
@@ -94,7 +94,7 @@ def test_cancel_keeps_the_exact_cells_done_marked_partial(gpt2_lab, monkeypatch)
 
 def test_the_dashboard_sweeps_progressively_when_asked(gpt2_lab):
     dash = gpt2_lab.show(CLEAN, CORRUPT, 5, 9, progressive=True)
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     exact = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=METRIC, progress=False)
     assert torch.allclose(torch.tensor(dash.heatmap.values), exact.cells.grid(exact.values).float(), atol=1e-5)
     assert dash.explorer.partial is False and dash.explorer.first_paint_s >= 0

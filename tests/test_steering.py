@@ -132,7 +132,7 @@ def test_many_layers_program_order(lab, tokenizer):
 
 
 def test_zero_head_before_o_proj(lab, tokenizer):
-    m, dh, head = lab.model, lab.d_head, 1
+    m, dh, head = lab.model, lab.engine.d_head, 1
 
     def pre(mod, args):
         x = args[0].clone()

@@ -142,7 +142,7 @@ out = lab.generate(PROMPT, [zero_head], max_new_tokens=T, stop_at_eos=False)
 print("head zeroed:", repr(out.text))
 with lab.edit([zero_head]):
     z = lab.run(PROMPT, cache=[("z", L)]).cache["z", L]
-dh = lab.d_head
+dh = lab.engine.d_head
 assert torch.count_nonzero(z[..., head * dh:(head + 1) * dh]) == 0 and torch.count_nonzero(z) > 0
 
 # ---- An expert: the router logit of one expert set to -inf ------------------------------------------------------

@@ -4,16 +4,27 @@ hooks   HookManager (every hook interplab attaches, always removed), attach/inst
 resume  forwards that start from a cached residual and shared cached keys/values; chunks sized to a memory budget
         that halve on out-of-memory
 memo    results keyed by what was asked and the model's state, so they are never stale
-core    Engine: tokens, runs with edits and caches, resumed runs, the memo and the log (what a Lab extends)
+core    Engine: tokens, runs with edits and caches, resumed runs, the memo and the log (what a Lab holds)
 """
 
-from .core import Cache, Engine, InterventionLog, Run, as_prompts, device_of, dtype_of, execution_device, own_weights
+from .core import (
+    Cache,
+    Engine,
+    InterventionLog,
+    Run,
+    as_prompts,
+    device_of,
+    dtype_of,
+    engine_of,
+    execution_device,
+    own_weights,
+)
 from .hooks import HookManager, Plan, PlannedEdit, attach, attached_hooks, forward, install, run_lock, with_input
 from .memo import Memo, model_state
 from .resume import default_budget, final_logits, halving, key_values, prefix, resumed_last_logits, row_bytes, start_at
 
-__all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "device_of", "dtype_of", "execution_device",
-           "own_weights",
+__all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "device_of", "dtype_of", "engine_of",
+           "execution_device", "own_weights",
            "HookManager", "Plan", "PlannedEdit", "attach", "attached_hooks", "forward", "install", "run_lock",
            "with_input", "Memo", "model_state", "default_budget", "final_logits", "halving", "key_values", "prefix",
            "resumed_last_logits", "row_bytes", "start_at"]

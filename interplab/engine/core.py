@@ -131,7 +131,7 @@ def _placed(lab: Engine) -> str:
 class Engine:
     """Runs one model and tokenizer: tokens, runs with edits and caches, resumed runs, a memo and a log.
 
-    The Lab (interplab.lab) is an Engine with the analyses on top; analyses take any Engine."""
+    The Lab (interplab.lab) holds one (lab.engine) and puts the analyses on top; analyses take any Engine."""
 
     def __init__(self, model: nn.Module, tokenizer, *, model_id: str | None = None, device=None, dtype=None,
                  seed: int = 0, memo_size: int = 64):
@@ -144,6 +144,7 @@ class Engine:
         self.load_options: dict = {}  # Lab.load's placement keywords (device_map, ...), for the log's to_code()
         self.sites = SiteMap(model)
         self.log = InterventionLog(self)
+        self.vllm = None  # a VLLMEngine on the same weights (Lab.use_vllm): generation, sampling, prefill sweeps
         self.memo = Memo(model, memo_size)  # runs, and the click path's cached keys/values (interplab.patching)
         self._worker: Worker | None = None
         self._worker_lock = threading.Lock()  # widgets built on two threads at once still share one worker
@@ -681,3 +682,9 @@ def device_of(device):
 
 __all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "device_of", "dtype_of", "execution_device",
            "own_weights"]
+
+
+def engine_of(lab) -> Engine:
+    """The Engine behind what a caller passed: a Lab (which holds one as lab.engine) or an Engine itself. Analyses
+    and views call it first, so `ilab.vectors.diff_of_means(lab, ...)` takes the notebook's Lab."""
+    return lab if isinstance(lab, Engine) else getattr(lab, "engine", lab)

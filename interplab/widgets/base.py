@@ -29,8 +29,8 @@ import math
 import os
 import pathlib
 import sys
-import weakref
 import threading
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any

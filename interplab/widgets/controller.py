@@ -13,8 +13,8 @@ import time
 import uuid
 
 from .. import display
+from ..engine import Engine, engine_of
 from ..errors import InterplabError
-from ..engine import Engine
 from ..session import (
     PatchSession,
     SweepCancelled,
@@ -23,8 +23,8 @@ from ..session import (
     dla_view,
     edge_exact,
     edge_graph,
-    node_exact,
     lens_view,
+    node_exact,
     path_strongest,
     path_view,
     steering_generate,
@@ -316,7 +316,7 @@ def _session_of(result, lab: Engine, answer=None, wrong=None) -> PatchSession:
 
 def heatmap_for(result, lab: Engine | None = None, answer=None, wrong=None):
     """The explorer for a finished sweep (res.show())."""
-    lab = lab or getattr(result, "lab", None)
+    lab = engine_of(lab or getattr(result, "lab", None))
     if lab is None:
         return PatchingHeatmap(values=result.values.reshape(result.values.shape[0], -1).tolist())
     return PatchExplorer(_session_of(result, lab, answer, wrong), result)
@@ -437,7 +437,7 @@ class SteeringController:
 
     def __init__(self, lab: Engine, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
                  layer: int | None = None, alpha_range: tuple[float, float] = (-4.0, 4.0), *, part: bool = False):
-        self.lab = lab
+        self.lab = lab = engine_of(lab)
         self.worker = lab.worker
         sites = [s for s in ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
                  if "unavailable" not in lab.sites.describe()[s]]
@@ -502,10 +502,12 @@ class SteeringController:
 
 
 def lens_widget(lab: Engine, prompt: str, *, part: bool = False) -> LensView:
+    lab = engine_of(lab)
     return LensView(**lens_view(lab, prompt), part=part)
 
 
 def attention_widget(lab: Engine, prompt: str, layer: int = 0, head: int = 0, *, part: bool = False) -> AttentionView:
+    lab = engine_of(lab)
     view = AttentionView(n_layers=lab.n_layers, n_heads=lab.n_heads, layer=layer, head=head, part=part,
                          **attention_view(lab, prompt, layer, head))
     worker = lab.worker
@@ -526,6 +528,7 @@ class Dashboard(Composite):
 
     def __init__(self, lab: Engine, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre",
                  by=("layer", "pos"), direction: str = "denoise", sweep: bool = True, progressive: bool = False):
+        lab = engine_of(lab)
         session = PatchSession(lab, clean, corrupt, answer, wrong, site, tuple(by), direction)
         self.explorer = PatchExplorer(session, part=True)
         self.heatmap, self.logits = self.explorer.heatmap, self.explorer.logits
@@ -545,6 +548,7 @@ class Dashboard(Composite):
 def steering_panel(lab: Engine, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
                    layer: int | None = None, alpha_range: tuple[float, float] = (-4.0, 4.0)) -> SteeringPanel:
     """A SteeringPanel wired to the lab (its controller stays reachable as panel.controller)."""
+    lab = engine_of(lab)
     ctrl = SteeringController(lab, prompt, positive, negative, site, layer, alpha_range)
     ctrl.panel.controller = ctrl
     return ctrl.panel
@@ -555,6 +559,7 @@ def edges_for(scores, lab: Engine | None = None, clean=None, corrupt=None, metri
     """The circuit graph of an EdgeScores (scores.show(lab, clean, corrupt, metric)): the top `count` edges (20 by
     default) drawn and chosen; with the lab and the pair, a clicked edge is patched exactly on the lab's worker and
     the button evaluates the chosen circuit's faithfulness. Without them, the estimates only."""
+    lab = engine_of(lab) if lab is not None else None
     view = CircuitGraph(**edge_graph(scores, limit))
     view.count = min(20, len(view.edges)) if count is None else count
     live = lab is not None and clean is not None and corrupt is not None and metric is not None

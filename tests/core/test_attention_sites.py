@@ -60,7 +60,7 @@ def _peer_rotated(lab, arch: str, q: torch.Tensor, k: torch.Tensor, prompt: str)
     rotary = lab.model.gpt_neox.rotary_emb if arch == "gpt_neox" else lab.model.model.rotary_emb
     with torch.no_grad():
         cos, sin = rotary(q, pos)
-    d = lab.d_head
+    d = lab.engine.d_head
     bhtd = [x.view(*x.shape[:2], -1, d).transpose(1, 2) for x in (q, k)]
     rq, rk = module.apply_rotary_pos_emb(*bhtd, cos, sin)
     return [x.transpose(1, 2).reshape(*x.shape[:1], x.shape[2], -1) for x in (rq, rk)]
@@ -76,7 +76,7 @@ def test_reads_equal_the_models_own_tensors(labs, arch):
         assert run.cache[n, L].shape == peer[n].shape, n
         torch.testing.assert_close(run.cache[n, L], peer[n], atol=TOL, rtol=0)
     kv_heads = getattr(lab.model.config, "num_key_value_heads", lab.n_heads)
-    assert run.cache["k", L].shape[-1] == kv_heads * lab.d_head
+    assert run.cache["k", L].shape[-1] == kv_heads * lab.engine.d_head
     if arch != "gpt2":
         rq, rk = _peer_rotated(lab, arch, peer["q"], peer["k"], CLEAN)
         torch.testing.assert_close(run.cache["rot_q", L], rq, atol=TOL, rtol=0)
@@ -104,7 +104,7 @@ def test_queries_and_keys_decide_the_pattern(labs, arch):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_an_edited_pattern_is_what_the_head_writes(labs, arch):
     lab = labs[arch]
-    H, d = lab.n_heads, lab.d_head
+    H, d = lab.n_heads, lab.engine.d_head
     clean = lab.run(CLEAN, cache=[("pattern", L), ("v", L), ("z", L), ("attn_out", L)])
     corrupt = lab.run(CORRUPT, cache=[("z", L), ("attn_out", L)])
     # a head's output is its pattern times its values: patch both and the head writes the clean output

@@ -60,7 +60,7 @@ def test_copying_scores_equal_the_weights_by_hand(arch, tokenizer):
     assert [lab.to_str_tokens(CLEAN)[c] for c in NAME_POSITIONS] == [" Mary", " John"]
     before = {k: v.clone() for k, v in model.state_dict().items()}
     scores = lab.copying_scores([CLEAN], NAME_POSITIONS, k=5)
-    ids = lab.encode([CLEAN])[0]
+    ids = lab.engine.encode([CLEAN])[0]
     hand = _hand_ranks(model, arch, ids, NAME_POSITIONS)
     assert torch.equal(scores.ranks, hand), (scores.ranks, hand)
     assert torch.equal(scores.positive, (hand < 5).float().mean(-1))

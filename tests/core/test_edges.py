@@ -46,7 +46,7 @@ def _qkv_module(arch, layer, site):
 
 def _head_slice(arch, lab, site, head):
     """(flat column indices of one head's q/k/v in its module's output)."""
-    d = lab.d_head
+    d = lab.engine.d_head
     if arch == "llama":
         return list(range(head * d, (head + 1) * d))
     part = "qkv".index(site)
@@ -77,7 +77,7 @@ def _delta(lab, arch, writer, base, src):
         i = int(writer[3:])
         return src[1]["mlp", i] - base[1]["mlp", i]
     layer, head = map(int, writer[1:].split("H"))
-    d = lab.d_head
+    d = lab.engine.d_head
     W = lab.model.get_submodule(_path(arch, layer, "o")).weight
     dz = (src[1]["z", layer] - base[1]["z", layer])[..., head * d:(head + 1) * d]
     if arch == "gpt2":  # Conv1D: x @ W, W [in, out]

@@ -56,7 +56,7 @@ def check(lab, arch, prompts, edits, hand_edits, sites):
     """Run interplab with `edits`; run the plain model with `hand_edits` [(site, layer, fn)]; compare logits and
     every (site, layer) in `sites` (after the edit)."""
     model = lab.model
-    ids, mask, _ = lab.encode(prompts)  # token ids only; the reference forward is plain PyTorch
+    ids, mask, _ = lab.engine.encode(prompts)  # token ids only; the reference forward is plain PyTorch
     hooks = []
     for site, layer, fn in hand_edits:
         if site == "resid_mid":  # no module outputs it: change what attention adds to the block's input
@@ -93,7 +93,7 @@ def _mid_edit(arch, layer, fn):
 
 
 def _capture(lab, arch, prompts, site, layers):
-    ids, mask, _ = lab.encode(prompts)
+    ids, mask, _ = lab.engine.encode(prompts)
     cap = []
     for L in layers:
         path, io = _point(arch, site, L)
@@ -192,7 +192,7 @@ def test_steer(arch_lab):
     v = torch.randn(lab.d_model, generator=g)
     check(lab, arch, P1, [ilab.steer("resid_post", -1, v, alpha=3.0, pos=-1)],
           [("resid_post", 2, lambda t: edit_rows(t, lambda x, b, p: x + 3.0 * v, pos=-1))], [("resid_post", 2)])
-    vh = torch.randn(lab.d_head, generator=g)  # per-head steering on z takes a d_head vector
+    vh = torch.randn(lab.engine.d_head, generator=g)  # per-head steering on z takes a d_head vector
     check(lab, arch, P1, [ilab.steer("z", 0, vh, alpha=-2.0, pos=[-1, -3], head=2)],
           [("z", 0, lambda t: edit_rows(t, lambda x, b, p: x - 2.0 * vh, pos=[-1, -3], head=2))], [("z", 0)])
 

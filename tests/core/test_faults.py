@@ -47,7 +47,7 @@ class Setup:
         assert self.calls["fwd"] == before["fwd"] + 1 and self.calls["pre"] == before["pre"] + 1  # and fire
         assert param_hash(self.model) == self.hash
         assert all(p.grad is None for p in self.model.parameters())
-        self.lab.clear_memo()
+        self.lab.engine.clear_memo()
         assert torch.equal(self.lab.run(CLEAN).logits, self.clean_logits)  # the next run is a clean one
 
 

@@ -38,7 +38,7 @@ def test_memo_same_prompt_and_edits_same_run(lab, forwards):
     runs = [a, c, d, e, f, g, h, i]
     assert len({id(r) for r in runs}) == len(runs) and forwards["n"] == len(runs)
     assert not torch.equal(h.logits, i.logits)
-    lab.clear_memo()
+    lab.engine.clear_memo()
     again = lab.run(P1, edits=[ilab.zero("resid_pre", 1, pos=-1)], cache=["z"])
     assert again is not a and torch.equal(again.logits, a.logits)
 
@@ -66,7 +66,7 @@ def test_log_to_code_reproduces_logged_runs(lab, monkeypatch):
     code = lab.log.to_code()
     compile(code, "<to_code>", "exec")
     assert "edits_from_json" in code and "Lab.load('tiny-gpt2'" in code
-    lab.clear_memo()  # the replay must compute, not look up
+    lab.engine.clear_memo()  # the replay must compute, not look up
     monkeypatch.setattr(ilab.Lab, "load", staticmethod(lambda *a, **k: lab))
     ns: dict = {}
     exec(code, ns)
@@ -100,7 +100,7 @@ def test_token_id(lab, tokenizer):
 
 
 def test_facts_and_repr(lab):
-    assert (lab.n_layers, lab.n_heads, lab.d_model, lab.d_head) == (3, 4, 32, 8)
+    assert (lab.n_layers, lab.n_heads, lab.d_model, lab.engine.d_head) == (3, 4, 32, 8)
     assert "gpt2" in repr(lab) and "layers=3" in repr(lab)
     assert lab.hooks() == []
 
@@ -196,3 +196,26 @@ def test_a_tokenizer_without_pad_token_is_left_as_it_was(models, tokenizer):
     gen = lab.generate([P1, short], max_new_tokens=4, greedy=True)
     assert gen.texts[1] == lab.generate(short, max_new_tokens=4, greedy=True).text
     assert tok.pad_token is None
+
+
+PLUMBING = {"plan_edit", "contexts", "kv_prefix", "paired", "resolve", "warm", "worker", "residuals", "memo",
+            "clear_memo", "encode", "pad_id", "as_hooked", "last_logits", "module_names", "load_options", "seed",
+            "vllm", "dtype_name", "device_name"}
+
+
+def test_the_lab_is_a_face_holding_an_engine(lab):
+    """Tab completion is where a notebook user learns the API: at most 40 names, each documented, none of the
+    engine's plumbing; the engine is lab.engine, and the old names still answer, with a warning."""
+    from interplab.engine import Engine
+
+    assert not isinstance(lab, Engine) and isinstance(lab.engine, Engine)
+    public = [n for n in dir(lab) if not n.startswith("_")]
+    assert len(public) <= 40, public
+    assert not PLUMBING & set(public)
+    undocumented = [n for n in public if not (getattr(type(lab), n, None).__doc__ or "").strip()
+                    and n != "engine"]
+    assert undocumented == []
+    with pytest.warns(DeprecationWarning, match="lab.engine.clear_memo"):
+        lab.clear_memo()
+    with pytest.raises(AttributeError):
+        lab.no_such_name  # noqa: B018

@@ -88,7 +88,7 @@ def test_the_model_is_spread_as_asked(pair):
     ref, lab, name = pair
     assert lab.model.hf_device_map == MAPS[name][1]
     assert any(p.is_meta for p in lab.model.parameters()), "nothing offloaded: the test would prove nothing"
-    assert lab.device == torch.device("cpu")  # where accelerate runs the embedding, not "meta"
+    assert lab.engine.device == torch.device("cpu")  # where accelerate runs the embedding, not "meta"
     tokens = lab.to_str_tokens(CLEAN), lab.to_str_tokens(CORRUPT)
     assert [i for i, (a, b) in enumerate(zip(*tokens)) if a != b] == [DIFF]
     assert "device_map=" in lab.log.to_code() and "offload_folder=" in lab.log.to_code()
@@ -152,7 +152,7 @@ def test_clicks_resume_from_cached_state(pair, kind):
     cached keys and values) equals the full run on the model in memory."""
     ref, lab, _ = pair
     want = ref.run(CORRUPT, edits=_edits(ref, kind)).last_logits
-    _close(lab.last_logits(CORRUPT, _edits(lab, kind)), want, kind)
+    _close(lab.engine.last_logits(CORRUPT, _edits(lab, kind)), want, kind)
 
 
 @pytest.mark.parametrize("site, by", [("resid_pre", ("layer", "pos")), ("z", ("layer", "head"))])
@@ -189,10 +189,10 @@ def test_a_click_skips_the_layers_below_the_edit(pair):
     first = lab.model.get_submodule(f"{lab.sites.arch.layers}.0")
     handle = first.register_forward_pre_hook(lambda *a: calls.append(1))
     try:
-        lab.warm(CORRUPT)  # the cached residuals and keys/values a click resumes from (memoised with this hook on)
+        lab.engine.warm(CORRUPT)  # the cached residuals and keys/values a click resumes from (memoised with this hook on)
         source = lab.run(CLEAN, cache=["resid_pre"])
         calls.clear()
-        got = lab.last_logits(CORRUPT, [ilab.patch("resid_pre", 1, pos=DIFF, source=source)])
+        got = lab.engine.last_logits(CORRUPT, [ilab.patch("resid_pre", 1, pos=DIFF, source=source)])
     finally:
         handle.remove()
     assert calls == []
@@ -205,9 +205,9 @@ def test_a_click_on_the_explorer(pair):
     patched = []
     for x in (ref, lab):
         ex = x.patch_sweep(CLEAN, CORRUPT, metric=METRIC, progress=False).show()
-        x.worker.join()
+        x.engine.worker.join()
         ex.heatmap.send_test_message({"type": "click", "row": 1, "col": DIFF, "shift": False})
-        x.worker.join()
+        x.engine.worker.join()
         assert [e["id"] for e in ex.heatmap.active_edits] == [f"r1c{DIFF}"]
         patched.append(ex.logits.metric["values"]["patched"])
     assert patched[1] == pytest.approx(patched[0], abs=ATOL)
@@ -256,7 +256,7 @@ def test_no_hook_stays_and_no_weight_changes(pair):
     hooks_then, (mem_then, files_then) = lab._loaded
     clean = lab.run(CLEAN, cache=["resid_pre"])
     lab.run(CORRUPT, edits=_edits(lab, "all-at-once") + _edits(lab, "zero-pattern"))
-    lab.last_logits(CORRUPT, [ilab.patch("resid_pre", 1, pos=DIFF, source=clean)])
+    lab.engine.last_logits(CORRUPT, [ilab.patch("resid_pre", 1, pos=DIFF, source=clean)])
     lab.patch_sweep(CLEAN, CORRUPT, metric=METRIC, progress=False)
     lab.patch_sweep(CLEAN, CORRUPT, site="z", by=("layer", "head"), metric=METRIC, method="attribution",
                     progress=False)
@@ -302,4 +302,4 @@ def test_auto_with_max_memory_offloads_what_does_not_fit(tmp_path):
     assert "disk" in set(lab.model.hf_device_map.values()) and "cpu" in set(lab.model.hf_device_map.values())
     _close(lab.run(CORRUPT).logits, ref.run(CORRUPT).logits, "auto")
     edits = [ilab.patch("resid_pre", 2, pos=DIFF, source=CLEAN)]
-    _close(lab.last_logits(CORRUPT, edits), ref.run(CORRUPT, edits=edits).last_logits, "auto click")
+    _close(lab.engine.last_logits(CORRUPT, edits), ref.run(CORRUPT, edits=edits).last_logits, "auto click")

@@ -120,7 +120,7 @@ def test_sites_obey_the_residual_algebra(arch, models, tokenizer):
         assert p.shape[1] == lab.n_heads
         assert torch.allclose(p.sum(-1), torch.ones_like(p.sum(-1)), atol=ATOL)  # rows are distributions
         assert torch.all(p.triu(1) == 0)  # causal
-        assert c["z", L].shape[-1] == lab.n_heads * lab.d_head
+        assert c["z", L].shape[-1] == lab.n_heads * lab.engine.d_head
     full = model(input_ids=lab.to_tokens(PROMPT)).logits
     cap = getattr(model.config, "final_logit_softcapping", None)
     if cap:  # Gemma 2: the 'logits' site is lm_head's output, before the final tanh soft-capping

@@ -33,7 +33,7 @@ def test_a_small_budget_runs_small_chunks_with_the_same_values(models, tokenizer
     n_pos = len(lab.to_str_tokens(CLEAN))
     expected = lab.patch_sweep(CLEAN, CORRUPT, site, by, metric=m, progress=False)
     budget = 2 * engine.row_bytes(lab.model, n_pos, n_pos)
-    lab.clear_memo()
+    lab.engine.clear_memo()
     seen, handle = _rows_per_forward(lab)
     try:
         got = lab.patch_sweep(CLEAN, CORRUPT, site, by, metric=m, progress=False, memory_budget=budget)
@@ -55,7 +55,7 @@ def test_a_budget_below_one_row_runs_one_cell_per_forward_for_pairs_of_prompts(m
     assert len({len(lab.to_str_tokens(p)) for p in clean + corrupt}) == 1  # no padding: the prefix path runs
     m = ilab.logit_diff([5, 6], [9, 7])
     expected = lab.patch_sweep(clean, corrupt, metric=m, progress=False).raw
-    lab.clear_memo()
+    lab.engine.clear_memo()
     seen, handle = _rows_per_forward(lab)
     try:
         got = lab.patch_sweep(clean, corrupt, metric=m, progress=False, memory_budget=1).raw
@@ -73,7 +73,7 @@ def test_a_larger_budget_takes_more_rows_up_to_max_batch(models, tokenizer):
     one_row = engine.row_bytes(lab.model, n_pos, n_pos)
     widest = {}
     for budget, max_batch in ((3 * one_row, 64), (10**12, 64), (10**12, 5)):
-        lab.clear_memo()
+        lab.engine.clear_memo()
         seen, handle = _rows_per_forward(lab)
         try:
             lab.patch_sweep(CLEAN, CORRUPT, metric=m, progress=False, memory_budget=budget, max_batch=max_batch)
@@ -114,13 +114,13 @@ def test_the_prefix_is_shared_by_every_row_and_kept_by_none(models, tokenizer, a
     forward over it keeps no joined keys: after it the cache still holds `first` positions."""
     lab = ilab.Lab(models[arch], tokenizer)
     first, repeats = 4, 8
-    kw = lab.kv_prefix(CLEAN, first, repeats)
+    kw = lab.engine.kv_prefix(CLEAN, first, repeats)
     (name, cache), = kw.items()
-    memo = lab.kv_prefix(CLEAN, len(lab.to_str_tokens(CLEAN)))[name]
+    memo = lab.engine.kv_prefix(CLEAN, len(lab.to_str_tokens(CLEAN)))[name]
     for layer, whole in zip(cache.layers, memo.layers):
         assert layer.keys.shape[0] == 1 and layer.keys.shape[-2] == first
         assert layer.keys.untyped_storage().data_ptr() == whole.keys.untyped_storage().data_ptr()
-    ids, mask, _ = lab.encode([CLEAN] * repeats)
+    ids, mask, _ = lab.engine.encode([CLEAN] * repeats)
     with torch.no_grad():
         out = lab.model(input_ids=ids[:, first:], attention_mask=mask,
                         position_ids=torch.arange(first, ids.shape[1])[None].expand(repeats, -1), use_cache=True,

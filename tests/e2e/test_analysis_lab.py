@@ -37,7 +37,7 @@ def open_view(browser, server, name: str, sources: list[str], panes: int) -> Lab
             " return gds.length === n && gds.every((gd) => (gd.__interplab_grid?.z ?? [])"
             ".some((r) => r.some((v) => typeof v === 'number'))); }",
             arg=[last, panes], timeout=120000, polling=100)
-        nb.exec("lab.worker.join()", timeout=120)  # the view's first jobs (logit panel, warm-up) are done
+        nb.exec("lab.engine.worker.join()", timeout=120)  # the view's first jobs (logit panel, warm-up) are done
         return nb
     except BaseException:
         nb.close()
@@ -91,7 +91,7 @@ def test_a_clicked_value_cell_paints_the_logit_panel_with_the_kernels_patched_ru
         click_cell(nb, 2, "v", row, col)
         nb.page.wait_for_function(f"() => ({metric_line})().includes('patched =')", timeout=60000)
         # the kernel got the click (that cell selected, in the v panel alone) and its logit job is done
-        got = kernel_json(nb, "(lab.worker.join(), {s: ex.heatmap.selected for s, ex in view.explorers.items()},"
+        got = kernel_json(nb, "(lab.engine.worker.join(), {s: ex.heatmap.selected for s, ex in view.explorers.items()},"
                               " view.logits.metric['values'])[1:]")
         assert got[0] == {s: ([[row, col]] if s == "v" else []) for s in ("z", "q", "k", "v", "pattern")}, got
         # what the kernel computes on its own: that head's value patched from the clean run into the corrupt run

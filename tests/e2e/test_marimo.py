@@ -235,7 +235,7 @@ def expected_panels():
     res = lab.patch_sweep(CLEAN, CORRUPT, site="resid_pre", by=("layer", "pos"),
                           metric=ilab.logit_diff(" Mary", " John"), method="exact", progress=False)
     ex = res.show()
-    lab.worker.join(120)
+    lab.engine.worker.join(120)
     s = ex.session
     rows, cols = res.values.shape[0], res.values.shape[1]
     one, two = (rows - 1, cols - 1), (1, 3)
@@ -367,4 +367,4 @@ def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
         assert not errors, f"JS errors on the page: {errors}"
     finally:
         context.close()
-        lab.worker.close(timeout=10)
+        lab.engine.worker.close(timeout=10)

