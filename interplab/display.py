@@ -1,6 +1,6 @@
 """How a result reaches its widget without importing upward: widgets register a viewer here by kind.
 
-    display.register("sweep", heatmap_for)      # interplab.widgets.controller, when it is imported
+    display.register("sweep", heatmap_for)      # interplab.views.patching, when it is imported
     display.view("sweep", result, lab=lab)      # SweepResult.show(): the viewer's widget, or None
 """
 

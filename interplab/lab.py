@@ -23,13 +23,12 @@ from .engine import Cache, Engine, InterventionLog, Run  # noqa: F401 (interplab
 from .errors import InterplabError, LoadError, UnknownSiteError  # noqa: F401
 from .loading import embedded_path, load_pretrained
 from .patching import patch_sweep, patch_sweep_heads
+from .views import KINDS  # noqa: F401 (importing the views registers what res.show() opens)
+from .views.attention import attention_widget
+from .views.dashboard import Dashboard
+from .views.lens import lens_widget
+from .views.steering import steering_panel
 from .widgets.base import resend_states
-from .widgets.controller import (  # (also registers res.show()'s views)
-    Dashboard,
-    attention_widget,
-    lens_widget,
-    steering_panel,
-)
 from .worker import join_all
 
 

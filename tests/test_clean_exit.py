@@ -21,7 +21,9 @@ RUNS = 5
 # every widget, each with work queued on the lab's worker; the dashboard (README) last, so that its sweep is queued
 SCRIPT = r'''
 import interplab as ilab
-from interplab.widgets.controller import attention_widget, lens_widget, steering_panel
+from interplab.views.attention import attention_widget
+from interplab.views.lens import lens_widget
+from interplab.views.steering import steering_panel
 
 lab = ilab.Lab.load("ioi-tiny")
 clean = "When Mary and John went to the store, John gave a drink to"

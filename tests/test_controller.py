@@ -12,8 +12,11 @@ import torch
 import interplab as ilab
 from interplab.errors import InterplabError
 from interplab.lens import logit_lens
-from interplab.session import PatchSession
-from interplab.widgets.controller import PatchExplorer, attention_widget, lens_widget, steering_panel
+from interplab.views.patching import PatchSession
+from interplab.views.attention import attention_widget
+from interplab.views.lens import lens_widget
+from interplab.views.patching import PatchExplorer
+from interplab.views.steering import steering_panel
 from interplab.worker import Worker
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"

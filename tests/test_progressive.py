@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import interplab as ilab
-from interplab.widgets.controller import PatchExplorer
+from interplab.views.patching import PatchExplorer
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
@@ -39,7 +39,7 @@ def test_order_changes_which_cells_run_first_never_their_values(gpt2_lab, site, 
 
 
 def test_the_explorer_shows_the_estimate_then_streams_exact_cells(gpt2_lab, monkeypatch):
-    from interplab.session import PatchSession
+    from interplab.views.patching import PatchSession
 
     session = PatchSession(gpt2_lab, CLEAN, CORRUPT, 5, 9)
     ex = PatchExplorer(session)
@@ -61,7 +61,7 @@ def test_the_explorer_shows_the_estimate_then_streams_exact_cells(gpt2_lab, monk
 
 
 def test_cancel_keeps_the_exact_cells_done_marked_partial(gpt2_lab, monkeypatch):
-    from interplab.session import PatchSession
+    from interplab.views.patching import PatchSession
 
     session = PatchSession(gpt2_lab, CLEAN, CORRUPT, 5, 9)
     ex = PatchExplorer(session)

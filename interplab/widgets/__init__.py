@@ -1,17 +1,26 @@
-"""interplab widgets: thin anywidget views (synced traits + validated messages + Python callbacks).
+"""interplab widgets: the anywidget machinery every view shares, torch-free.
 
-They never import torch or the controller; ``interplab.lab`` sets their traits and registers callbacks.
-All of them render from one bundled ESM, ``interplab/static/widgets.js`` (plotly included, works offline).
+base.py: LabWidget (synced traits, requests validated against their declaration, one reply each, callbacks) and the
+shared widget code; composite.py / parts.py: one anywidget that shows several views. The views themselves (each one's
+widget class, numbers and wiring) are in interplab.views; their old names here answer for one release, with a warning.
 """
 
-from .attention import AttentionView
-from .base import LabWidget, MessageError
-from .circuit import CircuitGraph
-from .heatmap import PatchingHeatmap
-from .lens import LensView
-from .logits import LogitPanel
-from .steering import SteeringPanel
-from .values import ValueBars
+import importlib
+import warnings
 
-__all__ = ["AttentionView", "CircuitGraph", "LabWidget", "LensView", "LogitPanel", "MessageError", "PatchingHeatmap",
-           "SteeringPanel", "ValueBars"]
+from .base import LabWidget, MessageError
+
+_MOVED = {"AttentionView": "attention", "CircuitGraph": "circuit", "LensView": "lens", "LogitPanel": "logits",
+          "PatchingHeatmap": "heatmap", "SteeringPanel": "steering", "ValueBars": "values"}
+
+
+def __getattr__(name: str):
+    kind = _MOVED.get(name)
+    if kind is None:
+        raise AttributeError(f"module 'interplab.widgets' has no attribute {name!r}")
+    warnings.warn(f"interplab.widgets.{name} moved to interplab.views.{kind}.{name}; this alias goes in the next "
+                  f"release", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(f"interplab.views.{kind}"), name)
+
+
+__all__ = ["LabWidget", "MessageError"]

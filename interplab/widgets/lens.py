@@ -1,52 +1,23 @@
-"""LensView (logit lens): layers x positions, cell text = the top token, colour = its probability.
+"""Deprecated: interplab.widgets.lens moved to interplab.views
+(one module per view: what it shows and its wiring). The old
+names answer here, with a DeprecationWarning, for one release."""
 
-Traits:
-    x_labels    list[str]            tokens of the prompt (positions)
-    y_labels    list[str]            layers (row 0 drawn at the bottom)
-    top_tokens  list[list[str]]      [layer][position] top token, drawn as cell text (exact text in hover)
-    probs       list[list[float]]    [layer][position] probability of that token (0..1, the colour)
-    hover       list[list[str]]      [layer][position] extra hover text, e.g. the top-k
-    selected    list[int]            [row, col] of the last clicked cell, or []
-    title, status, error  str
-Request (protocol.json; it also carries its `id`) -> callback, called with keywords:
-    {type:"select", row, col}  -> on_select(fn(row=, col=))   (after `selected` is set)
-"""
+import importlib
+import warnings
 
-from __future__ import annotations
-
-import traitlets as t
-
-from .base import Int, Labels, LabWidget, NumberGrid, TextGrid
-
-__all__ = ["LensView"]
+_MOVED = {
+    "LensView": "interplab.views.lens",
+}
 
 
-class LensView(LabWidget):
-    _view_kind = t.Unicode("lens").tag(sync=True)
+def __getattr__(name: str):
+    where = _MOVED.get(name)
+    if where is None:
+        raise AttributeError(f"module 'interplab.widgets.lens' has no attribute {name!r}")
+    warnings.warn(f"interplab.widgets.lens.{name} moved to {where}.{name}; this alias goes in the next release",
+                  DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(where), name)
 
-    x_labels = Labels().tag(sync=True)
-    y_labels = Labels().tag(sync=True)
-    top_tokens = TextGrid().tag(sync=True)
-    probs = NumberGrid().tag(sync=True)
-    hover = TextGrid().tag(sync=True)
-    selected = t.List().tag(sync=True)
-    title = t.Unicode("").tag(sync=True)
 
-    @property
-    def n_rows(self) -> int:
-        return max(len(self.probs), len(self.top_tokens), len(self.y_labels))
-
-    @property
-    def n_cols(self) -> int:
-        widths = [len(r) for r in (*self.probs, *self.top_tokens)]
-        return max(max(widths, default=0), len(self.x_labels))
-
-    def _limits(self):
-        return {"select": {"row": Int(0, self.n_rows - 1), "col": Int(0, self.n_cols - 1)}}
-
-    def _handle_select(self, row, col):
-        self.selected = [row, col]
-
-    def on_select(self, fn, remove: bool = False):
-        """fn(row=, col=) when a cell is clicked."""
-        return self._register("select", fn, remove)
+def __dir__() -> list[str]:
+    return sorted(_MOVED)

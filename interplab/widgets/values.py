@@ -1,29 +1,23 @@
-"""ValueBars: signed numbers as labelled horizontal bars around zero (a DLA's MLP and embedding parts at a position,
-a sender's effect through each receiver). No requests: it shows what Python sets.
+"""Deprecated: interplab.widgets.values moved to interplab.views
+(one module per view: what it shows and its wiring). The old
+names answer here, with a DeprecationWarning, for one release."""
 
-Traits:
-    labels       list[str]            one per bar
-    values       list[float | None]   one per bar (None: not computed, no bar); NaN/inf become None
-    title, metric_name   str
-"""
+import importlib
+import warnings
 
-from __future__ import annotations
-
-import traitlets as t
-
-from .base import Converted, Labels, LabWidget, plain_grid
-
-__all__ = ["ValueBars"]
+_MOVED = {
+    "ValueBars": "interplab.views.values",
+}
 
 
-def _numbers(v) -> list[float | None]:
-    return plain_grid([v if v is not None else []])[0]
+def __getattr__(name: str):
+    where = _MOVED.get(name)
+    if where is None:
+        raise AttributeError(f"module 'interplab.widgets.values' has no attribute {name!r}")
+    warnings.warn(f"interplab.widgets.values.{name} moved to {where}.{name}; this alias goes in the next release",
+                  DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(where), name)
 
 
-class ValueBars(LabWidget):
-    _view_kind = t.Unicode("values").tag(sync=True)
-
-    labels = Labels().tag(sync=True)
-    values = Converted(_numbers, "a list of numbers (None = missing)", default_value=[]).tag(sync=True)
-    title = t.Unicode("").tag(sync=True)
-    metric_name = t.Unicode("").tag(sync=True)
+def __dir__() -> list[str]:
+    return sorted(_MOVED)

@@ -16,7 +16,7 @@ import torch
 import interplab as ilab
 from interplab.errors import LoadError
 from interplab.lens import logit_lens
-from interplab.session import PatchSession
+from interplab.views.patching import PatchSession
 from interplab.zoo import EMBEDDED, random_model
 
 pytest.importorskip("accelerate", reason="device_map needs accelerate (pip install 'interplab[big]')")

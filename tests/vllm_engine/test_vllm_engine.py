@@ -265,7 +265,7 @@ def test_greedy_sample_equals_on_both_engines(lab):
 
 
 def test_the_steering_widgets_generate_runs_on_vllm(lab, monkeypatch):
-    from interplab import session
+    from interplab.views import steering as session
 
     calls = []
     real = lab.engine.vllm.run

@@ -11,7 +11,9 @@ import torch
 from bridge import Bridge  # tests/widgets/bridge.py
 
 import interplab as ilab
-from interplab.widgets.controller import DLAView, HeadSweepsView, PathView
+from interplab.views.dla import DLAView
+from interplab.views.patching import HeadSweepsView
+from interplab.views.paths import PathView
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
@@ -173,8 +175,8 @@ def test_a_progressive_sweep_shows_the_estimate_and_cancel_keeps_a_partial_heatm
     with the mouse while the sweep runs, leaves the exact cells done and the estimate elsewhere, marked partial."""
     import threading
 
-    from interplab.session import PatchSession
-    from interplab.widgets.controller import PatchExplorer
+    from interplab.views.patching import PatchSession
+    from interplab.views.patching import PatchExplorer
 
     session = PatchSession(gpt2_lab, CLEAN, CORRUPT, 5, 9)
     ex = PatchExplorer(session)

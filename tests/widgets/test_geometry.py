@@ -19,7 +19,8 @@ from bridge import Bridge  # tests/widgets/bridge.py
 from geometry import judge, measure  # tests/geometry.py
 
 import interplab as ilab
-from interplab.widgets.controller import attention_widget, lens_widget
+from interplab.views.attention import attention_widget
+from interplab.views.lens import lens_widget
 from interplab.zoo.evaluate_ioi_tiny import fixed_template_dataset
 
 pytestmark = pytest.mark.browser

@@ -11,7 +11,15 @@ import sys
 
 import pytest
 
-from interplab.widgets import AttentionView, LensView, LogitPanel, PatchingHeatmap, SteeringPanel
+from interplab.views.attention import AttentionView
+
+from interplab.views.heatmap import PatchingHeatmap
+
+from interplab.views.lens import LensView
+
+from interplab.views.logits import LogitPanel
+
+from interplab.views.steering import SteeringPanel
 from interplab.widgets.base import BAD_MESSAGE, declared_requests
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -341,14 +349,17 @@ def test_view_kinds_match_the_bundle():
     assert "unknown widget kind" in text
 
 
-def test_widgets_do_not_import_torch_or_the_controller():
+def test_the_widget_machinery_does_not_import_torch_or_the_lab():
+    """The anywidget machinery every view shares (interplab.widgets: the base class, composites, the shared code)
+    loads without torch or the Lab; each view's numbers live in its own module in interplab.views."""
     code = f"""
 import sys, types, importlib.util
 pkg = types.ModuleType("interplab"); pkg.__path__ = [{str(ROOT / "interplab")!r}]
 pkg.__spec__ = importlib.util.spec_from_loader("interplab", loader=None, is_package=True)
 sys.modules["interplab"] = pkg
 import interplab.widgets as w
-w.PatchingHeatmap(values=[[1.0]])
+import interplab.widgets.composite
+w.LabWidget
 bad = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.") or m == "interplab.lab")
 print(bad)
 """

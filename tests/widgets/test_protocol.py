@@ -11,11 +11,21 @@ import re
 import anywidget
 import pytest
 
-from interplab.widgets import AttentionView, LabWidget, LensView, LogitPanel, PatchingHeatmap, SteeringPanel
+from interplab.widgets import LabWidget
+
+from interplab.views.attention import AttentionView
+
+from interplab.views.heatmap import PatchingHeatmap
+
+from interplab.views.lens import LensView
+
+from interplab.views.logits import LogitPanel
+
+from interplab.views.steering import SteeringPanel
 from interplab.widgets.base import BAD_MESSAGE, PROTOCOL
-from interplab.widgets.circuit import CircuitGraph
+from interplab.views.circuit import CircuitGraph
 from interplab.widgets.composite import Composite
-from interplab.widgets.values import ValueBars
+from interplab.views.values import ValueBars
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "js" / "src"

@@ -10,7 +10,11 @@ import types
 
 import pytest
 
-from interplab.widgets import LensView, LogitPanel, PatchingHeatmap
+from interplab.views.heatmap import PatchingHeatmap
+
+from interplab.views.lens import LensView
+
+from interplab.views.logits import LogitPanel
 from interplab.widgets import base as wbase
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -1,0 +1,35 @@
+"""The dashboard (lab.show): the patching explorer, then tabs for steering, the logit lens and attention, one
+anywidget."""
+
+from __future__ import annotations
+
+from ..engine import Engine, engine_of
+from ..widgets.composite import Composite
+from .attention import attention_widget
+from .lens import lens_widget
+from .patching import PatchExplorer, PatchSession
+from .steering import SteeringController
+
+
+class Dashboard(Composite):
+    """Heatmap + logits, then tabs: steering, logit lens and attention, for one clean/corrupt pair; one anywidget.
+    `dashboard.explorer` (heatmap + logits), `.steering` (its controller; `.steering.panel`), `.lens`, `.attention`
+    are the widgets as ever; they open no comm of their own (their state travels in the dashboard's)."""
+
+    def __init__(self, lab: Engine, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre",
+                 by=("layer", "pos"), direction: str = "denoise", sweep: bool = True, progressive: bool = False):
+        lab = engine_of(lab)
+        session = PatchSession(lab, clean, corrupt, answer, wrong, site, tuple(by), direction)
+        self.explorer = PatchExplorer(session, part=True)
+        self.heatmap, self.logits = self.explorer.heatmap, self.explorer.logits
+        self.steering = SteeringController(lab, corrupt, [clean], [corrupt], site="resid_post", part=True)
+        self.lens = lens_widget(lab, clean, part=True)
+        self.attention = attention_widget(lab, clean, part=True)
+        super().__init__(
+            {"heatmap": self.heatmap, "logits": self.logits, "steering": self.steering.panel, "lens": self.lens,
+             "attention": self.attention},
+            panes=[{"part": "heatmap"}, {"part": "logits"},
+                   {"tabs": [{"title": "steering", "part": "steering"}, {"title": "logit lens", "part": "lens"},
+                             {"title": "attention", "part": "attention"}]}])
+        if sweep:  # progressive: the attribution estimate first, exact cells largest |estimate| first
+            self.explorer.sweep(progressive=progressive)
