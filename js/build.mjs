@@ -33,6 +33,25 @@ export function sourceHash() {
   return h.digest("hex");
 }
 
+// "interplab:views": one export per file of src/views (export * as heatmap from ".../views/heatmap.js"), so the
+// registry (src/registry.js) lists every view without a hand-kept list.
+const viewsDir = join(here, "src", "views");
+const viewsPlugin = {
+  name: "interplab-views",
+  setup(build) {
+    build.onResolve({ filter: /^interplab:views$/ }, () => ({ path: "views", namespace: "interplab" }));
+    build.onLoad({ filter: /.*/, namespace: "interplab" }, () => ({
+      contents: readdirSync(viewsDir)
+        .filter((name) => /^[a-z][a-z0-9_]*\.js$/.test(name))
+        .sort()
+        .map((name) => `export * as ${name.slice(0, -3)} from ${JSON.stringify(`./${name}`)};`)
+        .join("\n"),
+      resolveDir: viewsDir,
+      watchFiles: [viewsDir],
+    }));
+  },
+};
+
 const hash = sourceHash();
 mkdirSync(dirname(outfile), { recursive: true });
 // Built as an IIFE, then wrapped in a small ESM: anywidget imports the bundle once per widget *instance* (a new
@@ -50,6 +69,7 @@ const result = await esbuild.build({
   outfile, // names the outputs; nothing is written by esbuild
   legalComments: "external",
   logLevel: "info",
+  plugins: [viewsPlugin],
 });
 const out = (ext) => result.outputFiles.find((f) => f.path.endsWith(ext))?.text ?? "";
 const code = out(".js").trimEnd();

@@ -1,16 +1,9 @@
-// One bundle for every interplab widget: render() dispatches on the model's `_view_kind` trait (a "composite" draws
-// several views on one model: composite.js).
-import * as attention from "./attention.js";
-import * as circuit from "./circuit.js";
-import * as composite from "./composite.js";
-import * as heatmap from "./heatmap.js";
-import * as lens from "./lens.js";
-import * as logits from "./logits.js";
-import * as steering from "./steering.js";
-import * as values from "./values.js";
+// One bundle for every interplab widget: render() dispatches on the model's `_view_kind` trait to src/views/<kind>.js
+// (a "composite" draws several views on one model: views/composite.js).
 import { h } from "./plot.js";
+import { VIEWS } from "./registry.js";
 
-export const VIEWS = { heatmap, logits, steering, lens, attention, circuit, values, composite };
+export { VIEWS };
 export { PROTOCOL } from "./protocol.js"; // exported so a test can compare the bundled copy with protocol.json
 export { Plotly } from "./plot.js"; // a saved page draws a notebook's plotly figures with it (interplab_export)
 

@@ -29,6 +29,8 @@ from interplab.views.values import ValueBars
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "js" / "src"
+VIEW_JS = SRC / "views"  # one file per view kind
+ALL_JS = sorted([*SRC.glob("*.js"), *VIEW_JS.glob("*.js")])
 VIEWS = PROTOCOL["views"]
 CLASSES = {cls._view_kind.default_value: cls for cls in (PatchingHeatmap, LogitPanel, SteeringPanel, LensView,
                                                          AttentionView, CircuitGraph, ValueBars, Composite)}
@@ -139,7 +141,7 @@ def _object_keys(src: str, arg: str) -> set[str]:
 def js_requests() -> list[tuple[str, str, set[str]]]:
     """(file, request type, field names) of every `request("type", fields)` call in js/src."""
     out = []
-    for path in sorted(SRC.glob("*.js")):
+    for path in ALL_JS:
         src = path.read_text(encoding="utf-8")
         for m in re.finditer(r"\brequest\(\s*\"(\w+)\"\s*,?", src):
             args = _balanced(src, src.index("(", m.start()))[1:-1]
@@ -153,7 +155,7 @@ def views_of(file: str) -> list[str]:
     progress bar (with its Cancel button)."""
     if file == "plot.js":
         return [kind for kind in VIEWS if re.search(rf"shell\(model, el, \"{kind}\", \{{ progress: true \}}\)",
-                                                    (SRC / f"{kind}.js").read_text(encoding="utf-8"))]
+                                                    (VIEW_JS / f"{kind}.js").read_text(encoding="utf-8"))]
     return [file.removesuffix(".js")]
 
 
@@ -176,19 +178,19 @@ def test_every_js_request_is_declared_with_its_fields():
 
 
 def test_js_never_writes_a_trait_and_sends_only_through_request():
-    for path in SRC.glob("*.js"):
+    for path in ALL_JS:
         src = path.read_text(encoding="utf-8")
         assert not re.search(r"\bmodel\.set\(|save_changes|\.set\(\s*\"", src), f"{path.name} writes a synced trait"
         sends = re.findall(r"\.send\(", src)
         # plot.js: state.request, the only sender; composite.js: a part's adapter, forwarding that request with `part`
         assert len(sends) == (1 if path.name in ("plot.js", "composite.js") else 0), \
             f"{path.name}: a send outside state.request"
-    adapter = (SRC / "composite.js").read_text(encoding="utf-8")
+    adapter = (VIEW_JS / "composite.js").read_text(encoding="utf-8")
     assert re.search(r"model\.send\(\{ \.\.\.msg, part: name \}", adapter), "the part adapter must only tag and forward"
 
 
 def test_js_reads_only_declared_traits():
-    for path in sorted(SRC.glob("*.js")):
+    for path in ALL_JS:
         src = path.read_text(encoding="utf-8")
         names = set(re.findall(r"\b(?:model|state)\.get\(\s*\"(\w+)\"", src))
         for m in re.finditer(r"\.watch\(\s*(\w+|\[)", src):  # state.watch(["a", "b"], ...) or watch(NAMES, ...)
@@ -199,7 +201,7 @@ def test_js_reads_only_declared_traits():
                 assert const, f"{path.name}: cannot read the trait names in watch({m.group(1)})"
                 start = const.end() - 1
             names |= set(re.findall(r"\"(\w+)\"", _balanced(src, start)))
-        kinds = views_of(path.name) if path.name not in ("index.js", "bars.js", "protocol.js") else []
+        kinds = views_of(path.name) if path.name not in ("index.js", "bars.js", "protocol.js", "registry.js") else []
         allowed = set(PROTOCOL["common_traits"]).union(*(VIEWS[k]["traits"] for k in kinds))
         assert names <= allowed, f"{path.name} reads undeclared trait(s) {names - allowed}"
 

@@ -4,7 +4,7 @@
 import {
   RDBU, baseLayout, bus, cellAt, containerWidth, esc, fmt, grid, h, paint, plotTitle, recordPaint, scheduler, shell,
   strGrid, textWidth, tokenAxis, wrapLines,
-} from "./plot.js";
+} from "../plot.js";
 
 export const DIRECTION_TEXT = {
   denoise: "denoising (clean activation patched into the corrupted run): 1 = clean restored, 0 = corrupted",

@@ -1,6 +1,6 @@
 // AttentionView: one head's pattern, queries on y (top to bottom), keys on x; tokens on both axes.
 // Request to Python (declared in interplab/widgets/protocol.json): select {layer, head} when a selector changes.
-import { BLUES, baseLayout, esc, fmt, grid, h, paint, quoted, scheduler, shell, tokenAxis } from "./plot.js";
+import { BLUES, baseLayout, esc, fmt, grid, h, paint, quoted, scheduler, shell, tokenAxis } from "../plot.js";
 
 const MIN_CELL = 5; // px
 

@@ -1,8 +1,8 @@
 // LogitPanel: top-k next-token bars per series (e.g. clean / corrupt / patched), side by side, plus a metric line.
 // Request to Python (protocol.json): pair {index} from the menu of a dataset's pairs (-1: their mean). A heatmap sharing this panel's `link` trait paints a click on a cell of an exact sweep here at
 // once, from the numbers it holds (its cell_tops); the kernel's answer, the same numbers, repaints it later.
-import { paintBars } from "./bars.js";
-import { bus, fmt, h, scheduler, shell } from "./plot.js";
+import { paintBars } from "../bars.js";
+import { bus, fmt, h, scheduler, shell } from "../plot.js";
 
 export function render({ model, el }) {
   const state = shell(model, el, "logits");

@@ -5,16 +5,11 @@
 // Layout (traits `parts` [{name, kind}] and `panes` [{part} | {row: [part, ...]} | {tabs: [{title, part}]}]): panes top
 // to bottom, a row's parts side by side; a tab's
 // view is drawn when the tab is first opened, and kept (hidden) when another one is.
-import * as attention from "./attention.js";
-import * as circuit from "./circuit.js";
-import * as heatmap from "./heatmap.js";
-import * as lens from "./lens.js";
-import * as logits from "./logits.js";
-import { h, shell } from "./plot.js";
-import * as steering from "./steering.js";
-import * as values from "./values.js";
+import { h, shell } from "../plot.js";
+import { VIEWS } from "../registry.js";
 
-export const PART_VIEWS = { heatmap, logits, steering, lens, attention, circuit, values };
+/** The views a part can be: every view in src/views but this one (read at render time: the registry imports us). */
+export const partView = (kind) => (kind === "composite" ? undefined : VIEWS[kind]);
 
 /** The model a part's view sees: get/on/off on "<name>.<trait>", send tagged with `part`, custom messages filtered
  * to those tagged with its name (the tag removed: the view reads its own view's messages). */
@@ -61,7 +56,7 @@ export function render({ model, el }) {
   const cleanups = [];
 
   function mount(name, into) {
-    const view = PART_VIEWS[kinds.get(name)];
+    const view = partView(kinds.get(name));
     if (!view) {
       state.displayError(`interplab: part ${JSON.stringify(name)} has no view (kind ${JSON.stringify(kinds.get(name))})`);
       return;

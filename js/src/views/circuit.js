@@ -6,7 +6,7 @@
 // and sets `exact`), node {node} on a click on a node (its edges are highlighted; the kernel patches the node's whole
 // output and sets `node_exact`), circuit {} from the button (the kernel evaluates the drawn edges and sets `circuit`).
 // An edge that spans layers passes each row between its ends through a gap between nodes, never through a node.
-import { fmt, h, recordPaint, scheduler, shell } from "./plot.js";
+import { fmt, h, recordPaint, scheduler, shell } from "../plot.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const TRAITS = ["nodes", "edges", "count", "selected", "exact", "circuit", "method", "metric_name", "title",

@@ -1,6 +1,6 @@
 // ValueBars: signed numbers as labelled bars around a zero line (plain DOM, no plotly): label | bar | value. Blue
 // bars right of zero for positive values, red ones left of it for negative; one scale for every bar. No requests.
-import { fmt, h, recordPaint, scheduler, shell } from "./plot.js";
+import { fmt, h, recordPaint, scheduler, shell } from "../plot.js";
 import { NEGATIVE, POSITIVE } from "./circuit.js";
 
 export function render({ model, el }) {

@@ -6,8 +6,8 @@
 //   set_vector {positive, negative}
 //   update {prompt?, positive?, negative?, max_new_tokens?}  when a text box or the token count changes
 // The view never writes a trait: Python takes each request's fields into its traits, so it reads what the user sees.
-import { paintBars } from "./bars.js";
-import { h, scheduler, shell } from "./plot.js";
+import { paintBars } from "../bars.js";
+import { h, scheduler, shell } from "../plot.js";
 
 export const PREVIEW_MS = 40;
 const POSITIONS = [

@@ -1,6 +1,6 @@
 // LensView (logit lens): layers x positions; the cell text is the top token, the colour its probability.
 // Request to Python (declared in interplab/widgets/protocol.json): select {row, col} on a cell click.
-import { BLUES, baseLayout, clickedCell, containerWidth, esc, fmt, grid, hoverLines, paint, quoted, scheduler, shell, strGrid, tick, tokenAxis } from "./plot.js";
+import { BLUES, baseLayout, clickedCell, containerWidth, esc, fmt, grid, hoverLines, paint, quoted, scheduler, shell, strGrid, tick, tokenAxis } from "../plot.js";
 
 const MIN_CELL = 5; // px: narrower cells are hard to see and to click; a longer prompt scrolls sideways
 const MARGIN_X = 70 + 30 + 80; // left and right margins and the colour bar
