@@ -3,8 +3,9 @@
     sudo .venv/bin/python benchmarks/bench_room.py             # as root: it creates 25 system users, removes them
     sudo .venv/bin/python benchmarks/bench_room.py --students 10 --no-write
 
-The hub is the documented docs/teaching/room/jupyterhub_config.py (dummy authenticator, its own ports and folders),
-with the machinery of tests/room/hub.py: real system accounts, servers started as them, real kernels.
+The room is set up by ROOM.md's own steps and the hub is the documented docs/teaching/room/jupyterhub_config.py
+(PAM logins, TLS, its own ports and folders), with the machinery of tests/room/hub.py: real system accounts, servers
+started as them, real kernels.
 
   5 students     their servers spawned at once (POST -> all ready); then each in its own Chromium page, logged in,
                  notebook 01 open, "run all above" the heatmap cell pressed in the five pages at the same moment ->
@@ -126,11 +127,11 @@ def main() -> int:
             return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     n_all = max(args.students, 6)
-    room = roomhub.Room.create(gpt2="small")
+    room = roomhub.Room.create(PREFIX, n_all, gpt2="small")
     hub = None
     fig: dict = {}
     try:
-        names = room.add_students(PREFIX, n_all)
+        names = room.students
         five, sweepers = names[:5], names[1:6]
         for name in five:
             sys.path.insert(0, str(ROOT / "tests" / "room"))
@@ -210,7 +211,7 @@ def report(fig: dict, args) -> list[str]:
     lines = [
         f"`sudo .venv/bin/python benchmarks/bench_room.py` (as root: it makes {n} system users and removes them), "
         f"{platform.machine()}, {cores} cores, {mem_gib:.0f} GiB, shared with other work while it ran. The hub is "
-        "`docs/teaching/room/jupyterhub_config.py` with the dummy authenticator and the local process spawner; one "
+        "`docs/teaching/room/jupyterhub_config.py` (PAM logins, TLS) with the local process spawner; one "
         "thread per kernel (the config's cpu_limit 1). Memory is PSS (a page shared by k processes counts 1/k to "
         "each), per student = their server + kernel.",
         "",

@@ -323,7 +323,11 @@ def cmd_check(args) -> int:
          f"(must be 1)", "the numbers on this machine are wrong: report it with this output")
     if failed:
         return not_ready()
-    print("ready: start the lab with `interplab lab`.")
+    if any(os.environ.get(k) for k in ("JUPYTERHUB_API_TOKEN", "JUPYTERHUB_SERVICE_PREFIX", "JUPYTERHUB_USER")):
+        # a JupyterHub server (a workshop room): the lab is already open in the browser
+        print("ready: this is a JupyterHub server; open the notebooks in JupyterLab here (interplab-notebooks/).")
+    else:
+        print("ready: start the lab with `interplab lab` (in a workshop room, log in at the hub's address instead).")
     return 0
 
 

@@ -1,16 +1,19 @@
-"""A real JupyterHub for the workshop room, on this machine: shared by tests/room/test_room.py and
-benchmarks/bench_room.py.
+"""A real JupyterHub for the workshop room, on this machine, set up by docs/teaching/ROOM.md's own steps: shared by
+tests/room/test_room.py and benchmarks/bench_room.py.
 
-    room = Room.create(work_dir)               # the shared folder: the room config, notebooks, a GPT-2 stand-in
-    users = room.add_students("ilab-s", 5)     # docs/teaching/room/students.sh: real system accounts (root)
-    hub = room.start_hub()                     # docs/teaching/room/jupyterhub_config.py, dummy authenticator
-    token = hub.login("ilab-s1")               # the login form, then a token from the REST API
+    room = Room.create("ilab-s", 5)            # ROOM.md's night-before block, run by bash: the room folder, the
+                                               # venv, students.sh's accounts (real system users, PAM passwords)
+    hub = room.start_hub()                     # ROOM.md's step 6: jupyterhub_config.py, TLS, the teacher as admin
+    token = hub.login("ilab-s1")               # the login form with the slip's password, then a REST API token
     hub.spawn("ilab-s1", token)                # the student's server, as the student
     outputs = hub.run_notebook("ilab-s1", token, "interplab-notebooks/01_ioi_patching.ipynb")
-    hub.stop(); room.remove_students()
+    hub.stop(); room.remove_students()         # ROOM.md's after-the-workshop block
 
-The hub runs the documented config file, changed only through its INTERPLAB_ROOM_* variables (ports, folders, the
-dummy authenticator). Everything it starts is stopped by pid: the hub, the proxy, the students' servers and kernels.
+ROOM.md's blocks run as written except for the changes in Room.steps (each one checked to match the page's text):
+temporary folders for /srv/interplab, /srv/jupyterhub and /root; apt-get only for a missing package; the proxy
+installed into build/; the pip installs replaced by a link to this environment; a GPT-2 stand-in; test account names;
+free ports on loopback. Everything the hub starts is stopped by pid: the hub, the proxy, the students' servers and
+kernels.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import pwd
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import sysconfig
@@ -30,15 +34,16 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 
 import requests
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-ROOM_DOCS = ROOT / "docs" / "teaching" / "room"
+ROOM_MD = ROOT / "docs" / "teaching" / "ROOM.md"
 NOTEBOOK = "interplab-notebooks/01_ioi_patching.ipynb"
-PASSWORD = "room-test"  # the dummy authenticator's shared password (a closed test machine only)
-GROUP = "ilab-room-test"  # the students' group of the test, not a real room's
-CHP_DIR = ROOT / "build" / "chp"  # configurable-http-proxy from npm, when it is not on PATH
+GROUP = "ilab-room-test"  # the accounts' group of the test, not a real room's
+TEACHER = "ilab-teacher"  # ROOM.md's `teacher`
+CHP_DIR = ROOT / "build" / "chp-global"  # configurable-http-proxy from npm (`npm install -g --prefix`), once
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 from harness import _alive, _children, free_port  # noqa: E402
@@ -48,29 +53,56 @@ def missing_prerequisite() -> str | None:
     """A reason the room cannot run here, or None."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         return "needs root: it creates system users (useradd) and the hub starts servers as them"
-    for tool in ("useradd", "userdel", "groupadd", "chpasswd", "runuser"):
+    for tool in ("useradd", "userdel", "groupadd", "chpasswd", "runuser", "npm", "node"):
         if shutil.which(tool) is None:
-            return f"{tool} is missing (Debian: the passwd / util-linux packages)"
+            return f"{tool} is missing (Debian: the passwd / util-linux / nodejs packages; ROOM.md step 1)"
     try:
         import jupyterhub  # noqa: F401
         import jupyterhub_idle_culler  # noqa: F401
+        import pamela  # noqa: F401
     except ImportError:
         return 'jupyterhub is not installed: pip install -e ".[room]" (the dev extra includes it)'
     return None
 
 
-def proxy_command() -> str:
-    """configurable-http-proxy: on PATH, or installed from npm into build/chp (once); raises with a reason."""
-    found = shutil.which("configurable-http-proxy") or (CHP_DIR / "node_modules" / ".bin" / "configurable-http-proxy")
-    if pathlib.Path(found).exists():
-        return str(found)
-    if shutil.which("npm") is None:
-        raise FileNotFoundError("configurable-http-proxy is not installed and npm is missing to install it "
-                                "(apt-get install npm, or npm install -g configurable-http-proxy)")
-    CHP_DIR.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["npm", "install", "--prefix", str(CHP_DIR), "--no-audit", "--no-fund", "--loglevel=error",
-                    "configurable-http-proxy@5"], check=True, timeout=300)
-    return str(found)
+def room_md_block(heading: str, n: int = 0) -> str:
+    """The n-th ```bash block after the heading `## <heading>` of ROOM.md."""
+    text = ROOM_MD.read_text()
+    at = text.index(f"\n## {heading}")
+    blocks = re.findall(r"```bash\n(.*?)```", text[at:], re.S)
+    return blocks[n]
+
+
+def substitute(block: str, changes: list[tuple[str, str]]) -> str:
+    """The block with each (as written, as run here) change made; each as-written text must be in the block (the
+    page changed: change the test with it)."""
+    for old, new in changes:
+        assert old in block, f"ROOM.md no longer says {old!r}: the room test's changes must follow the page"
+        block = block.replace(old, new)
+    return block
+
+
+def link_packages(venv: pathlib.Path) -> None:
+    """In place of ROOM.md's two `pip install` lines (torch and interplab: minutes of downloads): make the venv read
+    this environment's packages (a .pth), its share/ (JupyterLab's extensions) and etc/ (server extensions), and write
+    the console scripts the page calls (jupyterhub, interplab) from their entry points, as pip would."""
+    from importlib.metadata import entry_points
+
+    python = venv / "bin" / "python"
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    target = pathlib.Path(subprocess.run([str(python), "-c", purelib], capture_output=True, text=True,
+                                         check=True).stdout.strip())
+    site = pathlib.Path(sysconfig.get_paths()["purelib"])
+    (target / "interplab-room.pth").write_text(f"import site; site.addsitedir({str(site)!r})\n")
+    for d in ("share", "etc"):
+        if (pathlib.Path(sys.prefix) / d).is_dir() and not (venv / d).exists():
+            (venv / d).symlink_to(pathlib.Path(sys.prefix) / d)
+    for name in ("jupyterhub", "interplab"):
+        (ep,) = entry_points(group="console_scripts", name=name)
+        module, attr = ep.value.split(":")
+        script = venv / "bin" / name
+        script.write_text(f"#!{python}\nimport sys\nfrom {module} import {attr}\nsys.exit({attr}())\n")
+        script.chmod(0o755)
 
 
 def write_gpt2_standin(hub_cache: pathlib.Path, small: bool = False) -> None:
@@ -91,62 +123,117 @@ def write_gpt2_standin(hub_cache: pathlib.Path, small: bool = False) -> None:
 
 
 class Room:
-    """The shared room folder (docs/teaching/ROOM.md's /srv/interplab) in a world-readable temporary directory."""
+    """ROOM.md's room folder (/srv/interplab) in a temporary directory, made by the page's own steps."""
 
-    def __init__(self, root: pathlib.Path):
-        self.root = root
-        self.state = root.parent / (root.name + "-state")  # the hub's database and secret: root only
-        self.python = sys.executable
+    def __init__(self, base: pathlib.Path, prefix: str, n: int, gpt2: bool | str):
+        self.base = base  # a stock server's /srv (755, root's), with /root (700) beside it
+        self.root = base / "interplab"  # /srv/interplab: made by the page's steps
+        self.state = base / "jupyterhub"  # /srv/jupyterhub: made by the page's steps, root only
+        self.home = base / "root"  # /root: the passwords
+        self.python = str(self.root / "venv" / "bin" / "python")
+        self.prefix, self.n, self.gpt2 = prefix, n, gpt2
         self.students: list[str] = []
-        self._prefix: str | None = None
+        self.passwords: dict[str, str] = {}
+        self.teacher = TEACHER
+        self.setup_log = ""
 
     @classmethod
-    def create(cls, gpt2: bool | str = True) -> Room:
-        """gpt2: True, the 2-layer stand-in; "small", a GPT-2-small-shaped one; False, none."""
+    def create(cls, prefix: str, n: int, gpt2: bool | str = True) -> Room:
+        """ROOM.md's night-before block (without step 6, the hub: start_hub) for n students named prefix1..prefixN.
+        gpt2: True, a 2-layer GPT-2 stand-in in the shared cache; "small", a GPT-2-small-shaped one; False, none."""
         # under /tmp, not pytest's tmp dirs (they are root-only, and students must read the room folder)
-        root = pathlib.Path(tempfile.mkdtemp(prefix="ilab-room-"))
-        room = cls(root)
-        root.chmod(0o755)
-        room.state.mkdir(mode=0o700)
-        shutil.copytree(ROOM_DOCS, root / "room")  # as ROOM.md says: the documented files, copied
-        (root / "notebooks").mkdir()
-        for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
-            shutil.copy(nb, root / "notebooks" / nb.name)
-        if gpt2:
-            write_gpt2_standin(root / "hf-home" / "hub", small=gpt2 == "small")
-        for p in [root, *root.rglob("*")]:  # read-only for the students
-            p.chmod(0o755 if p.is_dir() else 0o644)
+        base = pathlib.Path(tempfile.mkdtemp(prefix="ilab-room-"))
+        base.chmod(0o755)
+        room = cls(base, prefix, n, gpt2)
+        room.home.mkdir(mode=0o700)
+        room.remove_students()  # leftovers of an interrupted run
+        setup, _ = room.steps()
+        run = subprocess.run(["bash", "-euo", "pipefail", "-xc", setup], cwd=ROOT, env=room.env(), text=True,
+                             capture_output=True, timeout=900)
+        room.setup_log = run.stdout + run.stderr
+        if run.returncode != 0:
+            room.remove_students()
+            room.cleanup()
+            raise RuntimeError(f"ROOM.md's steps failed here (exit {run.returncode}):\n{room.setup_log[-6000:]}")
+        for csv in ("passwords.csv", "teacher.csv"):
+            for line in (room.home / csv).read_text().splitlines()[1:]:
+                name, password = line.split(",")
+                room.passwords[name] = password
+        room.students = [u for u in room.passwords if u != TEACHER]
+        assert room.students == [f"{prefix}{i}" for i in range(1, n + 1)], room.passwords.keys()
+        assert TEACHER in room.passwords
         return room
 
-    def hf_cache(self) -> pathlib.Path:
-        return self.root / "hf-home" / "hub"
+    def env(self) -> dict:
+        """The environment the page's commands run in: root's, with the test accounts' group and the proxy's
+        folder on PATH."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "INTERPLAB_ROOM"))}
+        env["PATH"] = f"{CHP_DIR / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
+        env["INTERPLAB_ROOM_GROUP"] = GROUP
+        return env
+
+    def steps(self) -> tuple[str, str]:
+        """ROOM.md's night-before block with the test's changes: (the setup, step 6's hub command)."""
+        here = pathlib.Path(__file__).resolve()
+        me = f"{sys.executable} {here}"
+        gpt2 = (f"{me} gpt2-standin {self.root}/hf-home/hub" + (" small" if self.gpt2 == "small" else "")
+                if self.gpt2 else "true")
+        block = substitute(room_md_block("The night before: one machine"), [
+            # apt-get only when a package is missing (no package index to fetch on every run)
+            ("apt-get update && apt-get install -y python3-venv curl openssl",
+             "dpkg -s python3-venv curl openssl >/dev/null || { apt-get update && apt-get install -y python3-venv "
+             "curl openssl; }"),
+            # the proxy into the checkout's build/ (on PATH here), not into this machine's global npm folder
+            ("npm install -g configurable-http-proxy@5",
+             f"[ -x {CHP_DIR}/bin/configurable-http-proxy ] || npm install -g --prefix {CHP_DIR} --no-audit "
+             "--no-fund --loglevel=error configurable-http-proxy@5"),
+            # torch and interplab: this environment's, linked (no download)
+            ("/srv/interplab/venv/bin/pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu",
+             "true"),
+            ('/srv/interplab/venv/bin/pip install ".[lab,room]"', f"{me} link-venv /srv/interplab/venv"),
+            # GPT-2: a stand-in with GPT-2's tokenizer (no Hugging Face download)
+            ("HF_HOME=/srv/interplab/hf-home /srv/interplab/venv/bin/python -c \\\n  \"from transformers import "
+             "AutoModelForCausalLM, AutoTokenizer; AutoModelForCausalLM.from_pretrained('gpt2'); "
+             "AutoTokenizer.from_pretrained('gpt2')\"", gpt2),
+            ("students.sh add student 25 >", f"students.sh add {self.prefix} {self.n} >"),
+            ("students.sh add teacher >", f"students.sh add {TEACHER} >"),
+            ("INTERPLAB_ROOM_ADMINS=teacher", f"INTERPLAB_ROOM_ADMINS={TEACHER}"),
+            ("/root/", f"{self.home}/"),
+            ("/srv/interplab", str(self.root)),
+            ("/srv/jupyterhub", str(self.state)),
+        ])
+        setup, hub = block.split("# 6. ")
+        hub = hub.split("\n", 1)[1]
+        assert "/srv/" not in block and "jupyterhub -f" in hub, block
+        return setup, hub
+
+    def morning_check(self, student: str) -> subprocess.CompletedProcess:
+        """ROOM.md's morning check, as written (the student's name and the folder changed)."""
+        cmd = substitute(room_md_block("The morning of: check the room"),
+                         [("student1", student), ("/srv/interplab", str(self.root))])
+        return subprocess.run(["bash", "-euo", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=300,
+                              cwd="/", env=self.env())
 
     # ---- the students -------------------------------------------------------------------------------------------
-    def students_sh(self, *args: str) -> str:
-        env = {**os.environ, "INTERPLAB_ROOM_GROUP": GROUP}
-        return subprocess.run(["bash", str(self.root / "room" / "students.sh"), *args], check=True, text=True,
-                              capture_output=True, timeout=120, env=env).stdout
-
-    def add_students(self, prefix: str, n: int) -> list[str]:
-        self._prefix, self._n = prefix, n
-        self.students_sh("remove", prefix, str(n))  # leftovers of an interrupted run
-        out = self.students_sh("add", prefix, str(n))
-        self.students = [line.split(",")[0] for line in out.splitlines()[1:]]
-        assert self.students == [f"{prefix}{i}" for i in range(1, n + 1)], out
-        self.python = self._student_python()
-        return self.students
-
     def remove_students(self) -> None:
-        if self._prefix is None:
-            return
-        for pid in self.student_pids():  # whatever a student still runs (the hub stops them first), by pid
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        self.students_sh("remove", self._prefix, str(self._n))
-        self._prefix = None
+        """ROOM.md's after-the-workshop block (whatever a student still runs is killed by pid first)."""
+        if self.students:
+            for pid in self.student_pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        cmd = substitute(room_md_block("After the workshop"), [
+            ("remove student 25", f"remove {self.prefix} {self.n}"), ("remove teacher", f"remove {TEACHER}"),
+            ("/srv/interplab", str(self.root))])
+        if not (self.root / "room" / "students.sh").exists():  # before the setup: the checkout's copy
+            cmd = cmd.replace(str(self.root / "room"), str(ROOT / "docs" / "teaching" / "room"))
+        subprocess.run(["bash", "-euo", "pipefail", "-c", cmd], check=True, capture_output=True, timeout=120,
+                       env=self.env())
 
     def student_pids(self, name: str | None = None) -> list[int]:
-        uids = {pwd.getpwnam(n).pw_uid for n in ([name] if name else self.students)}
+        uids = set()
+        for n in [name] if name else self.students:
+            with contextlib.suppress(KeyError):
+                uids.add(pwd.getpwnam(n).pw_uid)
         pids = []
         for status in pathlib.Path("/proc").glob("[0-9]*/status"):
             with contextlib.suppress(OSError):
@@ -159,95 +246,69 @@ class Room:
         return subprocess.run(["runuser", "-u", user, "--", python, "-c", code], capture_output=True, text=True,
                               timeout=120, cwd="/")
 
-    def _student_python(self) -> str:
-        """This venv's python if the students can run it with its packages; else (the venv's interpreter under a
-        root-only home, as pyenv's under /root) a venv of the system's python of the same version that reads this
-        venv's packages, its share/ (JupyterLab's extensions) and etc/ (server extensions)."""
-        user = self.students[0]
-        if self.runs_as(user, sys.executable).returncode == 0:
-            return sys.executable
-        version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        system = shutil.which(f"python{version}", path="/usr/local/bin:/usr/bin:/bin")
-        if system is None:
-            raise PermissionError(f"the students cannot run {sys.executable} and there is no system "
-                                  f"python{version} to reach this venv's packages with")
-        venv = self.root / "venv"
-        subprocess.run([system, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-        site = pathlib.Path(sysconfig.get_paths()["purelib"])
-        target = pathlib.Path(subprocess.run([str(venv / "bin" / "python"), "-c",
-                                              "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                             capture_output=True, text=True, check=True).stdout.strip())
-        (target / "interplab-room.pth").write_text(f"import site; site.addsitedir({str(site)!r})\n")
-        for d in ("share", "etc"):
-            if (pathlib.Path(sys.prefix) / d).is_dir():
-                (venv / d).symlink_to(pathlib.Path(sys.prefix) / d)
-        for p in [venv, *venv.rglob("*")]:
-            if not p.is_symlink():
-                p.chmod(p.stat().st_mode | 0o755 if p.is_dir() else p.stat().st_mode | 0o444)
-        python = str(venv / "bin" / "python")
-        check = self.runs_as(user, python)
-        if check.returncode != 0:
-            raise PermissionError(f"the students cannot import this venv's packages ({site}): {check.stderr[-800:]}")
-        return python
-
     # ---- the hub ------------------------------------------------------------------------------------------------
     def start_hub(self, **env) -> Hub:
         return Hub(self, env).start()
 
+    def hf_cache(self) -> pathlib.Path:
+        return self.root / "hf-home" / "hub"
+
     def cleanup(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
-        shutil.rmtree(self.state, ignore_errors=True)
+        shutil.rmtree(self.base, ignore_errors=True)
 
 
 class Hub:
-    """`jupyterhub -f <room>/room/jupyterhub_config.py` on 127.0.0.1:<free port>."""
+    """ROOM.md's step 6, `jupyterhub -f <room>/room/jupyterhub_config.py` with TLS, on https://127.0.0.1:<free port>.
+    Requests skip the certificate check: it is self-signed, for the server's name."""
 
     def __init__(self, room: Room, extra_env: dict):
         self.room = room
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.ws_url = f"wss://127.0.0.1:{self.port}"
         self.log_path = room.state / "jupyterhub.log"
         self.extra_env = extra_env
         self.proc: subprocess.Popen | None = None
         self._pids: set[int] = set()
 
     def env(self) -> dict:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "INTERPLAB_ROOM"))}
-        env.update(
+        env = self.room.env()
+        env.update(  # the temporary folders; the machine's other work: free ports, loopback only
             INTERPLAB_ROOM_DIR=str(self.room.root),
             INTERPLAB_ROOM_STATE=str(self.room.state),
-            INTERPLAB_ROOM_PYTHON=self.room.python,
-            INTERPLAB_ROOM_PROXY=proxy_command(),
             INTERPLAB_ROOM_IP="127.0.0.1",
             INTERPLAB_ROOM_PORT=str(self.port),
             INTERPLAB_ROOM_HUB_PORT=str(free_port()),
             INTERPLAB_ROOM_PROXY_API_PORT=str(free_port()),
-            INTERPLAB_ROOM_AUTH="dummy",
-            INTERPLAB_ROOM_DUMMY_PASSWORD=PASSWORD,
-            INTERPLAB_ROOM_GROUP=GROUP,
             INTERPLAB_ROOM_CULL_EVERY="10",  # the culler queries the hub during the test (timeout: the default)
         )
         env.update(self.extra_env)
         return env
 
     def start(self, timeout: float = 120.0) -> Hub:
+        _, command = self.room.steps()
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f",
-                                      str(self.room.root / "room" / "jupyterhub_config.py")],
-                                     cwd=self.room.state, env=self.env(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        # `bash -c` runs the page's command line (its variables, then the hub, exec'd by bash in its place)
+        self.proc = subprocess.Popen(["bash", "-c", command], cwd=self.room.state, env=self.env(), stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
         self._pids.add(self.proc.pid)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"jupyterhub exited with {self.proc.returncode}:\n{self.log_tail()}")
             with contextlib.suppress(requests.RequestException):
-                if requests.get(f"{self.url}/hub/api", timeout=5).status_code == 200:
+                if self.request("GET", "/hub/api", timeout=5).status_code == 200:
                     return self
             if time.monotonic() > deadline:
                 self.stop()
                 raise TimeoutError(f"jupyterhub did not answer in {timeout:.0f} s:\n{self.log_tail()}")
             time.sleep(0.3)
+
+    def request(self, method: str, path: str, session=None, **kw) -> requests.Response:
+        with warnings.catch_warnings():  # the self-signed certificate
+            warnings.simplefilter("ignore")
+            return (session or requests).request(method, f"{self.url}{path}", verify=False,
+                                                 timeout=kw.pop("timeout", 60), **kw)
 
     def log_tail(self, n: int = 6000) -> str:
         try:
@@ -275,25 +336,35 @@ class Hub:
             self._log.close()
 
     # ---- a student ----------------------------------------------------------------------------------------------
-    def login(self, name: str) -> str:
-        """Log in through the hub's login form (as a browser does), then ask the REST API for a token with the
-        same name and password. Returns the token."""
+    def login_form(self, name: str, password: str) -> requests.Response:
+        """The hub's login form, posted as a browser does (PAM checks the password); 302 when it is right."""
         s = requests.Session()
-        page = s.get(f"{self.url}/hub/login", timeout=30)
+        page = self.request("GET", "/hub/login", session=s, timeout=30)
         xsrf = re.search(r'name="_xsrf"\s+value="([^"]+)"', page.text)
-        r = s.post(f"{self.url}/hub/login?next=", data={"username": name, "password": PASSWORD,
-                                                        "_xsrf": xsrf.group(1) if xsrf else ""},
-                   allow_redirects=False, timeout=30)
+        return self.request("POST", "/hub/login?next=", session=s, allow_redirects=False, timeout=30,
+                            data={"username": name, "password": password, "_xsrf": xsrf.group(1) if xsrf else ""})
+
+    def login(self, name: str) -> str:
+        """Log in through the hub's login form with the password students.sh printed, then ask the REST API for a
+        token with the same name and password. Returns the token."""
+        password = self.room.passwords[name]
+        r = self.login_form(name, password)
         assert r.status_code == 302, f"login of {name}: {r.status_code} {r.text[:500]}"
-        r = requests.post(f"{self.url}/hub/api/users/{name}/tokens", timeout=30,
-                          json={"auth": {"username": name, "password": PASSWORD}, "note": "room test"})
+        r = self.request("POST", f"/hub/api/users/{name}/tokens", timeout=30,
+                         json={"auth": {"username": name, "password": password}, "note": "room test"})
         assert r.status_code in (200, 201), f"token of {name}: {r.status_code} {r.text[:500]}"
         return r.json()["token"]
 
     def api(self, method: str, path: str, token: str, **kw) -> requests.Response:
         """A request to the hub or through its proxy to a user's server (path starts with /hub/ or /user/)."""
-        return requests.request(method, f"{self.url}{path}", headers={"Authorization": f"token {token}"},
-                                timeout=kw.pop("timeout", 60), **kw)
+        return self.request(method, path, headers={"Authorization": f"token {token}"}, **kw)
+
+    def websocket(self, path: str, token: str, timeout: float = 60.0):
+        """A websocket through the hub's proxy (wss), with the student's token."""
+        import websocket
+
+        return websocket.create_connection(f"{self.ws_url}{path}", header=[f"Authorization: token {token}"],
+                                           timeout=timeout, sslopt={"cert_reqs": ssl.CERT_NONE})
 
     def spawn(self, name: str, token: str) -> None:
         r = self.api("POST", f"/hub/api/users/{name}/server", token)
@@ -342,9 +413,8 @@ class Hub:
         import websocket
 
         for attempt in range(tries):
-            ws = websocket.create_connection(
-                f"ws://127.0.0.1:{self.port}/user/{name}/api/kernels/{kid}/channels?session_id={uuid.uuid4().hex}",
-                header=[f"Authorization: token {token}"], timeout=timeout)
+            ws = self.websocket(f"/user/{name}/api/kernels/{kid}/channels?session_id={uuid.uuid4().hex}", token,
+                                timeout)
             try:
                 kernel_request(ws, "kernel_info_request", {}, timeout)
                 return ws
@@ -493,13 +563,22 @@ def open_notebook_as(browser, hub, name: str):
     sys.path.insert(0, str(ROOT / "tests" / "e2e"))
     from harness import LabNotebook
 
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, ignore_https_errors=True)
     login = context.new_page()
     login.goto(f"{hub.url}/hub/login?next=%2Fhub%2Fhome")
     login.fill("input[name=username]", name)
-    login.fill("input[name=password]", PASSWORD)
+    login.fill("input[name=password]", hub.room.passwords[name])
     login.click("input[type=submit], button[type=submit]")
     login.wait_for_url("**/hub/home", timeout=60000)
     login.close()
     server = types.SimpleNamespace(url=f"{hub.url}/user/{name}", origin=hub.url, log_tail=hub.log_tail)
     return LabNotebook.open(browser, server, NOTEBOOK, context=context)
+
+
+if __name__ == "__main__":  # the commands Room.steps puts in place of ROOM.md's download steps
+    if sys.argv[1] == "link-venv":
+        link_packages(pathlib.Path(sys.argv[2]))
+    elif sys.argv[1] == "gpt2-standin":
+        write_gpt2_standin(pathlib.Path(sys.argv[2]), small=sys.argv[3:] == ["small"])
+    else:
+        sys.exit(f"usage: {sys.argv[0]} link-venv VENV | gpt2-standin HUB_CACHE [small]")

@@ -1,25 +1,32 @@
-"""The workshop room (docs/teaching/ROOM.md) on this machine: a real JupyterHub running the documented
-docs/teaching/room/jupyterhub_config.py (with the dummy authenticator and its own ports and folders), five real
-system accounts made by the documented students.sh, their servers started by the local process spawner as them.
+"""The workshop room (docs/teaching/ROOM.md) on this machine, set up by the page's own steps (tests/room/hub.py runs
+its bash blocks, with the few changes listed there): a real JupyterHub running the documented
+docs/teaching/room/jupyterhub_config.py over TLS, PAM logins of five students and a teacher, real system accounts
+made by the documented students.sh, their servers started by the local process spawner as them.
 
-Checked: the notebooks reach each home on first login and a student's edit survives a restart; notebook 01 run in
-the five kernels at once prints what the single-user run prints; a heatmap cell clicked in Chromium in two students'
-JupyterLab draws the single-user sweep and repaints the logits with the patched run's numbers; a student's token
-cannot reach another student's server, files or kernel, and the operating system keeps their homes apart; a second
-kernel is refused; the limits and the shared model cache reach the kernel; the idle culler queries the hub.
-Needs root (the accounts are removed at the end, pass or fail). About 3-4 minutes on two cores.
+Checked: the PAM logins (a wrong password refused); a second student who subscribes to every TCP port and Unix socket
+they can find hears nothing of another's kernel (kernels on private Unix sockets); the notebooks reach each home when
+the server starts and a student's edit survives a restart; notebook 01 run in the five kernels at once prints what the
+single-user run prints; a heatmap cell clicked in Chromium in two students' JupyterLab draws the single-user sweep and
+repaints the logits with the patched run's numbers; a student's token cannot reach another student's server, files or
+kernel, and the operating system keeps their homes apart; the teacher is the hub's admin; a second kernel is refused;
+the limits and the shared model cache reach the kernel, unenforced; `interplab check` as a student; the idle culler
+queries the hub; students.sh remove leaves nothing in /tmp, /var/tmp, /dev/shm.
+Needs root (the accounts are removed at the end, pass or fail). About 4 minutes on two cores.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import shutil
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
+import requests
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -36,18 +43,14 @@ NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
 
 @pytest.fixture(scope="module")
 def room():
-    """(room, hub, {name: token}): the hub up, the five students logged in and their servers ready."""
+    """(room, hub, {name: token}): ROOM.md's steps run, the hub up, the five students logged in (PAM) and their
+    servers ready."""
     reason = roomhub.missing_prerequisite()
     if reason:
         pytest.skip(reason)
-    try:
-        roomhub.proxy_command()
-    except (FileNotFoundError, subprocess.CalledProcessError) as e:
-        pytest.skip(f"configurable-http-proxy: {e}")
-    r = roomhub.Room.create()
+    r = roomhub.Room.create("ilab-s", N)
     hub = None
     try:
-        r.add_students("ilab-s", N)
         for name in NAMES[:2]:  # the browser's students: every cell in the DOM, no news (as tests/e2e)
             write_lab_settings(name)
         hub = r.start_hub()
@@ -61,7 +64,7 @@ def room():
         if hub is not None:
             hub.stop()
             time.sleep(1)
-            left = r.student_pids() if r.students else []
+            left = r.student_pids()
         r.remove_students()
         r.cleanup()
         assert not left, f"student processes still running after the hub stopped: {left}"
@@ -105,6 +108,131 @@ def kernel_says(hub, name: str, token: str, code: str) -> str:
             ws.close()
     finally:
         hub.stop_kernels(name, token)
+
+
+# A curious student's listener: every listening TCP port of the victim's account (/proc/net/tcp, with its owner's
+# uid) and every listening Unix socket on the machine (/proc/net/unix), a ZeroMQ SUB subscribed to all (a kernel's
+# IOPub channel needs no key to subscribe); prints what it found, then every message it receives until stdin closes.
+EAVESDROP = r"""
+import json, os, socket, sys, zmq
+victim = int(sys.argv[1])
+ports = set()
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    if os.path.exists(table):
+        for f in (line.split() for line in open(table).readlines()[1:]):
+            if f[3] == "0A" and int(f[7]) == victim:  # LISTEN, the victim's
+                ports.add(int(f[1].rsplit(":", 1)[1], 16))
+paths = sorted({f[7] for f in (line.split() for line in open("/proc/net/unix").readlines()[1:])
+                if len(f) > 7 and int(f[3], 16) & 0x10000})  # listening, with a name
+reachable = []
+for p in paths:
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect("\0" + p[1:] if p.startswith("@") else p)
+            reachable.append(p)
+        except OSError:
+            pass
+sub = zmq.Context().socket(zmq.SUB)
+sub.setsockopt(zmq.SUBSCRIBE, b"")
+for port in sorted(ports):
+    sub.connect(f"tcp://127.0.0.1:{port}")
+for p in paths:
+    sub.connect("ipc://" + p)
+print(json.dumps({"ports": sorted(ports), "sockets": paths, "reachable": reachable}), flush=True)
+poller = zmq.Poller()
+poller.register(sub, zmq.POLLIN)
+poller.register(sys.stdin, zmq.POLLIN)
+got = []
+while True:
+    ready = dict(poller.poll(60000))
+    if sub in ready:
+        got.append(b" ".join(sub.recv_multipart()).decode("utf-8", "replace"))
+    elif not ready or not sys.stdin.readline():
+        break
+print(json.dumps(got), flush=True)
+"""
+
+
+def test_another_student_hears_nothing_from_a_students_kernel(room):
+    """The issue that made the room's kernels use Unix sockets: over loopback TCP, any account could subscribe to
+    another's IOPub port and read their code and outputs. Here a second student listens on everything they can find
+    while the first prints a secret; the same listener run as the first student (it reaches its own sockets) shows
+    that the secret went out on what the listener connects to."""
+    import pwd
+
+    r, hub, tokens = room
+    spy, victim = NAMES[0], NAMES[1]
+    account = pwd.getpwnam(victim)
+    kid = hub.start_session(victim, tokens[victim], roomhub.NOTEBOOK)
+    listeners = {}
+    try:
+        ws = hub.connect(victim, tokens[victim], kid, 120)
+        # the kernel's channels, from its connection file (read as root; removed when the kernel stops)
+        conn = pathlib.Path(account.pw_dir, ".local/share/jupyter/runtime", f"kernel-{kid}.json")
+        info = json.loads(conn.read_text())
+        for who in (spy, victim):
+            listeners[who] = subprocess.Popen(["runuser", "-u", who, "--", r.python, "-c", EAVESDROP,
+                                               str(account.pw_uid)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True, cwd="/")
+        found = {who: json.loads(p.stdout.readline() or "null") for who, p in listeners.items()}
+        assert found[spy] is not None, listeners[spy].stderr.read()
+        time.sleep(1.5)  # the subscriptions settle (ZeroMQ connects in the background)
+        secret = f"secret-{uuid.uuid4().hex}"
+        roomhub.execute(ws, f"import time\nfor i in range(10):\n    print({secret!r}, i, flush=True)\n"
+                            "    time.sleep(0.2)", 120, where=victim)
+        ws.close()
+        time.sleep(1)
+        heard = {}
+        for who, p in listeners.items():
+            out, err = p.communicate("", timeout=60)
+            heard[who] = json.loads(out.strip().splitlines()[-1]) if out.strip() else err
+    finally:
+        for p in listeners.values():
+            if p.poll() is None:
+                p.kill()
+        hub.stop_kernels(victim, tokens[victim])
+    # the listener found every channel of the kernel
+    ports = [info[k] for k in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")]
+    if info["transport"] == "tcp":
+        assert set(ports) <= set(found[spy]["ports"]), (ports, found[spy])
+    else:
+        assert {f"{info['ip']}-{p}" for p in ports} <= set(found[spy]["sockets"]), (info, found[spy])
+    assert any(secret in m for m in heard[victim]), f"the control listener heard nothing: {heard[victim]}"
+    assert heard[spy] == [], (f"{spy} heard {victim}'s kernel ({info['transport']} transport): "
+                              f"{[m[:200] for m in heard[spy]][:3]}")
+    assert info["transport"] == "ipc" and oct(pathlib.Path(info["ip"]).parent.stat().st_mode & 0o777) == "0o700", info
+    print(f"\nroom: {spy} subscribed to {len(found[spy]['ports'])} TCP ports of {victim} and "
+          f"{len(found[spy]['sockets'])} Unix sockets ({len(found[spy]['reachable'])} connectable): heard "
+          f"{len(heard[spy])} messages; {victim}'s own listener heard {len(heard[victim])}")
+
+
+def test_a_wrong_password_is_refused_and_the_teacher_is_the_hubs_admin(room):
+    r, hub, tokens = room
+    assert hub.login_form(NAMES[0], r.passwords[NAMES[0]] + "x").status_code == 403
+    assert hub.login_form(NAMES[0], r.passwords[NAMES[1]]).status_code == 403  # another slip's password
+    teacher = r.teacher
+    page = hub.login_form(teacher, r.passwords[teacher])
+    assert page.status_code == 302, page.text[:300]
+    token = hub.login(teacher)
+    # the admin page (with the login cookie, as a browser) and the list it shows
+    session = requests.Session()
+    session.cookies.update(page.cookies)
+    assert hub.request("GET", "/hub/admin", session=session).status_code == 200
+    users = {u["name"]: u for u in hub.api("GET", "/hub/api/users", token).json()}
+    assert set(NAMES) <= set(users) and all(users[n]["servers"] for n in NAMES), users.keys()
+    assert hub.api("GET", "/hub/api/users", tokens[NAMES[0]]).status_code == 403  # a student: not the list
+    student = requests.Session()
+    student.cookies.update(hub.login_form(NAMES[0], r.passwords[NAMES[0]]).cookies)
+    assert hub.request("GET", "/hub/admin", session=student).status_code == 403
+    # the teacher stops a student's server; it starts again
+    name = NAMES[4]
+    assert hub.api("DELETE", f"/hub/api/users/{name}/server", token).status_code in (202, 204)
+    deadline = time.monotonic() + 60
+    while hub.api("GET", f"/hub/api/users/{name}", token).json()["servers"]:
+        assert time.monotonic() < deadline, "the teacher could not stop the server"
+        time.sleep(0.5)
+    hub.spawn(name, tokens[name])
+    hub.wait_ready(name, tokens[name])
 
 
 def test_notebooks_reach_each_home_and_an_edit_survives_a_restart(room):
@@ -209,8 +337,7 @@ def test_a_student_cannot_reach_another_students_server_files_or_kernel(room):
             if method == "GET":
                 assert hub.api(method, path, tokens[b]).status_code == 200, path
         with pytest.raises(websocket.WebSocketBadStatusException) as refused:
-            websocket.create_connection(f"ws://127.0.0.1:{hub.port}/user/{b}/api/kernels/{kid}/channels",
-                                        header=[f"Authorization: token {tokens[a]}"], timeout=30)
+            hub.websocket(f"/user/{b}/api/kernels/{kid}/channels", tokens[a], timeout=30)
         assert refused.value.status_code in (403, 404)
         assert [k["id"] for k in hub.api("GET", f"/user/{b}/api/kernels", tokens[b]).json()] == [kid]
     finally:
@@ -253,20 +380,32 @@ try:
     wrote = True
 except OSError:
     wrote = False
-print(json.dumps({"env": env, "threads": torch.get_num_threads(), "wrote": wrote}))
+import resource
+limits = [resource.getrlimit(getattr(resource, k)) for k in ("RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_RSS", "RLIMIT_CPU")]
+print(json.dumps({"env": env, "threads": torch.get_num_threads(), "wrote": wrote,
+                  "unlimited": all(lim == (resource.RLIM_INFINITY,) * 2 for lim in limits),
+                  "cgroup": open("/proc/self/cgroup").read()}))
 """)
     got = json.loads(said.strip().splitlines()[-1])
+    cgroup = got.pop("cgroup")
     assert got == {"env": {"MEM_LIMIT": str(3 * 2**30), "CPU_LIMIT": "1.0", "OMP_NUM_THREADS": "1",
                            "HF_HUB_CACHE": str(r.hf_cache()), "HF_HUB_OFFLINE": "1"},
-                   "threads": 1, "wrote": False}, got
+                   "threads": 1, "wrote": False, "unlimited": True}, got
+    # ROOM.md: the default spawner enforces no limit: no resource limit, and the kernel in the hub's own cgroup
+    assert cgroup == pathlib.Path(f"/proc/{hub.proc.pid}/cgroup").read_text(), cgroup
 
 
 def test_interplab_check_says_ready_as_a_student(room):
     """ROOM.md's morning check: `interplab check` run as a student, with the room's Python."""
     r, hub, tokens = room
-    check = r.runs_as(NAMES[4], r.python, "import sys; from interplab.__main__ import main; sys.exit(main(['check']))")
+    check = r.morning_check(NAMES[4])
     last = check.stdout.rstrip().splitlines()[-1:]
     assert check.returncode == 0 and last[0].startswith("ready"), check.stdout[-2000:] + check.stderr
+    # the same in a student's kernel (a notebook's `!interplab check`): the advice is the room's, not `interplab lab`
+    said = kernel_says(hub, NAMES[4], tokens[NAMES[4]], "import subprocess, sys\nr = subprocess.run([sys.executable, "
+                       "'-m', 'interplab', 'check'], capture_output=True, text=True)\nprint(r.stdout[-600:])")
+    last = said.rstrip().splitlines()[-1]
+    assert last.startswith("ready") and "JupyterHub" in last and "interplab lab" not in last, said
 
 
 def test_the_idle_culler_queries_the_hub(room):
@@ -279,7 +418,67 @@ def test_the_idle_culler_queries_the_hub(room):
     assert all(" 200 " in ln for ln in lines), lines
 
 
-def test_the_helm_values_parse_and_hold_what_room_md_names():
+def test_students_sh_remove_leaves_nothing_in_tmp(tmp_path):
+    """`students.sh remove` after an account that left files in /tmp, /var/tmp and /dev/shm (torch's
+    /tmp/torchinductor_NAME): nothing owned by its uid is left there (the next account would get the uid)."""
+    import os
+
+    reason = roomhub.missing_prerequisite()
+    if reason:
+        pytest.skip(reason)
+    script = ROOT / "docs" / "teaching" / "room" / "students.sh"
+    env = {**os.environ, "INTERPLAB_ROOM_GROUP": "ilab-room-test-rm"}
+    name = "ilab-leaver"
+
+    def sh(*args):
+        return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, env=env, timeout=60,
+                              check=True).stdout
+
+    sh("remove", name)
+    out = sh("add", name)
+    assert out.splitlines()[0] == "name,password" and out.splitlines()[1].startswith(f"{name},"), out
+    uid = __import__("pwd").getpwnam(name).pw_uid
+    try:
+        subprocess.run(["runuser", "-u", name, "--", "sh", "-c",
+                        f"mkdir -p /tmp/torchinductor_{name}/x && echo 1 > /tmp/torchinductor_{name}/x/y && "
+                        f"echo 1 > /var/tmp/{name}-cache && echo 1 > /dev/shm/{name}-shm && sleep 300 &"],
+                       check=True, timeout=30, cwd="/")
+    finally:
+        sh("remove", name)
+
+    def owned(root):
+        hits = []
+        for dirpath, dirs, files in os.walk(root):
+            for f in dirs + files:
+                with contextlib.suppress(OSError):
+                    if os.lstat(os.path.join(dirpath, f)).st_uid == uid:
+                        hits.append(os.path.join(dirpath, f))
+        return hits
+
+    left = [p for root in ("/tmp", "/var/tmp", "/dev/shm") for p in owned(root)]
+    assert not left, left
+    assert subprocess.run(["id", name], capture_output=True).returncode != 0
+
+
+def test_the_idle_timeout_outlasts_the_activity_reports(monkeypatch):
+    """ROOM.md: activity reaches the hub every 5 minutes (the server reports, the hub records: 300 s each), so the
+    config refuses a timeout under 600 s."""
+    from jupyterhub.app import JupyterHub
+    from jupyterhub.singleuser.extension import JupyterHubSingleUser
+    from traitlets.config.loader import PyFileConfigLoader
+
+    assert JupyterHub.last_activity_interval.default_value == 300
+    assert JupyterHubSingleUser.hub_activity_interval.default_value == 300
+    config = ROOT / "docs" / "teaching" / "room" / "jupyterhub_config.py"
+    monkeypatch.setenv("INTERPLAB_ROOM_IDLE_TIMEOUT", "599")
+    with pytest.raises(ValueError, match="under 600 s"):
+        PyFileConfigLoader(config.name, str(config.parent)).load_config()
+    monkeypatch.setenv("INTERPLAB_ROOM_IDLE_TIMEOUT", "600")
+    loaded = PyFileConfigLoader(config.name, str(config.parent)).load_config()
+    assert "--timeout=600" in loaded.JupyterHub.services[0]["command"]
+
+
+def test_the_helm_values_parse_and_hold_what_room_md_names(tmp_path):
     """docs/teaching/room/values.yaml is not deployed here (no Kubernetes): it must at least parse and hold the room's
     settings under the chart's keys ROOM.md names, with the same limits and cull timeout as the tested config."""
     import yaml
@@ -295,5 +494,17 @@ def test_the_helm_values_parse_and_hold_what_room_md_names():
     gpu = next(p for p in su["profileList"] if p["display_name"] == "GPU")["kubespawner_override"]
     assert gpu["extra_resource_limits"] == {"nvidia.com/gpu": "1"} and gpu["node_selector"] and gpu["tolerations"]
     assert values["cull"] == {"enabled": True, "timeout": 3600, "every": 300}
+    # kernels on Unix sockets: the chart writes `data` as JSON at mountPath, a system config folder of Jupyter's;
+    # a Jupyter server reading that file gets the transport
+    from jupyter_core.paths import SYSTEM_CONFIG_PATH
+
+    extra = su["extraFiles"]["interplab-kernel-transport"]
+    mount = pathlib.PurePosixPath(extra["mountPath"])
+    assert str(mount.parent) in SYSTEM_CONFIG_PATH and mount.name == "jupyter_server_config.json", mount
+    (tmp_path / mount.name).write_text(json.dumps(extra["data"]))
+    env = {**__import__("os").environ, "JUPYTER_CONFIG_PATH": str(tmp_path), "JUPYTER_CONFIG_DIR": str(tmp_path)}
+    shown = subprocess.run([sys.executable, "-m", "jupyter_server", "--show-config"], capture_output=True, text=True,
+                           env=env, timeout=120, cwd=tmp_path)
+    assert "KernelManager\n  .transport = 'ipc'" in shown.stdout, shown.stdout[-2000:] + shown.stderr[-2000:]
     config = (ROOT / "docs" / "teaching" / "room" / "jupyterhub_config.py").read_text()
     assert '"INTERPLAB_ROOM_MEM_LIMIT", "3G"' in config and '"INTERPLAB_ROOM_IDLE_TIMEOUT", "3600"' in config

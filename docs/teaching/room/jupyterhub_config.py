@@ -3,17 +3,16 @@
 #     sudo /srv/interplab/venv/bin/jupyterhub -f /srv/interplab/room/jupyterhub_config.py
 #
 # One server per student, started as the student's own system account (files are isolated by the operating system),
-# running the room's Python with interplab. On first login the notebooks are copied into ~/interplab-notebooks (a
-# notebook already there is kept: it holds the student's work). The embedded model ships in the package; GPT-2, when
-# the teacher put it there, is read from a shared read-only Hugging Face cache. One kernel per student; idle servers
-# are stopped by jupyterhub-idle-culler.
+# running the room's Python with interplab; students log in with the system passwords students.sh printed (PAM).
+# Each server loads jupyter_server_config.py (next to this file): kernels on private Unix sockets, the notebooks
+# copied into ~/interplab-notebooks when the server starts (a notebook already there is kept: it holds the student's
+# work), one kernel per student. The embedded model ships in the package; GPT-2, when the teacher put it there, is
+# read from a shared read-only Hugging Face cache. Idle servers are stopped by jupyterhub-idle-culler.
 #
 # Every setting below has a default for the layout ROOM.md describes and an INTERPLAB_ROOM_* variable to change it
-# (tests/room/test_room.py runs this very file with other ports, folders and the dummy authenticator).
+# (tests/room/test_room.py runs this very file with other ports and folders).
 
 import os
-import pwd
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,7 +29,7 @@ MEM_LIMIT = env("INTERPLAB_ROOM_MEM_LIMIT", "3G")
 CPU_LIMIT = float(env("INTERPLAB_ROOM_CPU_LIMIT", "1"))
 IDLE_TIMEOUT = int(env("INTERPLAB_ROOM_IDLE_TIMEOUT", "3600"))  # longer than the workshop's break
 CULL_EVERY = int(env("INTERPLAB_ROOM_CULL_EVERY", "300"))
-AUTH = env("INTERPLAB_ROOM_AUTH", "pam")  # pam: the students' system accounts (students.sh); dummy: tests only
+SSL_CERT, SSL_KEY = env("INTERPLAB_ROOM_SSL_CERT", ""), env("INTERPLAB_ROOM_SSL_KEY", "")  # TLS: see ROOM.md
 SPAWNER = env("INTERPLAB_ROOM_SPAWNER", "local")  # local: LocalProcessSpawner; systemd: SystemdSpawner (limits)
 STUDENTS_GROUP = env("INTERPLAB_ROOM_GROUP", "interplab-students")
 NOTEBOOK_DIR = "interplab-notebooks"
@@ -49,26 +48,25 @@ c.JupyterHub.allow_named_servers = False  # one server per student
 c.JupyterHub.cleanup_servers = True  # stopping the hub stops the students' servers
 # 25 students log in within a minute: each server imports torch (a few CPU-seconds each), so allow time
 c.JupyterHub.concurrent_spawn_limit = int(env("INTERPLAB_ROOM_CONCURRENT_SPAWNS", "30"))
+if SSL_CERT or SSL_KEY:  # the students type system passwords into the login form: TLS, unless a TLS proxy is in front
+    c.JupyterHub.ssl_cert, c.JupyterHub.ssl_key = SSL_CERT, SSL_KEY
 
-# ---- who may log in ----------------------------------------------------------------------------------------------
-if AUTH == "dummy":  # any name with the shared password: for tests on a closed machine, never for a room
-    c.JupyterHub.authenticator_class = "dummy"
-    c.DummyAuthenticator.password = env("INTERPLAB_ROOM_DUMMY_PASSWORD", "")
-    c.Authenticator.allow_all = True
-else:  # the system accounts students.sh created, with the passwords it printed
-    c.JupyterHub.authenticator_class = "pam"
-    c.PAMAuthenticator.allowed_groups = {STUDENTS_GROUP}
-admins = env("INTERPLAB_ROOM_ADMINS", "")
+# ---- who may log in: the system accounts students.sh made (its group), with the passwords it printed ------------
+c.JupyterHub.authenticator_class = "pam"
+c.PAMAuthenticator.allowed_groups = {STUDENTS_GROUP}
+admins = env("INTERPLAB_ROOM_ADMINS", "")  # e.g. "teacher": an account made by `students.sh add teacher`
 c.Authenticator.admin_users = {a for a in admins.split(",") if a}
 
 # ---- each student's server ---------------------------------------------------------------------------------------
 if SPAWNER == "systemd":  # jupyterhub-systemdspawner: systemd enforces mem_limit and cpu_limit (not run here)
     c.JupyterHub.spawner_class = "systemdspawner.SystemdSpawner"
     c.SystemdSpawner.unit_name_template = "jupyter-{USERNAME}"
+    c.SystemdSpawner.isolate_tmp = True  # a private /tmp per student, removed with the unit
 else:  # enforces nothing by itself: the limits below only reach the server as MEM_LIMIT / CPU_LIMIT
     c.JupyterHub.spawner_class = "localprocess"
 c.Spawner.cmd = [PYTHON, "-m", "jupyterhub.singleuser"]
-c.Spawner.args = [f"--config={HERE / 'jupyter_server_config.py'}"]  # one kernel per student
+# private kernel sockets, the notebooks, one kernel per student: done by the server itself, as the student
+c.Spawner.args = [f"--config={HERE / 'jupyter_server_config.py'}"]
 c.Spawner.notebook_dir = "~"
 c.Spawner.default_url = f"/lab/tree/{NOTEBOOK_DIR}/01_ioi_patching.ipynb"
 c.Spawner.mem_limit = MEM_LIMIT
@@ -79,37 +77,18 @@ c.Spawner.environment = {
     "HF_HUB_OFFLINE": "1",  # the room's models are on disk: no student waits on the network
     "HF_HUB_CACHE": HF_CACHE,  # GPT-2 for the optional cells, shared and read-only
     "TOKENIZERS_PARALLELISM": "false",
+    "INTERPLAB_ROOM_NOTEBOOKS": str(NOTEBOOKS),  # copied into ~/interplab-notebooks by jupyter_server_config.py
     # torch's threads per kernel = the student's CPU share: 25 kernels x all cores would thrash the machine
     "OMP_NUM_THREADS": str(max(1, round(CPU_LIMIT))),
     "MKL_NUM_THREADS": str(max(1, round(CPU_LIMIT))),
 }
 
-# The notebooks, copied into the student's home on every start, keeping any notebook already there. The copy runs as
-# the student (not as root, which could be led by a link the student made to write elsewhere).
-COPY = """
-import shutil, sys
-from pathlib import Path
-src, dest = Path(sys.argv[1]), Path.home() / sys.argv[2]
-dest.mkdir(exist_ok=True)
-for nb in sorted(src.glob("*.ipynb")):
-    if not (dest / nb.name).exists():
-        shutil.copy(nb, dest / nb.name)
-"""
-
-
-def copy_notebooks(spawner):
-    if not NOTEBOOKS.is_dir():
-        spawner.log.warning("interplab room: no notebooks in %s", NOTEBOOKS)
-        return
-    account = pwd.getpwnam(spawner.user.name)
-    subprocess.run([PYTHON, "-c", COPY, str(NOTEBOOKS), NOTEBOOK_DIR], user=account.pw_uid, group=account.pw_gid,
-                   extra_groups=[], cwd=account.pw_dir, env={"HOME": account.pw_dir, "PATH": "/usr/bin:/bin"},
-                   check=True, timeout=60)
-
-
-c.Spawner.pre_spawn_hook = copy_notebooks
-
 # ---- idle culling ------------------------------------------------------------------------------------------------
+# A running server reports its activity to the hub every 5 minutes (JupyterHub's default, hub_activity_interval), and
+# the hub writes it every 5 minutes (last_activity_interval): a timeout under 10 minutes culls students who work.
+if IDLE_TIMEOUT < 600:
+    raise ValueError(f"INTERPLAB_ROOM_IDLE_TIMEOUT={IDLE_TIMEOUT}: under 600 s the culler stops the servers of "
+                     "students who are working (activity reaches the hub every 5 minutes); use 600 or more")
 c.JupyterHub.services = [{
     "name": "idle-culler",
     "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={IDLE_TIMEOUT}",
