@@ -33,6 +33,7 @@ from .errors import (
 from .lab import Lab, Run, settle
 from .metrics import logit_diff, logprob, prob
 from .patching import SweepCancelled, SweepResult
+from .sae import SAE
 from .sites import SITE_NAMES
 from .steering import Generation, ban_expert, ban_token, force_token
 from .vectors import SteeringVector
@@ -40,7 +41,7 @@ from .vectors import SteeringVector
 __version__ = "0.1.0"
 
 __all__ = [
-    "Lab", "Run", "Edit", "SITE_NAMES", "settle",
+    "Lab", "Run", "Edit", "SITE_NAMES", "settle", "SAE",
     "patch", "zero", "mean_ablate", "scale", "steer", "project", "clamp", "set_value",
     "edits_to_json", "edits_from_json",
     "logit_diff", "prob", "logprob", "SweepResult", "SweepCancelled", "attached_hooks",

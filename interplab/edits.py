@@ -13,6 +13,15 @@ An edit names a site, which layers / positions / heads / batch rows it touches, 
     ban_expert  set one MoE expert's router logit to -inf (re-routing happens in interplab.steering's router hook)
     stop_grad   leave the value as it is but let no gradient flow back through it (attribution's GradDrop)
 
+An SAE (interplab.sae.SAE) goes wherever a site name goes, with feature= (an int, list, slice or None = all): the
+edit then acts on the SAE's features at its site, and the site's value becomes decode(edited features) + error,
+error = x - decode(encode(x)) of the same run, computed as x + decode(f') - decode(f) (so an edit that changes no
+feature leaves x bit for bit). zero / scale / set_value / patch change the selected features; steer adds alpha times
+each selected feature's decoder direction.
+
+    ilab.zero(sae, feature=12, pos=-1)    ilab.scale(sae, 2.0, feature=12)    ilab.set_value(sae, 5.0, feature=12)
+    ilab.steer(sae, feature=12, alpha=4)  ilab.patch(sae, feature=12, source=lab.run(clean))
+
 Selections: an int, a list, a slice, or None (= all). Positions count within each prompt's own tokens, so -1 is the
 last real token of every row even when prompts of different lengths are padded into one batch.
 
@@ -43,15 +52,18 @@ import torch
 
 from .errors import (
     InterplabError,
+    LoadError,
     NumberError,
     OutOfRangeError,
     UnknownSiteError,
     UnsupportedSiteError,
     VectorError,
 )
+from .sae import SAE
 
 OPS = ("patch", "zero", "mean", "scale", "steer", "project", "clamp", "set", "ban_expert", "stop_grad")
 POS_SELECTORS = ("all", "prompt", "generated", "newest", "content")
+FEATURE_OPS = ("patch", "zero", "scale", "steer", "set")  # what an edit on an SAE's features can do
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,8 @@ class Edit:
     enabled: bool = True
     meta: dict = field(default_factory=dict)
     steps: Any = None  # decoding steps whose tokens are edited (None = all; 0 = prefill); int, list, range, slice
+    sae: Any = None  # an interplab.sae.SAE: the edit acts on its features at its site (site and layer are its own)
+    feature: Any = None  # with sae: the features edited (int, list, slice; None = all)
 
     def __post_init__(self):
         # Everything a value alone can get wrong fails here, at construction (and in from_dict / with_), before
@@ -115,7 +129,9 @@ class Edit:
             raise NumberError(
                 f"{self.op} lo={self.lo:g} > hi={self.hi:g}: the range is empty. lo is the lower and hi the upper "
                 f"bound of the coefficient along the direction; swap them.")
-        if self.vector is not None:
+        if self.sae is not None or self.feature is not None:
+            self._check_features()
+        elif self.vector is not None:
             self.vector = as_tensor(self.vector, what=f"{self.op} vector")
             _check_vector(self.op, self.vector)
         if self.op == "ban_expert":
@@ -124,6 +140,35 @@ class Edit:
                     isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in experts):
                 raise OutOfRangeError(
                     f"ban_expert expert={experts!r}: experts are router indices, ints >= 0 (or a non-empty list).")
+
+    def _check_features(self) -> None:
+        sae = self.sae
+        if not isinstance(sae, SAE):
+            raise InterplabError(f"feature={self.feature!r} needs an SAE in place of the site: ilab.{self.op}(sae, "
+                                 f"feature=...) with sae = ilab.SAE.load(...); got site {self.site!r}.")
+        if self.op not in FEATURE_OPS:
+            raise UnsupportedSiteError(
+                f"{self.op} on an SAE's features: an SAE edit is one of {', '.join(FEATURE_OPS)} (ilab.zero, scale, "
+                f"set_value, steer, patch). For {self.op}, edit the site itself: ilab.{self.op}({sae.site!r}, "
+                f"{sae.layer}, ...).")
+        if self.head is not None:
+            raise UnsupportedSiteError(f"head={self.head!r}: an SAE's features span the whole site {sae.site!r}; "
+                                       f"drop head=.")
+        self.site, self.layer = sae.site, sae.layer
+        self.feature = _selection(self.feature, "feature")
+        feats = sae.features_of(self.feature)  # out of range: a typed error now, before any model is touched
+        if self.op == "steer" and self.feature is None:
+            raise InterplabError(f"steer on an SAE needs feature=: the feature(s) whose decoder direction is added "
+                                 f"(0..{sae.d_sae - 1}).")
+        if self.op == "set":
+            if self.vector is None:
+                raise InterplabError("set_value on an SAE needs value=: the activation to give the features.")
+            self.vector = as_tensor(self.vector, what="set_value value")
+            if self.vector.dim() > 1 or self.vector.numel() not in (1, len(feats)):
+                raise VectorError(f"set_value on {len(feats)} SAE feature(s): value must be a number or one per "
+                                  f"feature ({len(feats)}), got shape {list(self.vector.shape)}.")
+        elif self.vector is not None:  # a patch source given as the site's activations
+            self.vector = as_tensor(self.vector, what=f"{self.op} source")
 
     def __iter__(self):
         # One edit where a list is expected (edits=ilab.zero(...)) would fail deep inside with "not iterable".
@@ -141,6 +186,8 @@ class Edit:
             parts.append(f"L{_sel_str(self.layer)}")
         if self.head is not None:
             parts.append(f"H{_sel_str(self.head)}")
+        if self.feature is not None or self.sae is not None:
+            parts.append(f"F{'all' if self.feature is None else _sel_str(self.feature)}")
         if self.pos is not None:
             parts.append(f"pos {_sel_str(self.pos)}")
         if self.op == "scale":
@@ -212,6 +259,8 @@ def _key_of_edit(e: Edit) -> dict:
             data = v.detach().cpu().contiguous().reshape(-1)
             digest = hashlib.blake2b(data.view(torch.uint8).numpy().tobytes(), digest_size=16).hexdigest()
             return {"__digest__": digest, "shape": list(v.shape), "dtype": str(v.dtype)}
+        if isinstance(v, SAE):
+            return {"__sae__": v.digest}
         if hasattr(v, "source_ref"):  # a Run: what produced it, its own tensor edits digested too
             return {"__run__": list(v.prompts), "edits": [_key_of_edit(x) for x in v.edits]}
         if isinstance(v, (list, tuple)) and v and hasattr(v[0], "source_ref"):
@@ -235,8 +284,20 @@ def edits_from_json(s: str) -> list[Edit]:
 
 # ---- constructors (the public vocabulary) -----------------------------------------------------------------
 
+def _on(site, layer, kw: dict, op: str):
+    """(site, layer, kw) of a constructor: an SAE in place of the site brings its own site and layer."""
+    if not isinstance(site, SAE):
+        return site, layer, kw
+    if layer is not None:
+        raise InterplabError(f"{op} on an SAE: the SAE fixes the site and layer ({site.describe()}); drop layer="
+                             f"{layer!r} and say which features with feature=.")
+    return site.site, site.layer, {**kw, "sae": site}
+
+
 def patch(site, layer=None, pos=None, head=None, source=None, batch=None, **kw) -> Edit:
-    """Copy the activation of `source` (a Run, or a tensor shaped like the site) into this run."""
+    """Copy the activation of `source` (a Run, or a tensor shaped like the site) into this run. On an SAE
+    (patch(sae, feature=i, source=run)): the selected features take their values in the source run."""
+    site, layer, kw = _on(site, layer, kw, "patch")
     if source is None:
         raise InterplabError("patch needs source=: a Run (e.g. lab.run(clean)) or a tensor shaped like the site.")
     if not (isinstance(source, (torch.Tensor, str, SourceRef)) or hasattr(source, "source_ref") or (
@@ -251,15 +312,19 @@ def patch(site, layer=None, pos=None, head=None, source=None, batch=None, **kw) 
 
 def stop_grad(site, layer=None, pos=None, head=None, batch=None, **kw) -> Edit:
     """The value unchanged, no gradient back through it (what it selects stops taking part in a backward)."""
+    site, layer, kw = _on(site, layer, kw, "stop_grad")
     return Edit("stop_grad", site, layer, pos, head, batch, **kw)
 
 
 def zero(site, layer=None, pos=None, head=None, batch=None, **kw) -> Edit:
+    """Set the site (or, on an SAE, the selected features: zero(sae, feature=i)) to 0."""
+    site, layer, kw = _on(site, layer, kw, "zero")
     return Edit("zero", site, layer, pos, head, batch, **kw)
 
 
 def mean_ablate(site, layer=None, pos=None, head=None, reference=None, batch=None, **kw) -> Edit:
     """Replace with the mean activation over the rows (and, if lengths differ, tokens) of reference runs."""
+    site, layer, kw = _on(site, layer, kw, "mean_ablate")
     if reference is None:
         raise InterplabError("mean_ablate needs reference=: a Run or list of Runs over a reference dataset.")
     refs = reference if isinstance(reference, (list, tuple)) else [reference]
@@ -274,22 +339,38 @@ def mean_ablate(site, layer=None, pos=None, head=None, reference=None, batch=Non
 
 
 def scale(site, layer=None, factor=1.0, pos=None, head=None, batch=None, **kw) -> Edit:
+    """h * factor; on an SAE, scale(sae, factor, feature=i) multiplies the selected features' activations."""
+    if isinstance(site, SAE) and layer is not None:  # scale(sae, 2.0, feature=i): the factor comes second
+        if factor != 1.0:
+            raise InterplabError(f"scale on an SAE takes the factor once: scale(sae, {factor!r}, feature=...); got "
+                                 f"{layer!r} as well.")
+        factor, layer = layer, None
+    site, layer, kw = _on(site, layer, kw, "scale")
     return Edit("scale", site, layer, pos, head, batch, factor=factor, **kw)
 
 
 def steer(site, layer=None, vector=None, alpha=1.0, pos=None, head=None, batch=None, **kw) -> Edit:
+    """h + alpha * vector; on an SAE, steer(sae, feature=i, alpha=a) adds a times feature i's decoder direction."""
+    if isinstance(site, SAE):
+        if vector is not None:
+            raise VectorError("steer on an SAE adds its features' decoder directions: give feature= and alpha=, not "
+                              "vector=.")
+        site, layer, kw = _on(site, layer, kw, "steer")
+        return Edit("steer", site, layer, pos, head, batch, alpha=alpha, **kw)
     if vector is None:
         raise VectorError("steer needs vector=: a tensor of the site's width (d_model for the residual stream).")
     return Edit("steer", site, layer, pos, head, batch, alpha=alpha, vector=vector, **kw)
 
 
 def project(site, layer=None, direction=None, coeff=0.0, pos=None, head=None, batch=None, **kw) -> Edit:
+    site, layer, kw = _on(site, layer, kw, "project")
     if direction is None:
         raise VectorError("project needs direction=: a tensor of the site's width.")
     return Edit("project", site, layer, pos, head, batch, coeff=coeff, vector=direction, **kw)
 
 
 def clamp(site, layer=None, direction=None, lo=None, hi=None, pos=None, head=None, batch=None, **kw) -> Edit:
+    site, layer, kw = _on(site, layer, kw, "clamp")
     if direction is None:
         raise VectorError("clamp needs direction=: a tensor of the site's width.")
     if lo is None and hi is None:
@@ -298,6 +379,12 @@ def clamp(site, layer=None, direction=None, lo=None, hi=None, pos=None, head=Non
 
 
 def set_value(site, layer=None, value=None, pos=None, head=None, batch=None, **kw) -> Edit:
+    """Set the site to value; on an SAE, set_value(sae, value, feature=i) sets the selected features' activations."""
+    if isinstance(site, SAE) and layer is not None:  # set_value(sae, 5.0, feature=i): the value comes second
+        if value is not None:
+            raise InterplabError("set_value on an SAE takes the value once: set_value(sae, value, feature=...).")
+        value, layer = layer, None
+    site, layer, kw = _on(site, layer, kw, "set_value")
     if value is None:
         raise InterplabError("set needs value=: a tensor broadcastable to the selected activation.")
     return Edit("set", site, layer, pos, head, batch, vector=value, **kw)
@@ -326,6 +413,8 @@ def apply_edit(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
         raise UnsupportedSiteError(
             "ban_expert re-routes tokens, which a tensor edit cannot do: use it with lab.generate(...), "
             "`with lab.edit([...]): lab.run(...)` or lab.bind([...]).")
+    if edit.sae is not None:
+        return _apply_features(edit, h, ctx)
     b, t = h.shape[0], h.shape[1]
     heads = edit.head is not None
     if heads:
@@ -348,15 +437,51 @@ def apply_edit(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
         mask &= valid.to(h.device)
     if heads:
         hm = torch.zeros(ctx.n_heads, dtype=torch.bool, device=h.device)
-        hm[_as_list(edit.head, ctx.n_heads)] = True
+        hm[_indices(edit.head, ctx.n_heads, "head")] = True
         mask = mask[:, :, None] & hm  # [b, t, H]
     out = torch.where(mask[..., None], new, x)
     return out.reshape(h.shape)
 
 
+def _apply_features(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
+    """An edit of an SAE's features: h + decode(f') - decode(f) where selected (the change of the selected features
+    times their decoder directions, times the SAE's run-time output scale), h itself elsewhere."""
+    sae, b, t = edit.sae, h.shape[0], h.shape[1]
+    if h.shape[-1] != sae.d_in:
+        raise OutOfRangeError(f"{sae.describe()} has d_in={sae.d_in} but {edit.site!r} is {h.shape[-1]} wide here: "
+                              f"the SAE belongs to another model.")
+    src, valid = ctx.source if ctx.source is not None else edit.vector, None
+    if edit.op == "patch" and ctx.positions is not None and src is not None and src.dim() == h.dim():
+        src, valid = _gather_source(src, ctx.positions, b)
+    mask = selection_mask(edit, b, t, ctx).to(h.device)
+    if valid is not None:
+        mask &= valid.to(h.device)
+    if not bool(mask.any()):
+        return h
+    feats = sae.features_of(edit.feature)
+    x = h.to(sae.W_enc.dtype)
+    if edit.op == "steer":
+        df = torch.full((b, t, len(feats)), edit.alpha, dtype=x.dtype, device=x.device)
+    else:
+        f = sae.encode(x)[..., feats]
+        if edit.op == "zero":
+            new = torch.zeros_like(f)
+        elif edit.op == "scale":
+            new = f * edit.factor
+        elif edit.op == "set":
+            new = torch.zeros_like(f) + edit.vector.to(device=f.device, dtype=f.dtype)
+        else:  # patch: the features of the source run's activation at this site
+            if src is None:
+                raise InterplabError(f"patch of {sae.describe()} has no source value: it was not resolved by the Lab.")
+            new = sae.encode(_broadcast_source(src.to(device=x.device, dtype=x.dtype), x, edit))[..., feats]
+        df = new - f
+    delta = (df @ sae.direction(feats).to(device=x.device, dtype=x.dtype)) * sae.out_scale(x)
+    return torch.where(mask[..., None], h + delta.to(h.dtype), h)
+
+
 def selection_mask(edit: Edit, b: int, t: int, ctx: ApplyContext) -> torch.Tensor:
     rows = torch.zeros(b, dtype=torch.bool)
-    rows[_as_list(edit.batch, b)] = True
+    rows[_indices(edit.batch, b, "batch row")] = True
     simple = ctx.positions is None and ctx.prompt_lengths is None and edit.steps is None and not isinstance(
         edit.pos, str)
     if simple:  # a plain run: columns are positions offset..offset+t-1, right padding
@@ -365,7 +490,7 @@ def selection_mask(edit: Edit, b: int, t: int, ctx: ApplyContext) -> torch.Tenso
             if not rows[r]:
                 continue
             n = ctx.lengths[r] if r < len(ctx.lengths) else t + ctx.offset
-            for p in _positions(edit.pos, n):
+            for p in _indices(edit.pos, n, "position"):
                 c = p - ctx.offset
                 if 0 <= c < t:
                     cols[r, c] = True
@@ -415,7 +540,7 @@ def _select(pos, n: int, prompt_len: int | None) -> list[int]:
             return {"prompt": list(range(n)), "generated": [], "newest": [n - 1] if n else []}[pos]
         return {"prompt": list(range(min(prompt_len, n))), "generated": list(range(prompt_len, n)),
                 "newest": list(range(max(prompt_len - 1, 0), n))}[pos]
-    return _positions(pos, prompt_len if prompt_len is not None else n)
+    return _indices(pos, prompt_len if prompt_len is not None else n, "position")
 
 
 def _check_steps(steps) -> None:
@@ -443,22 +568,6 @@ def _steps_mask(steps, birth: torch.Tensor) -> torch.Tensor:
         return m if stop is None else m & (birth < stop)
     items = list(steps) if isinstance(steps, (list, tuple, range)) else [steps]
     return torch.isin(birth, torch.tensor(items, dtype=torch.long))
-
-
-def _positions(pos, n: int) -> list[int]:
-    """Absolute positions selected in a row of n tokens."""
-    if pos is None:
-        return list(range(n))
-    if isinstance(pos, slice):
-        return list(range(n))[pos]
-    items = pos if isinstance(pos, (list, tuple, range)) else [pos]
-    out = []
-    for p in items:
-        p = int(p)
-        if not -n <= p < n:
-            raise OutOfRangeError(f"position {p} out of range: this prompt has {n} tokens (0..{n - 1}, or -{n}..-1).")
-        out.append(p % n)
-    return out
 
 
 def _transform(edit: Edit, x: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
@@ -617,10 +726,11 @@ def _index(x, name: str, sel) -> int:
 
 def selected_rows(batch, n: int) -> list[int]:
     """The rows (of n) an edit's batch= selects."""
-    return _as_list(batch, n)
+    return _indices(batch, n, "batch row")
 
 
-def _as_list(sel, n: int) -> list[int]:
+def _indices(sel, n: int, what: str) -> list[int]:
+    """The indices (of 0..n-1) an int, list, slice or None (= all) selects; negative ones count from the end."""
     if sel is None:
         return list(range(n))
     if isinstance(sel, slice):
@@ -630,7 +740,10 @@ def _as_list(sel, n: int) -> list[int]:
     for i in items:
         i = int(i)
         if not -n <= i < n:
-            raise OutOfRangeError(f"index {i} out of range: allowed 0..{n - 1}.")
+            if what == "position":
+                raise OutOfRangeError(f"position {i} out of range: this prompt has {n} tokens (0..{n - 1}, or "
+                                      f"-{n}..-1).")
+            raise OutOfRangeError(f"{what} {i} out of range: allowed 0..{n - 1}.")
         out.append(i % n)
     return out
 
@@ -643,7 +756,12 @@ def _sel_str(sel) -> str:
     return str(sel)
 
 
+_SAES: dict[str, SAE] = {}  # SAEs read back from JSON, by how they were loaded: one copy per session
+
+
 def _encode(v):
+    if isinstance(v, SAE):  # named by what loaded it; one built in memory can be logged but not read back
+        return {"__sae__": v.source, "digest": v.digest}
     if isinstance(v, torch.Tensor):
         return {"__tensor__": v.detach().cpu().float().tolist(), "dtype": str(v.dtype).replace("torch.", "")}
     if isinstance(v, slice):
@@ -671,6 +789,18 @@ def _decode(v):
             return float(v["__float__"])
         if "__source__" in v:
             return SourceRef(tuple(v["__source__"]), tuple(v.get("edits", ())))
+        if "__sae__" in v:
+            return _load_sae(v["__sae__"])
     if isinstance(v, list) and v and isinstance(v[0], dict) and "__source__" in v[0]:
         return [_decode(x) for x in v]
     return v
+
+
+def _load_sae(args) -> SAE:
+    if not isinstance(args, dict) or "source" not in args:
+        raise LoadError("this edit names an SAE that was built in memory, so it cannot be read back: save it "
+                        "(sae.save('folder')) and use ilab.SAE.load('folder') in the edits you log.")
+    key = json.dumps(args, sort_keys=True)
+    if key not in _SAES:
+        _SAES[key] = SAE.load(**args)
+    return _SAES[key]

@@ -18,6 +18,7 @@ import os
 import warnings
 
 from . import dla, ov, paths, served, steering
+from . import features as _features
 from .edges import circuit, edge_attribution, edge_patch
 from .engine import Cache, Engine, InterventionLog, Run  # noqa: F401 (interplab.lab's public names)
 from .errors import InterplabError, LoadError, UnknownSiteError  # noqa: F401
@@ -325,6 +326,30 @@ class Lab:
         arch = self.sites.arch.name if self.sites.arch else "unknown (raw module paths only)"
         return (f"Lab({self.model_id!r}, arch={arch}, layers={self.n_layers}, heads={self.n_heads}, "
                 f"d_model={self.d_model}, {self.engine.dtype_name} on {self.engine.device_name})")
+
+    # ---- features
+    def feature_acts(self, prompts, sae):
+        """[batch, pos, d_sae] activations of an SAE's features on the prompts (see interplab.features)."""
+        return _features.feature_acts(self, prompts, sae)
+
+    def features(self, prompt: str, sae, k: int = 5):
+        """The k most active features of an SAE at each token of a prompt (see interplab.features)."""
+        return _features.features(self, prompt, sae, k)
+
+    def feature_attribution(self, clean, corrupt, sae, metric, direction: str = "denoise", features=None):
+        """Every feature x position's attribution-patching estimate, a SweepResult by ("feature", "pos"); the
+        exact patch of chosen features: lab.patch_sweep(clean, corrupt, sae, ("feature", "pos"), metric,
+        features=[...]) (see interplab.features)."""
+        return _features.feature_attribution(self, clean, corrupt, sae, metric, direction, features)
+
+    def feature_logit_effects(self, sae, feature: int, k: int = 10):
+        """The tokens a feature's decoder direction raises and lowers most (see interplab.features)."""
+        return _features.feature_logit_effects(self, sae, feature, k)
+
+    def top_contexts(self, prompts, sae, features=None, k: int = 10, **kw):
+        """Where each feature fires most over a list of prompts, batched within a memory budget, with a progress
+        bar (see interplab.features.top_contexts)."""
+        return _features.top_contexts(self, prompts, sae, features, k, **kw)
 
 
 

@@ -30,6 +30,7 @@ from . import edits as ed
 from .engine import Engine, as_prompts, engine_of
 from .errors import InterplabError, LengthMismatchError, NumberError, UnsupportedSiteError
 from .metrics import Custom, Metric, as_metric, top_k
+from .sae import SAE
 from .sites import FULL_FORWARD, HEADED, LAYERED
 
 HEAD_SITES = ("z", "q", "k", "v", "rot_q", "rot_k", "pattern")  # per head (k, v, rot_k: the key-value heads)
@@ -39,7 +40,9 @@ AXES = {
     ("layer",): SWEEP_SITES,
     ("layer", "head"): HEAD_SITES,
     ("layer", "head", "pos"): HEAD_SITES,
+    ("feature", "pos"): (),  # an SAE's features (rows) x positions: site=sae (interplab.sae.SAE)
 }
+FEATURE_SWEEP_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
 
 
 class SweepCancelled(InterplabError):
@@ -54,7 +57,8 @@ class SweepCancelled(InterplabError):
 class Cells:
     """The cells of a sweep and what each stands for: the one place a heatmap cell (row, col) becomes a
     (layer, position, head). Rows are layers; columns are positions, heads, or (head, position) head-major, or one
-    column for the whole layer."""
+    column for the whole layer. In a sweep of an SAE's features, by ("feature", "pos"), rows are features: `layers`
+    then holds the feature indices and meaning() gives (feature, position, None)."""
 
     by: tuple[str, ...]
     layers: tuple[int, ...]
@@ -120,7 +124,7 @@ class Cells:
 
     def col_title(self) -> str:
         return {("layer",): "", ("layer", "pos"): "position", ("layer", "head"): "head",
-                ("layer", "head", "pos"): "head : position"}[self.by]
+                ("layer", "head", "pos"): "head : position", ("feature", "pos"): "position"}[self.by]
 
 
 @dataclass
@@ -146,6 +150,7 @@ class SweepResult:
     # exact sweeps: the first pair's patched run per cell index: (top CELL_TOP_K token ids, their probabilities,
     # the metric); a click on a cell of this heatmap shows these numbers without running the forward again
     cell_runs: dict = field(default_factory=dict, repr=False)
+    sae: SAE | None = field(default=None, repr=False)  # by ("feature", "pos"): the SAE whose features are the rows
 
     @property
     def shape(self):
@@ -153,11 +158,13 @@ class SweepResult:
 
     @property
     def cells(self) -> Cells:
-        return Cells(tuple(self.by), tuple(self.labels["layer"]), tuple(self.labels["pos"]), len(self.labels["head"]))
+        return Cells(tuple(self.by), tuple(self.labels[self.by[0]]), tuple(self.labels["pos"]),
+                     len(self.labels["head"]))
 
     def describe(self) -> str:
         what = "clean into corrupt (denoising)" if self.direction == "denoise" else "corrupt into clean (noising)"
-        return (f"{self.site} patched {what}, by {' x '.join(self.by)}, {self.method}; "
+        site = self.site if self.sae is None else f"{self.sae.describe()}'s features"
+        return (f"{site} patched {what}, by {' x '.join(self.by)}, {self.method}; "
                 f"{self.metric_name}: clean {self.clean_value:.3f}, corrupt {self.corrupt_value:.3f}; "
                 f"1 = clean behaviour, 0 = corrupted")
 
@@ -166,7 +173,7 @@ class SweepResult:
         import plotly.graph_objects as go
 
         v = self.cells.grid(self.values)
-        ylab = [f"L{x}" for x in self.labels["layer"]]
+        ylab = [f"{'F' if self.by[0] == 'feature' else 'L'}{x}" for x in self.labels[self.by[0]]]
         xlab = self.cells.col_labels(short=True)
         fig = go.Figure(go.Heatmap(z=v.tolist(), x=list(range(len(xlab))), y=list(range(len(ylab))),
                                    colorscale="RdBu", zmid=0, colorbar={"title": "restored"}))
@@ -260,7 +267,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                 progress: bool | Callable[[int, int], None] = True, cancel: threading.Event | None = None,
                 on_partial: Callable[[SweepResult], None] | None = None, layers=None, qk_fix: bool = False,
                 grad_drop: bool = False, order: torch.Tensor | None = None,
-                memory_budget: int | str | None = None) -> SweepResult:
+                memory_budget: int | str | None = None, features=None) -> SweepResult:
     """Patch every cell of (site, by) from source into base and measure the metric; see the module docstring.
 
     clean / corrupt: a prompt each, or lists of N pairs (the metric is averaged over pairs, as the IOI papers do).
@@ -272,6 +279,10 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
            "2GiB"; each chunk takes as many rows (up to max_batch) as fit (an estimate from the model's sizes and the
            positions the chunk computes). Default: a quarter of the device's free memory, at most 1 GiB on CUDA
            and 256 MiB elsewhere (engine.default_budget).
+    site=sae (an interplab.sae.SAE), by=("feature", "pos"): each cell patches one feature at one position (the
+           site's value becomes base + (f_source - f_base) * the feature's decoder direction there, as
+           ilab.patch(sae, feature=i, pos=p, source=...) does); rows are `features` (default: all). Attribution
+           estimates (f_source - f_base) * d metric / d f for every feature x position from one backward.
     """
     lab = engine_of(lab)
     if not isinstance(by, (str, list, tuple)):
@@ -279,7 +290,23 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     by = tuple([by] if isinstance(by, str) else by)
     if by not in AXES:
         raise InterplabError(f"by={by!r} is not a sweep layout: choose one of {', '.join(map(str, AXES))}.")
-    if site not in AXES[by]:
+    sae = site if isinstance(site, SAE) else None
+    if sae is not None:
+        if by != ("feature", "pos"):
+            raise InterplabError(f"an SAE is swept by ('feature', 'pos') (its features x positions), not {by}.")
+        if sae.site not in FEATURE_SWEEP_SITES:
+            raise UnsupportedSiteError(f"{sae.describe()}: a sweep patches features at layered sites "
+                                       f"({', '.join(FEATURE_SWEEP_SITES)}), not {sae.site!r}; use lab.run with "
+                                       f"ilab.patch(sae, feature=..., source=...) there.")
+        sae.check_fits(lab)
+        rows = sae.features_of(features)
+        if grad_drop:
+            raise InterplabError("grad_drop is not available for feature sweeps: use method='attribution' alone.")
+        site, layers = sae.site, sae.layer
+    elif by == ("feature", "pos") or features is not None:
+        raise InterplabError("by=('feature', 'pos') and features= sweep an SAE's features: pass site=sae "
+                             "(ilab.SAE.load(...)).")
+    elif site not in AXES[by]:
         raise InterplabError(f"site {site!r} cannot be swept by {by}: allowed sites {', '.join(AXES[by])}.")
     if direction not in ("denoise", "noise"):
         raise InterplabError(f"direction={direction!r}: use 'denoise' (clean into corrupt) or 'noise'.")
@@ -319,7 +346,12 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
 
     n_heads = lab.resolve(site, layer_list[0]).n_heads or lab.n_heads  # k, v, rot_k: the key-value heads
     pair_idx = torch.arange(len(clean))
-    if method == "attribution":  # its two runs (source with cache, base with gradient) give both metric values
+    row_ids = layer_list if sae is None else rows  # what the rows are: layers, or the SAE's features
+    if method == "attribution" and sae is not None:
+        estimate, source_value, base_value = _feature_attribution(lab, pairs, sae, rows, metric)
+        clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
+                                      else (base_value, source_value))
+    elif method == "attribution":  # its two runs (source with cache, base with gradient) give both metric values
         cells = Cells(by, tuple(layer_list), tuple(lab.to_str_tokens(clean[0])), n_heads)
         estimate, source_value, base_value = _attribution(lab, pairs, site, by, metric, layer_list, cells, n_heads,
                                                           qk_fix, grad_drop)
@@ -341,10 +373,12 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
             f"normalised values would divide by zero. Pick a corrupt prompt that changes the answer."
         )
     labels = {"layer": layer_list, "pos": lab.to_str_tokens(clean[0]), "head": list(range(n_heads))}
-    shape = Cells(by, tuple(layer_list), tuple(labels["pos"]), n_heads).shape
+    if sae is not None:
+        labels["feature"] = rows
+    shape = Cells(by, tuple(row_ids), tuple(labels["pos"]), n_heads).shape
     raw = torch.full(shape, float("nan"))
     result = SweepResult(raw.clone(), raw, by, labels, site, metric.name, direction, method, clean_value,
-                         corrupt_value, clean, corrupt, lab, metric)
+                         corrupt_value, clean, corrupt, lab, metric, sae=sae)
 
     def finish():
         result.values = (result.raw - corrupt_value) / (clean_value - corrupt_value)
@@ -358,7 +392,9 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
         raise InterplabError(f"order: one priority per cell, shape {tuple(shape)}; got "
                              f"{tuple(torch.as_tensor(order).shape)}.")
     layer_cells = result.cells.in_layer()
-    jobs = [(li, layer, layer_cells) for li, layer in enumerate(layer_list)]
+    jobs = [(li, layer, layer_cells) for li, layer in enumerate(layer_list)] if sae is None else [
+        (ri, sae.layer, layer_cells) for ri in range(len(rows))]
+    feature_source = _feature_sources(lab, sae, rows, base_run, source_run) if sae is not None else None
     total = sum(len(cells) for _, _, cells in jobs)
     bar = _progress_bar(total, progress)
     done = 0
@@ -370,6 +406,8 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
         for li, layer, all_cells in jobs:
             key = (site, layer)
             base_act, source_act = (lab.as_hooked(site, run.cache[key]) for run in (base_run, source_run))
+            if feature_source is not None:  # row li: the base activation with only its feature patched
+                source_act = feature_source(li, base_act)
             cells = []
             for index, selector in all_cells:
                 first = _first_change(base_act, source_act, selector, n_heads)
@@ -383,6 +421,8 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                 done += len(all_cells) - len(cells)
                 _advance(bar, progress, done, total, len(all_cells) - len(cells))
             result.cells_run += len(cells)
+            if not cells:
+                continue
             per_chunk = max(1, max_batch // len(pairs.base))
             if cells and fits is None:
                 fits = _chunk_fits(lab, site, pairs, budget)
@@ -431,6 +471,12 @@ def _pairs(lab: Engine, clean, corrupt, direction, by) -> _Pairs:
 
 
 _UNITS = {"b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def budget_bytes(memory_budget, device) -> int:
+    """memory_budget (bytes, '600MiB', None = the device's default) as bytes, checked: what an analysis that
+    sizes its batches as sweeps do takes."""
+    return _budget_bytes(memory_budget, device)
 
 
 def _budget_bytes(memory_budget, device) -> int:
@@ -631,6 +677,45 @@ def _attribution(lab: Engine, pairs: _Pairs, site: str, by, metric: Metric, laye
         out = torch.where(out < 0, -size, size)
     source_value = float(metric(src_run.last_logits.float(), pair_idx).mean())
     return base_value + out, source_value, base_value
+
+
+def _feature_sources(lab: Engine, sae: SAE, rows: list[int], base_run, source_run) -> Callable:
+    """row -> the site's value with only that row's feature taken from the source run: base + (f_source - f_base) *
+    the feature's decoder direction (times the SAE's run-time output scale), which is base itself where the
+    feature's activation is equal in both runs (so those cells are skipped as unchanged)."""
+    key = (sae.site, sae.layer)
+    base = lab.as_hooked(sae.site, base_run.cache[key]).float()
+    df = sae.encode(lab.as_hooked(sae.site, source_run.cache[key]).float())[..., rows] - sae.encode(base)[..., rows]
+    scale = sae.out_scale(base)
+    directions = sae.direction(rows).float()
+
+    def source(row: int, base_act: torch.Tensor) -> torch.Tensor:
+        delta = df[..., row:row + 1] * directions[row] * scale
+        return base_act + delta.to(base_act.dtype)
+    return source
+
+
+def _feature_attribution(lab: Engine, pairs: _Pairs, sae: SAE, rows: list[int], metric: Metric) -> tuple:
+    """(f_source - f_base) * d metric / d f at the base run for every feature in `rows` x position, from one forward
+    of the source and one forward and backward of the base; d metric / d f_i = grad_x . (out scale * W_dec[i]).
+    Returns (estimated metric [rows, pos], source metric, base metric), as _attribution."""
+    key = (sae.site, sae.layer)
+    pair_idx = torch.arange(len(pairs.base))
+    src_run = lab.run(pairs.source, cache=[key], log=False)
+    base_run = lab.run(pairs.base, cache=[key], grad=True, log=False)
+    value = metric(base_run.last_logits.float(), pair_idx).sum()  # per-pair contributions add up
+    act = base_run.cache[key]
+    (grad,) = torch.autograd.grad(value, [act])
+    lab.model.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        x = act.detach().float()
+        df = sae.encode(src_run.cache[key].to(x.device).float())[..., rows] - sae.encode(x)[..., rows]
+        grad_f = (grad.float() * sae.out_scale(x)) @ sae.direction(rows).float().to(x.device).T  # [pairs, pos, n]
+        delta = df * grad_f * pairs.mask.bool()[..., None].to(x.device)
+        estimate = (delta.sum(0).T / len(pairs.base)).cpu()  # [rows, pos]
+    base_value = float(metric(base_run.last_logits.detach().float(), pair_idx).mean())
+    source_value = float(metric(src_run.last_logits.float(), pair_idx).mean())
+    return base_value + estimate, source_value, base_value
 
 
 def _per_cell(delta: torch.Tensor, site: str, by, n_heads: int) -> torch.Tensor:

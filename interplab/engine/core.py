@@ -343,6 +343,18 @@ class Engine:
             self.memo.put(key, result)
         return result
 
+    def read_sites(self, prompts, sites: list) -> tuple[dict, list[int]]:
+        """(values, lengths): the unedited values of (site, layer) pairs for the prompts, on the model's device,
+        from a forward that stops once the last is read. Not memoised or logged, no logits: for scanning many
+        prompts (top-activating contexts)."""
+        prompts = as_prompts(prompts)
+        ids, mask, lengths = self.encode(prompts)
+        plan = hooks.Plan()
+        for item in _cache_request(sites):
+            plan.cache.extend(self._plan_cache(item))
+        values = hooks.read(self.model, ids.to(self.device), mask.to(self.device), plan, self.contexts(lengths))
+        return values, lengths
+
     def contexts(self, lengths: list[int], **where) -> Callable[[hooks.PlannedEdit | None], ApplyContext]:
         """What each planned edit needs to know about the tensor it edits: real lengths, heads, its source value;
         `where` adds what a forward over only some positions sets (offset, positions; see ApplyContext)."""
@@ -386,6 +398,8 @@ class Engine:
             self.sites.point(e.site, 0)  # unknown architecture: raises UnsupportedSiteError with the how-to
         if canonical and e.site not in LAYERED and e.layer is not None:
             raise InterplabError(f"site {e.site!r} has no layers: drop layer={e.layer!r}.")
+        if e.sae is not None:
+            e.sae.check_fits(self)  # the SAE's layer exists and its d_in is the site's width here
         layers = self.sites.layers_of(e.layer) if canonical and e.site in LAYERED else [e.layer]
         _check_rows(e.batch, n_rows)
         _check_positions(e.pos, lengths)

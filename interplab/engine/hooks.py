@@ -253,6 +253,33 @@ def _through_layout(layout: Layout, t: torch.Tensor, fn: Callable) -> torch.Tens
 run_lock = threading.RLock()  # hooks live on the shared model: one forward at a time
 
 
+class _Enough(Exception):
+    """Raised inside a forward once every site asked for is recorded: the rest of the model is not needed."""
+
+
+def read(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, plan: Plan,
+         ctx_for: Callable[[PlannedEdit | None], ApplyContext], owner: str = "interplab.read") -> dict:
+    """The plan's cached sites (detached, on the model's device) from a forward that stops as soon as the last of
+    them is recorded: no logits, nothing kept but the sites (what scanning many prompts needs)."""
+    cache: dict = {}
+    wanted = len(plan.cache)
+
+    def enough(t: torch.Tensor) -> torch.Tensor:
+        if len(cache) >= wanted:
+            raise _Enough
+        return t
+
+    with run_lock, HookManager(model, owner) as hm:
+        install(hm, plan, ctx_for, cache)
+        attach(hm, [(site.point, enough) for _, site in plan.cache])  # after each recorder at its module
+        try:
+            with torch.no_grad():
+                model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        except _Enough:
+            pass
+    return cache
+
+
 def forward(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, plan: Plan,
             ctx_for: Callable[[PlannedEdit | None], ApplyContext], grad: bool = False,
             owner: str = "interplab.run") -> tuple[torch.Tensor, dict]:

@@ -1,0 +1,227 @@
+"""Features: what an SAE (interplab.sae) reads in a model, and what its features do.
+
+    lab.feature_acts(prompts, sae)                 # [batch, pos, d_sae] activations (0 on padding)
+    lab.features(prompt, sae, k=5)                 # the top k features at each token
+    lab.feature_attribution(clean, corrupt, sae, metric)   # every feature x position, attribution patching
+    lab.patch_sweep(clean, corrupt, sae, by=("feature", "pos"), metric=..., features=[...])   # exact
+    lab.feature_logit_effects(sae, feature)        # the tokens its decoder direction raises and lowers most
+    lab.top_contexts(prompts, sae, features)       # where each feature fires most in a list of prompts
+
+Edits on features (ilab.zero(sae, feature=i), steer, scale, set_value, patch) are interplab.edits'; the engine
+applies them like any other edit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from .engine import Engine, as_prompts, own_weights
+from .errors import InterplabError, NumberError, OutOfRangeError
+from .patching import SweepResult, budget_bytes, patch_sweep
+from .sae import SAE
+
+
+def _check(lab: Engine, sae) -> SAE:
+    if not isinstance(sae, SAE):
+        raise InterplabError(f"expected an SAE (ilab.SAE.load(...)), got {type(sae).__name__} {sae!r}.")
+    sae.check_fits(lab)
+    return sae
+
+
+def _key(sae: SAE) -> tuple:
+    return (sae.site, sae.layer)
+
+
+def _k(k, limit: int, what: str = "k") -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise OutOfRangeError(f"{what}={k!r}: an int >= 1.")
+    return min(k, limit)
+
+
+def feature_acts(lab: Engine, prompts, sae: SAE) -> torch.Tensor:
+    """[batch, pos, d_sae] feature activations of the unedited run (CPU, float32); padded positions are 0."""
+    sae = _check(lab, sae)
+    run = lab.run(as_prompts(prompts), cache=[_key(sae)], log=False)
+    acts = sae.encode(run.cache[_key(sae)].float())
+    return acts * run.attention_mask[..., None].to(acts.dtype)
+
+
+@dataclass
+class TokenFeatures:
+    """The top features at each token of one prompt."""
+
+    tokens: list[str]
+    ids: torch.Tensor  # [pos, k] feature indices, highest activation first
+    acts: torch.Tensor  # [pos, k] their activations
+
+    def at(self, pos: int) -> list[tuple[int, float]]:
+        """(feature, activation) at a position, highest first, active features only."""
+        return [(int(i), float(a)) for i, a in zip(self.ids[pos], self.acts[pos]) if a > 0]
+
+    def __repr__(self) -> str:
+        rows = [f"{p:3d} {t!r:>12}: " + ", ".join(f"F{i} {a:.2f}" for i, a in self.at(p))
+                for p, t in enumerate(self.tokens)]
+        return "TokenFeatures(\n" + "\n".join(rows) + "\n)"
+
+
+def features(lab: Engine, prompt: str, sae: SAE, k: int = 5) -> TokenFeatures:
+    """The k most active features at each token of `prompt` (inactive ones have activation 0)."""
+    if not isinstance(prompt, str):
+        raise InterplabError(f"features takes one prompt string, got {type(prompt).__name__}; for several: "
+                             f"lab.feature_acts(prompts, sae).")
+    acts = feature_acts(lab, prompt, sae)[0]
+    values, ids = acts.topk(_k(k, sae.d_sae), dim=-1)
+    return TokenFeatures(lab.to_str_tokens(prompt), ids, values)
+
+
+def feature_attribution(lab: Engine, clean, corrupt, sae: SAE, metric, direction: str = "denoise",
+                        features=None) -> SweepResult:
+    """Every feature x position's attribution-patching estimate of the metric (one forward of the source run, one
+    forward and one backward of the base run): (f_source - f_base) * d metric / d f, a SweepResult by
+    ("feature", "pos") normalised like every sweep (1 = clean behaviour). features: which rows (default all)."""
+    return patch_sweep(lab, clean, corrupt, _check(lab, sae), ("feature", "pos"), metric, direction, "attribution",
+                       features=features)
+
+
+@dataclass
+class LogitEffects:
+    """What a feature's decoder direction does to the logits, read through the final norm and the unembedding."""
+
+    feature: int
+    values: torch.Tensor  # [vocab]: the change of each logit per unit of the feature
+    raised: list[tuple[str, float]]
+    lowered: list[tuple[str, float]]
+
+    def __repr__(self) -> str:
+        up = ", ".join(f"{t!r} {v:+.2f}" for t, v in self.raised)
+        down = ", ".join(f"{t!r} {v:+.2f}" for t, v in self.lowered)
+        return f"LogitEffects(F{self.feature}\n  raised: {up}\n  lowered: {down}\n)"
+
+
+def feature_logit_effects(lab: Engine, sae: SAE, feature: int, k: int = 10) -> LogitEffects:
+    """The tokens feature `feature`'s decoder direction raises and lowers most: the direction through the final
+    norm (centred where the norm is a LayerNorm, times its weight; its scale 1/std left out, as it is shared by
+    every token) and the unembedding. The same direction as the logits' change when the feature is steered at the
+    last layer's output, for a small alpha."""
+    sae = _check(lab, sae)
+    if isinstance(feature, bool) or not isinstance(feature, int):
+        raise OutOfRangeError(f"feature={feature!r}: one feature index, an int 0..{sae.d_sae - 1}.")
+    sae.features_of(feature)
+    arch = lab.sites.arch
+    if arch is None:
+        raise InterplabError("feature_logit_effects needs a known architecture (the final norm and unembedding).")
+    norm = lab.model.get_submodule(arch.final_norm)
+    unembed = lab.model.get_submodule(arch.unembed)
+    with torch.no_grad(), own_weights(norm), own_weights(unembed):
+        v = sae.direction(feature).float()
+        if sae.site == "z":  # a head output: through each head's slice of the output projection first
+            raise InterplabError("feature_logit_effects reads directions in the residual stream; a z SAE's "
+                                 "directions pass through the attention output projection first (not supported).")
+        if "layernorm" in type(norm).__name__.lower() or getattr(norm, "bias", None) is not None:
+            v = v - v.mean()
+        weight = getattr(norm, "weight", None)
+        if weight is not None:
+            w = weight.detach().float().cpu()
+            v = v * (1 + w if "gemma" in type(norm).__name__.lower() else w)
+        values = unembed.weight.detach().float().cpu() @ v
+    k = _k(k, values.numel())
+    top, low = values.topk(k), values.topk(k, largest=False)
+    name = lab.tokenizer.decode
+    return LogitEffects(feature, values, [(name([int(i)]), float(x)) for x, i in zip(*top)],
+                        [(name([int(i)]), float(x)) for x, i in zip(*low)])
+
+
+@dataclass
+class TopContexts:
+    """Where each feature fires most over a list of prompts: per feature, the k highest activations, the prompt
+    each is in and its token position."""
+
+    features: list[int]
+    values: torch.Tensor  # [n_features, k] highest first (-inf where fewer than k tokens were seen)
+    prompt_index: torch.Tensor  # [n_features, k]
+    pos: torch.Tensor  # [n_features, k]
+    prompts: list[str] = field(repr=False)
+    lab: Engine | None = field(default=None, repr=False)
+    sae: SAE | None = field(default=None, repr=False)
+
+    def examples(self, feature: int, n: int | None = None) -> list[dict]:
+        """The feature's top contexts as {prompt, pos, value, tokens, acts}: acts is the feature's activation at
+        every token of the prompt (for shading)."""
+        if feature not in self.features:
+            raise OutOfRangeError(f"feature {feature} was not scanned: these contexts hold {self.features[:10]}"
+                                  f"{'...' if len(self.features) > 10 else ''}.")
+        row = self.features.index(feature)
+        out = []
+        for v, i, p in list(zip(self.values[row], self.prompt_index[row], self.pos[row]))[:n]:
+            if not torch.isfinite(v):
+                continue
+            prompt = self.prompts[int(i)]
+            acts = feature_acts(self.lab, prompt, self.sae)[0, :, feature] if self.lab is not None else None
+            out.append({"prompt": prompt, "pos": int(p), "value": float(v),
+                        "tokens": self.lab.to_str_tokens(prompt) if self.lab is not None else None,
+                        "acts": acts.tolist() if acts is not None else None})
+        return out
+
+
+def top_contexts(lab: Engine, prompts, sae: SAE, features=None, k: int = 10, *, batch_size: int = 256,
+                 memory_budget: int | str | None = None,
+                 progress: bool | Callable[[int, int], None] = True) -> TopContexts:
+    """The k highest activations of each feature over every token of `prompts`, with where they are.
+
+    Prompts run in batches of at most batch_size, fewer where a batch's activations would not fit memory_budget
+    (bytes or '600MiB'; default as patch_sweep's); each forward stops at the SAE's site. progress: a tqdm bar
+    (True), none (False) or a function (done, total)."""
+    sae = _check(lab, sae)
+    prompts = as_prompts(prompts)
+    feats = sae.features_of(features)
+    k = _k(k, 10**9)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise NumberError(f"batch_size={batch_size!r}: the most prompts per forward, an int >= 1.")
+    if not (isinstance(progress, bool) or callable(progress)):
+        raise InterplabError(f"progress={progress!r}: True (a progress bar), False, or a function (done, total).")
+    budget = budget_bytes(memory_budget, lab.device)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths pad little
+    values = torch.full((len(feats), k), float("-inf"))
+    where = torch.zeros((len(feats), k), dtype=torch.long)  # flat index: prompt * stride + pos
+    stride = 1 << 20
+    idx = torch.tensor(feats)
+    bar = None
+    if progress is True and len(prompts) > 1:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(prompts), desc="top contexts", unit="prompt", leave=False)
+    done, i = 0, 0
+    try:
+        while i < len(order):
+            n_tok = max(8, len(lab.tokenizer(prompts[order[min(i + batch_size, len(order)) - 1]])["input_ids"]))
+            per_row = n_tok * (sae.d_sae * 4 * 3 + lab.d_model * 4 * 16)  # features (+ topk temporaries), forward
+            rows = max(1, min(batch_size, budget // per_row))
+            batch = order[i:i + rows]
+            got, lengths = lab.read_sites([prompts[j] for j in batch], [_key(sae)])
+            x = got[_key(sae)]
+            acts = sae.encode(x)[..., idx.to(x.device)].float().cpu()  # [b, t, n_feats]
+            t = acts.shape[1]
+            real = torch.arange(t)[None, :] < torch.tensor(lengths)[:, None]
+            acts = acts.masked_fill(~real[..., None], float("-inf")).reshape(-1, len(feats))
+            flat = (torch.tensor(batch)[:, None] * stride + torch.arange(t)[None, :]).reshape(-1)
+            kk = min(k, acts.shape[0])
+            v, j = acts.topk(kk, dim=0)  # [kk, n_feats]
+            values, pick = torch.cat([values, v.T], 1).topk(k, dim=1)
+            where = torch.cat([where, flat[j].T], 1).gather(1, pick)
+            i += len(batch)
+            done += len(batch)
+            if bar is not None:
+                bar.update(len(batch))
+            if callable(progress):
+                progress(done, len(prompts))
+    finally:
+        if bar is not None:
+            bar.close()
+    return TopContexts(feats, values, where // stride, where % stride, prompts, lab, sae)
+
+
+__all__ = ["feature_acts", "features", "feature_attribution", "feature_logit_effects", "top_contexts",
+           "TokenFeatures", "LogitEffects", "TopContexts"]

@@ -1,0 +1,502 @@
+"""Sparse autoencoders (SAEs) as interplab objects: load, encode, decode, and the site they belong to.
+
+    sae = ilab.SAE.load("path/to/folder")          # a SAELens folder: cfg.json + sae_weights.safetensors
+    sae = ilab.SAE.load("ioi-tiny-sae")            # the one shipped with the embedded model
+    sae = ilab.SAE.load("params.npz", site="resid_post", layer=12)    # a Gemma Scope file
+    sae = ilab.SAE.load("org/repo", path="blocks.8.hook_resid_pre")    # a folder inside a hub repository
+    f = sae.encode(x)            # [..., d_in] -> [..., d_sae]
+    x_hat = sae.decode(f, x)     # [..., d_sae] -> [..., d_in] (x: the input, needed only by run-time normalisations)
+
+An SAE goes wherever a site name goes in the edit constructors (ilab.zero(sae, feature=3), ...; interplab.edits).
+
+The arithmetic is SAELens's (sae_lens.saes, version 6), written out here:
+    sae_in  = norm_in(x) - b_dec * apply_b_dec_to_input
+    pre     = sae_in @ W_enc + b_enc
+    standard: f = relu(pre)      jumprelu: f = relu(pre) * (pre > threshold)
+    topk:     f = relu of the k largest pre-activations, 0 elsewhere (the top k are picked before the ReLU)
+    decode:   norm_out(f @ W_dec + b_dec)
+normalize_activations: "none" and "expected_average_only_in" compute nothing at run time (SAELens folds the
+latter's factor sqrt(d_in) / mean norm into the weights when it saves; SAE.load(..., norm_scaling_factor=s) folds a
+known factor the same way: W_enc * s, W_dec / s, b_dec / s); "constant_norm_rescale" scales x to norm sqrt(d_in) and
+decodes back by the same factor; "layer_norm" standardises x and decodes back with its mean and std.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from .errors import LoadError, OutOfRangeError, UnsupportedSiteError
+
+ARCHITECTURES = ("standard", "topk", "jumprelu")
+NORMALIZATIONS = ("none", "expected_average_only_in", "constant_norm_rescale", "layer_norm")
+# SAELens (TransformerLens) hook names -> interplab sites; the layer is the number after "blocks."
+HOOKS = {
+    "hook_resid_pre": "resid_pre",
+    "hook_resid_mid": "resid_mid",
+    "hook_resid_post": "resid_post",
+    "hook_attn_out": "attn_out",
+    "hook_mlp_out": "mlp_out",
+    "attn.hook_z": "z",
+}
+SAE_SITES = ("embed", *HOOKS.values())
+EMBEDDED_SAES = {"ioi-tiny-sae": Path(__file__).parent / "zoo" / "ioi_tiny_sae"}
+CFG_FILE, WEIGHTS_FILE = "cfg.json", "sae_weights.safetensors"
+
+
+class SAE:
+    """A sparse autoencoder on one site of a model: weights, architecture and where it reads."""
+
+    def __init__(self, W_enc, b_enc, W_dec, b_dec, *, site: str, layer: int | None, architecture: str = "standard",
+                 threshold=None, k: int | None = None, apply_b_dec_to_input: bool = True,
+                 normalize_activations: str = "none", rescale_acts_by_decoder_norm: bool = False,
+                 hook_name: str | None = None, source: dict | None = None, cfg: dict | None = None):
+        if architecture not in ARCHITECTURES:
+            raise LoadError(f"unknown SAE architecture {architecture!r}: interplab reads {', '.join(ARCHITECTURES)} "
+                            f"(SAELens's meaning); convert other SAEs to one of them.")
+        if normalize_activations not in NORMALIZATIONS:
+            raise LoadError(f"normalize_activations={normalize_activations!r}: SAELens's values are "
+                            f"{', '.join(NORMALIZATIONS)}.")
+        if site not in SAE_SITES:
+            raise UnsupportedSiteError(f"an SAE on site {site!r}: interplab splices SAEs on {', '.join(SAE_SITES)}.")
+        self.W_enc, self.b_enc, self.W_dec, self.b_dec = (_tensor(t, n) for t, n in (
+            (W_enc, "W_enc"), (b_enc, "b_enc"), (W_dec, "W_dec"), (b_dec, "b_dec")))
+        d_in, d_sae = self.W_enc.shape if self.W_enc.dim() == 2 else (None, None)
+        expect = {"W_enc": (d_in, d_sae), "b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,)}
+        self.threshold = None
+        if architecture == "jumprelu":
+            if threshold is None:
+                raise LoadError("a jumprelu SAE needs its threshold tensor [d_sae]; none was found.")
+            self.threshold = _tensor(threshold, "threshold")
+            expect["threshold"] = (d_sae,)
+        for name, shape in expect.items():
+            have = tuple(getattr(self, name).shape)
+            if d_in is None or have != shape:
+                raise LoadError(f"SAE tensor {name} has shape {list(have)}, expected {list(shape)} (W_enc is "
+                                f"[d_in, d_sae], W_dec [d_sae, d_in], as SAELens saves them; W_enc here is "
+                                f"{list(self.W_enc.shape)}).")
+        if architecture == "topk" and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= d_sae):
+            raise LoadError(f"a topk SAE needs k (its cfg's 'k'), an int in 1..d_sae={d_sae}; got {k!r}.")
+        self.d_in, self.d_sae = int(d_in), int(d_sae)
+        self.site, self.layer = site, layer
+        self.architecture, self.k = architecture, k if architecture == "topk" else None
+        self.apply_b_dec_to_input = bool(apply_b_dec_to_input)
+        self.normalize_activations = normalize_activations
+        self.rescale_acts_by_decoder_norm = bool(rescale_acts_by_decoder_norm)
+        self.hook_name = hook_name or _hook_name(site, layer)
+        self.source = source  # what SAE.load was given (serialised edits name the SAE by it); None: built in memory
+        self.cfg = dict(cfg or {})
+        self._on: dict = {}  # device/dtype -> the weights there
+        self._digest: str | None = None
+
+    # ---- loading -------------------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, source: str | os.PathLike, *, path: str | None = None, site: str | None = None,
+             layer: int | None = None, revision: str | None = None, norm_scaling_factor: float | None = None) -> SAE:
+        """An SAE from a SAELens folder, a Gemma Scope params.npz, the embedded 'ioi-tiny-sae', or a hub repository.
+
+        source: a folder holding cfg.json and sae_weights.safetensors (SAELens's format); a params.npz file
+                (Gemma Scope: give site= and layer=); 'ioi-tiny-sae'; or a hub id ('org/repo', with path= the folder
+                inside the repository, or 'hf://org/repo/folder'), downloaded once through huggingface_hub and
+                then read from its cache.
+        site, layer: where the SAE reads (interplab's site names: resid_pre, resid_post, mlp_out, attn_out, z ...);
+                taken from cfg.json's hook_name when not given.
+        norm_scaling_factor: for normalize_activations="expected_average_only_in", the factor SAELens folds into
+                the weights (its pretrained directory's norm_scaling_factor); by default nothing is folded, as in
+                SAELens's load_from_disk."""
+        if not isinstance(source, (str, os.PathLike)) or not str(source):
+            raise LoadError(f"SAE.load needs a folder, a params.npz file, 'ioi-tiny-sae' or a hub id; got "
+                            f"{type(source).__name__} {source!r}.")
+        given = {"source": str(source), **{k: v for k, v in (("path", path), ("site", site), ("layer", layer),
+                                                               ("revision", revision),
+                                                               ("norm_scaling_factor", norm_scaling_factor))
+                                            if v is not None}}
+        text = str(source)
+        if text in EMBEDDED_SAES:
+            where = EMBEDDED_SAES[text]
+        elif text.startswith("hf://") or (path is not None and not Path(text).exists()):
+            where = _from_hub(text, path, revision)
+        elif Path(text).exists():
+            where = Path(text).expanduser()
+            if where.is_dir() and path is not None:
+                where = where / path
+            given["source"] = str(where.resolve()) if path is None else str(Path(text).expanduser().resolve())
+        elif re.fullmatch(r"[\w.-]+/[\w.-]+", text):
+            raise LoadError(f"{text!r} is no folder here; for a hub repository give the folder inside it too: "
+                            f"SAE.load({text!r}, path='blocks.8.hook_resid_pre') (or 'hf://{text}/<folder>').")
+        else:
+            raise LoadError(f"no SAE at {text!r}: not a folder or file here, not 'ioi-tiny-sae', not a hub id "
+                            f"('org/repo' with path=). A SAELens folder holds {CFG_FILE} and {WEIGHTS_FILE}.")
+        if where.is_dir() and not (where / CFG_FILE).exists() and (where / "params.npz").exists():
+            where = where / "params.npz"  # a Gemma Scope folder
+        if where.is_file() or where.suffix == ".npz":
+            sae = _load_npz(where, site, layer)
+        else:
+            sae = _load_saelens(where, site, layer)
+        if norm_scaling_factor is not None:
+            sae._fold_norm_scaling(norm_scaling_factor)
+        sae.source = given
+        return sae
+
+    def _fold_norm_scaling(self, s) -> None:
+        s = float(s)
+        if not (s > 0 and s != float("inf")):
+            raise LoadError(f"norm_scaling_factor={s!r}: a positive finite number (sqrt(d_in) / mean input norm).")
+        if self.normalize_activations != "expected_average_only_in":
+            raise LoadError(f"norm_scaling_factor is for SAEs with normalize_activations='expected_average_only_in'; "
+                            f"this one has {self.normalize_activations!r}.")
+        self.W_enc, self.W_dec, self.b_dec = self.W_enc * s, self.W_dec / s, self.b_dec / s
+        self.normalize_activations = "none"
+        self._on.clear()
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        """Write the SAE as a SAELens folder (cfg.json + sae_weights.safetensors) that SAELens's load_from_disk
+        reads; returns the folder."""
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {"W_enc": self.W_enc, "b_enc": self.b_enc, "W_dec": self.W_dec, "b_dec": self.b_dec}
+        if self.threshold is not None:
+            tensors["threshold"] = self.threshold
+        save_file({k: v.detach().contiguous().float() for k, v in tensors.items()}, folder / WEIGHTS_FILE)
+        cfg = {"architecture": self.architecture, "d_in": self.d_in, "d_sae": self.d_sae, "dtype": "float32",
+               "device": "cpu", "apply_b_dec_to_input": self.apply_b_dec_to_input,
+               "normalize_activations": self.normalize_activations,
+               "reshape_activations": "hook_z" if self.site == "z" else "none",
+               "metadata": {**self.cfg.get("metadata", {}), "hook_name": self.hook_name,
+                            "sae_lens_version": "6.0.0"}}
+        if self.architecture == "topk":
+            cfg.update(k=self.k, rescale_acts_by_decoder_norm=self.rescale_acts_by_decoder_norm)
+        (folder / CFG_FILE).write_text(json.dumps(cfg, indent=2) + "\n")
+        return folder
+
+    # ---- the arithmetic --------------------------------------------------------------------------------------
+    def _weights(self, like: torch.Tensor) -> dict[str, torch.Tensor]:
+        key = (like.device, self.W_enc.dtype)
+        if key not in self._on:
+            names = ("W_enc", "b_enc", "W_dec", "b_dec") + (("threshold",) if self.threshold is not None else ())
+            self._on[key] = {n: getattr(self, n).to(like.device) for n in names}
+            if self.rescale_acts_by_decoder_norm:
+                self._on[key]["dec_norm"] = self._on[key]["W_dec"].norm(dim=-1)
+        return self._on[key]
+
+    def _check_input(self, x, what: str) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor):
+            x = torch.as_tensor(x, dtype=self.W_enc.dtype)
+        if x.shape[-1:] != (self.d_in if what == "x" else self.d_sae,):
+            width = self.d_in if what == "x" else self.d_sae
+            raise OutOfRangeError(f"{'encode' if what == 'x' else 'decode'} takes [..., {width}] "
+                                  f"({'d_in' if what == 'x' else 'd_sae'}); got shape {list(x.shape)}.")
+        return x.to(self.W_enc.dtype)
+
+    def _norm_in(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+        """x as the encoder sees it, and what decoding needs to undo it: (scale, shift) with out = scale * y + shift."""
+        if self.normalize_activations == "constant_norm_rescale":
+            coeff = self.d_in ** 0.5 / x.norm(dim=-1, keepdim=True)
+            return x * coeff, (1 / coeff, 0.0)
+        if self.normalize_activations == "layer_norm":
+            mu = x.mean(dim=-1, keepdim=True)
+            std = (x - mu).std(dim=-1, keepdim=True)
+            return (x - mu) / (std + 1e-5), (std, mu)
+        return x, (1.0, 0.0)
+
+    def pre_acts(self, x) -> torch.Tensor:
+        """[..., d_in] -> [..., d_sae]: the encoder's pre-activations (before ReLU / threshold / top-k)."""
+        x = self._check_input(x, "x")
+        w = self._weights(x)
+        sae_in, _ = self._norm_in(x)
+        if self.apply_b_dec_to_input:
+            sae_in = sae_in - w["b_dec"]
+        return sae_in @ w["W_enc"] + w["b_enc"]
+
+    def encode(self, x) -> torch.Tensor:
+        """[..., d_in] -> [..., d_sae]: the feature activations (float32, on x's device)."""
+        pre = self.pre_acts(x)
+        if self.architecture == "standard":
+            return pre.relu()
+        if self.architecture == "jumprelu":
+            return pre.relu() * (pre > self._weights(pre)["threshold"]).to(pre.dtype)
+        if self.rescale_acts_by_decoder_norm:
+            pre = pre * self._weights(pre)["dec_norm"]
+        values, idx = pre.topk(self.k, dim=-1, sorted=False)
+        return torch.zeros_like(pre).scatter(-1, idx, values.relu())
+
+    def out_scale(self, x=None):
+        """The factor decode multiplies f @ W_dec by (a tensor [..., 1] under a run-time normalisation, else 1.0):
+        a feature's change df moves the reconstruction by out_scale(x) * df * W_dec[feature]."""
+        if self.normalize_activations in ("constant_norm_rescale", "layer_norm"):
+            if x is None:
+                raise OutOfRangeError(f"this SAE normalises its input at run time ({self.normalize_activations}): "
+                                      f"decode needs the input too, decode(f, x).")
+            return self._norm_in(self._check_input(x, "x"))[1][0]
+        return 1.0
+
+    def decode(self, f, x=None) -> torch.Tensor:
+        """[..., d_sae] -> [..., d_in]: the reconstruction. x (the encoded input) is needed only when the SAE
+        normalises at run time (constant_norm_rescale, layer_norm), to undo it."""
+        f = self._check_input(f, "f")
+        w = self._weights(f)
+        if self.rescale_acts_by_decoder_norm:
+            f = f / w["dec_norm"]
+        y = f @ w["W_dec"] + w["b_dec"]
+        if self.normalize_activations in ("constant_norm_rescale", "layer_norm"):
+            scale, shift = self._norm_in(self._check_input(x, "x"))[1] if x is not None else (None, None)
+            if scale is None:
+                self.out_scale(None)  # raises with the how-to
+            return y * scale + shift
+        return y
+
+    def direction(self, feature) -> torch.Tensor:
+        """[d_in] (or [n, d_in] for a list): the decoder direction(s) a unit of the feature adds at the site (for
+        run-time normalised SAEs, before out_scale)."""
+        idx = self.features_of(feature)
+        w = self.W_dec[idx]
+        if self.rescale_acts_by_decoder_norm:
+            w = w / self.W_dec[idx].norm(dim=-1, keepdim=True)
+        return w[0] if isinstance(feature, int) else w
+
+    def features_of(self, feature) -> list[int]:
+        """An int, list, slice or None (= all) as feature indices, each checked against d_sae."""
+        n = self.d_sae
+        if feature is None:
+            return list(range(n))
+        if isinstance(feature, slice):
+            return list(range(n))[feature]
+        items = list(feature) if isinstance(feature, (list, tuple, range)) else [feature]
+        out = []
+        for i in items:
+            if isinstance(i, bool) or not isinstance(i, int):
+                raise OutOfRangeError(f"feature={feature!r}: features are ints 0..{n - 1} (a list, a slice or None "
+                                      f"= all).")
+            if not -n <= i < n:
+                raise OutOfRangeError(f"feature {i} out of range: this SAE has {n} features (0..{n - 1}).")
+            out.append(i % n)
+        return out
+
+    # ---- the model it belongs to ---------------------------------------------------------------------------
+    def width_on(self, engine) -> int:
+        """The width of this SAE's site on a model (an Engine): what d_in must be."""
+        return engine.n_heads * engine.d_head if self.site == "z" else engine.d_model
+
+    def check_fits(self, engine) -> None:
+        """Raise a typed error unless this SAE can be spliced into the engine's model: the layer exists and the
+        site's width is d_in."""
+        if self.layer is not None and not 0 <= self.layer < engine.n_layers:
+            raise OutOfRangeError(
+                f"this SAE reads {self.hook_name} (layer {self.layer}) but the model has {engine.n_layers} layers "
+                f"(0..{engine.n_layers - 1}): it was trained on another model. Load the SAE made for this model.")
+        width = self.width_on(engine)
+        if width != self.d_in:
+            raise OutOfRangeError(
+                f"this SAE has d_in={self.d_in} but {self.site} of this model is {width} wide: it was trained on "
+                f"another model (its cfg names {self.cfg.get('metadata', {}).get('model_name') or 'no model'}). "
+                f"Load the SAE made for this model.")
+
+    @property
+    def digest(self) -> str:
+        """A hash of the weights and settings: what identifies this SAE in a memo key."""
+        if self._digest is None:
+            h = hashlib.blake2b(digest_size=16)
+            for t in (self.W_enc, self.b_enc, self.W_dec, self.b_dec, self.threshold):
+                if t is not None:
+                    h.update(t.detach().cpu().contiguous().float().numpy().tobytes())
+            h.update(repr((self.architecture, self.k, self.apply_b_dec_to_input, self.normalize_activations,
+                           self.rescale_acts_by_decoder_norm, self.site, self.layer)).encode())
+            self._digest = h.hexdigest()
+        return self._digest
+
+    def to(self, device=None, dtype=None) -> SAE:
+        """Move (and cast) the weights; returns self."""
+        for n in ("W_enc", "b_enc", "W_dec", "b_dec", "threshold"):
+            t = getattr(self, n)
+            if t is not None:
+                setattr(self, n, t.to(device=device, dtype=dtype))
+        self._on.clear()
+        return self
+
+    def describe(self) -> str:
+        """A short label: 'SAE resid_pre L2 (512 features)'."""
+        where = self.site if self.layer is None else f"{self.site} L{self.layer}"
+        return f"SAE {where} ({self.d_sae} features)"
+
+    def __repr__(self) -> str:
+        src = (self.source or {}).get("source", "in memory")
+        return (f"SAE({self.architecture}, {self.hook_name} -> {self.site}"
+                f"{'' if self.layer is None else f' L{self.layer}'}, d_in={self.d_in}, d_sae={self.d_sae}"
+                f"{f', k={self.k}' if self.k else ''}, from {src})")
+
+
+def site_of_hook(hook_name: str) -> tuple[str, int | None]:
+    """A SAELens / TransformerLens hook name as (interplab site, layer): 'blocks.3.hook_resid_pre' ->
+    ('resid_pre', 3); 'hook_embed' -> ('embed', None)."""
+    if hook_name == "hook_embed":
+        return "embed", None
+    m = re.fullmatch(r"blocks\.(\d+)\.(.+)", hook_name or "")
+    if m and m[2] in HOOKS:
+        return HOOKS[m[2]], int(m[1])
+    raise UnsupportedSiteError(
+        f"hook_name {hook_name!r}: interplab splices SAEs on blocks.L.{{{', '.join(HOOKS)}}} and hook_embed. Give "
+        f"site= and layer= to SAE.load if this SAE reads one of interplab's sites under another name.")
+
+
+def _hook_name(site: str, layer: int | None) -> str:
+    if site == "embed":
+        return "hook_embed"
+    return f"blocks.{layer}.{next(k for k, v in HOOKS.items() if v == site)}"
+
+
+def _tensor(t, name: str) -> torch.Tensor:
+    if isinstance(t, torch.Tensor):
+        t = t.detach()
+    else:
+        try:
+            t = torch.as_tensor(t)
+        except (TypeError, ValueError) as e:
+            raise LoadError(f"SAE tensor {name}: not an array of numbers ({e}).") from None
+    if not t.is_floating_point():
+        t = t.float()
+    if t.dtype in (torch.float16, torch.bfloat16):
+        t = t.float()  # encode and decode in float32: a splice of an unchanged feature must give the model's logits
+    if not torch.isfinite(t).all():
+        raise LoadError(f"SAE tensor {name} holds NaN or Inf values: the file is damaged.")
+    return t
+
+
+def _where(site, layer, hook_name, origin: str) -> tuple[str, int | None]:
+    if site is None:
+        if not hook_name:
+            raise LoadError(f"{origin} names no hook_name: give site= and layer= to SAE.load (e.g. site='resid_post', "
+                            f"layer=12).")
+        site_h, layer_h = site_of_hook(hook_name)
+        return site_h, layer_h if layer is None else layer
+    if site not in SAE_SITES:
+        raise UnsupportedSiteError(f"site={site!r}: an SAE can be spliced on {', '.join(SAE_SITES)}.")
+    if site != "embed" and (isinstance(layer, bool) or not isinstance(layer, int) or layer < 0):
+        raise OutOfRangeError(f"site {site!r} needs layer=, an int >= 0 (the block the SAE reads); got {layer!r}.")
+    return site, None if site == "embed" else layer
+
+
+def _load_saelens(folder: Path, site, layer) -> SAE:
+    cfg_path, weights_path = folder / CFG_FILE, folder / WEIGHTS_FILE
+    missing = [p.name for p in (cfg_path, weights_path) if not p.is_file()]
+    if missing:
+        have = sorted(p.name for p in folder.iterdir())[:8] if folder.is_dir() else []
+        raise LoadError(f"{folder} is not a SAELens folder: {' and '.join(missing)} missing (it holds "
+                        f"{have or 'nothing'}). A SAELens SAE is a folder with {CFG_FILE} and {WEIGHTS_FILE}; "
+                        f"a Gemma Scope SAE is a params.npz file.")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise LoadError(f"{cfg_path} is not JSON: {e}") from None
+    if not isinstance(cfg, dict):
+        raise LoadError(f"{cfg_path} must hold a JSON object (SAELens's config), not {type(cfg).__name__}.")
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        state = load_file(weights_path)
+    except (SafetensorError, OSError) as e:
+        raise LoadError(f"{weights_path} cannot be read as safetensors: {e}") from None
+    meta = cfg.get("metadata") or {}
+    hook_name = meta.get("hook_name") or cfg.get("hook_name") or cfg.get("hook_point")
+    if (meta.get("hook_head_index") if "hook_head_index" in meta else cfg.get("hook_head_index")) is not None:
+        raise UnsupportedSiteError("this SAE reads one head (hook_head_index): interplab splices SAEs on whole "
+                                   "sites only.")
+    arch = cfg.get("architecture")
+    kwargs = cfg.get("activation_fn_kwargs") or {}
+    if arch is None:  # SAELens before 6.0: a topk activation function made a topk SAE
+        arch = "topk" if cfg.get("activation_fn", cfg.get("activation_fn_str")) == "topk" else "standard"
+    k = cfg.get("k", kwargs.get("k"))
+    norm = cfg.get("normalize_activations")
+    norm = ("expected_average_only_in" if norm else "none") if isinstance(norm, bool) or norm is None else norm
+    if "scaling_factor" in state:
+        if not torch.allclose(state["scaling_factor"], torch.ones_like(state["scaling_factor"])):
+            raise LoadError("this SAE has a finetuning scaling_factor other than 1, which interplab does not apply; "
+                            "fold it into W_dec first.")
+    if "log_threshold" in state and "threshold" not in state:
+        state["threshold"] = state["log_threshold"].exp()
+    needed = ("W_enc", "b_enc", "W_dec", "b_dec") + (("threshold",) if arch == "jumprelu" else ())
+    absent = [n for n in needed if n not in state]
+    if absent:
+        raise LoadError(f"{weights_path} lacks {', '.join(absent)} (it holds {', '.join(sorted(state))}); a "
+                        f"{arch} SAE needs {', '.join(needed)}.")
+    site, layer = _where(site, layer, hook_name, str(cfg_path))
+    for name, want in (("d_in", state["W_enc"].shape[0]), ("d_sae", state["W_enc"].shape[-1])):
+        if name in cfg and cfg[name] != want:
+            raise LoadError(f"{cfg_path} says {name}={cfg[name]} but W_enc is {list(state['W_enc'].shape)} "
+                            f"([d_in, d_sae]).")
+    return SAE(state["W_enc"], state["b_enc"], state["W_dec"], state["b_dec"], site=site, layer=layer,
+               architecture=arch, threshold=state.get("threshold"), k=k,
+               apply_b_dec_to_input=cfg.get("apply_b_dec_to_input", True), normalize_activations=norm,
+               rescale_acts_by_decoder_norm=cfg.get("rescale_acts_by_decoder_norm", False), hook_name=hook_name,
+               cfg=cfg)
+
+
+def _load_npz(file: Path, site, layer) -> SAE:
+    import numpy as np
+
+    if not file.is_file():
+        raise LoadError(f"no file {file}: a Gemma Scope SAE is a params.npz file.")
+    if site is None:
+        raise LoadError(f"{file.name} (Gemma Scope) does not say where the SAE reads: give site= and layer=, e.g. "
+                        f"SAE.load({str(file)!r}, site='resid_post', layer=12).")
+    site, layer = _where(site, layer, None, str(file))
+    try:
+        with np.load(file) as data:
+            state = {("W_" + k[2:] if k.startswith("w_") else k): torch.from_numpy(np.array(data[k])) for k in data}
+    except (OSError, ValueError) as e:
+        raise LoadError(f"{file} cannot be read as a numpy .npz: {e}") from None
+    absent = [n for n in ("W_enc", "b_enc", "W_dec", "b_dec", "threshold") if n not in state]
+    if absent:
+        raise LoadError(f"{file} lacks {', '.join(absent)} (it holds {', '.join(sorted(state))}); a Gemma Scope "
+                        f"params.npz holds W_enc, W_dec, b_enc, b_dec and threshold.")
+    # Gemma Scope's JumpReLU SAEs: no decoder bias subtracted before encoding (SAELens's gemma-scope loader)
+    return SAE(state["W_enc"], state["b_enc"], state["W_dec"], state["b_dec"], site=site, layer=layer,
+               architecture="jumprelu", threshold=state["threshold"], apply_b_dec_to_input=False)
+
+
+def _from_hub(text: str, path: str | None, revision: str | None) -> Path:
+    """The local folder (or file) of a hub SAE: from huggingface_hub's cache, else downloaded once."""
+    repo = text
+    if text.startswith("hf://"):
+        parts = text[5:].strip("/").split("/")
+        if len(parts) < 2:
+            raise LoadError(f"{text!r}: write hub SAEs as 'hf://org/repo/folder' or SAE.load('org/repo', path=...).")
+        repo, rest = "/".join(parts[:2]), "/".join(parts[2:])
+        path = path or rest or None
+    from huggingface_hub import snapshot_download
+
+    patterns = [f"{path}/*", path] if path else None
+    local_hint = (f"Point SAE.load at a local copy instead: where there is network, "
+                  f"huggingface_hub.snapshot_download({repo!r}, allow_patterns={patterns!r}, local_dir='saes'), "
+                  f"then SAE.load('saes/{path or ''}').")
+    try:
+        root = snapshot_download(repo, revision=revision, allow_patterns=patterns, local_files_only=True)
+    except Exception:  # not cached (huggingface_hub raises several kinds): download it
+        if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+            raise LoadError(f"the SAE {repo}/{path or ''} is not in the hub cache and HF_HUB_OFFLINE is set, so it "
+                            f"cannot be downloaded. {local_hint}") from None
+        try:
+            root = snapshot_download(repo, revision=revision, allow_patterns=patterns, etag_timeout=5)
+        except Exception as e:  # no network, no such repository, ...
+            raise LoadError(f"the SAE {repo}/{path or ''} could not be downloaded from the hub "
+                            f"({type(e).__name__}: {str(e)[:200]}). {local_hint}") from None
+    where = Path(root) / path if path else Path(root)
+    if not where.exists():
+        raise LoadError(f"{repo} has no {path!r}: pass path= as the folder inside the repository that holds "
+                        f"{CFG_FILE} (or params.npz).")
+    return where
+
+
+def as_sae(obj) -> SAE | None:
+    """obj if it is an SAE, else None."""
+    return obj if isinstance(obj, SAE) else None
+
+
+__all__ = ["SAE", "ARCHITECTURES", "SAE_SITES", "EMBEDDED_SAES", "site_of_hook", "as_sae"]
