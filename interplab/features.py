@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .engine import Engine, as_prompts, own_weights
+from .engine import Engine, as_prompts, engine_of, own_weights
 from .errors import InterplabError, NumberError, OutOfRangeError
 from .patching import SweepResult, budget_bytes, patch_sweep
 from .sae import SAE
 
 
 def _check(lab: Engine, sae) -> SAE:
+    lab = engine_of(lab)
     if not isinstance(sae, SAE):
         raise InterplabError(f"expected an SAE (ilab.SAE.load(...)), got {type(sae).__name__} {sae!r}.")
     sae.check_fits(lab)
@@ -43,6 +44,7 @@ def _k(k, limit: int, what: str = "k") -> int:
 
 def feature_acts(lab: Engine, prompts, sae: SAE) -> torch.Tensor:
     """[batch, pos, d_sae] feature activations of the unedited run (CPU, float32); padded positions are 0."""
+    lab = engine_of(lab)
     sae = _check(lab, sae)
     run = lab.run(as_prompts(prompts), cache=[_key(sae)], log=False)
     acts = sae.encode(run.cache[_key(sae)].float())
@@ -69,6 +71,7 @@ class TokenFeatures:
 
 def features(lab: Engine, prompt: str, sae: SAE, k: int = 5) -> TokenFeatures:
     """The k most active features at each token of `prompt` (inactive ones have activation 0)."""
+    lab = engine_of(lab)
     if not isinstance(prompt, str):
         raise InterplabError(f"features takes one prompt string, got {type(prompt).__name__}; for several: "
                              f"lab.feature_acts(prompts, sae).")
@@ -106,6 +109,7 @@ def feature_logit_effects(lab: Engine, sae: SAE, feature: int, k: int = 10) -> L
     norm (centred where the norm is a LayerNorm, times its weight; its scale 1/std left out, as it is shared by
     every token) and the unembedding. The same direction as the logits' change when the feature is steered at the
     last layer's output, for a small alpha."""
+    lab = engine_of(lab)
     sae = _check(lab, sae)
     if isinstance(feature, bool) or not isinstance(feature, int):
         raise OutOfRangeError(f"feature={feature!r}: one feature index, an int 0..{sae.d_sae - 1}.")
@@ -174,6 +178,7 @@ def top_contexts(lab: Engine, prompts, sae: SAE, features=None, k: int = 10, *, 
     Prompts run in batches of at most batch_size, fewer where a batch's activations would not fit memory_budget
     (bytes or '600MiB'; default as patch_sweep's); each forward stops at the SAE's site. progress: a tqdm bar
     (True), none (False) or a function (done, total)."""
+    lab = engine_of(lab)
     sae = _check(lab, sae)
     prompts = as_prompts(prompts)
     feats = sae.features_of(features)

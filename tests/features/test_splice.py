@@ -53,7 +53,7 @@ def hand(lab, prompt, where, fn, generate=0):
             ids = _ids(lab, prompt)
             if generate:
                 out = lab.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=generate,
-                                         do_sample=False, pad_token_id=lab.pad_id)
+                                         do_sample=False, pad_token_id=lab.engine.pad_id)
                 return out[0, ids.shape[1]:]
             return lab.model(input_ids=ids).logits.float()
     finally:
@@ -144,7 +144,7 @@ def test_generation_bound_edits_and_the_last_logits_path(lab):
     assert plain.ids[0].tolist() != want.tolist()  # the steer matters here
     zero = ilab.zero(sae, feature=None, pos=-1)
     full = lab.run(CLEAN, [zero]).last_logits
-    assert torch.allclose(lab.last_logits(CLEAN, [zero]), full, atol=1e-5)  # the click path (resumed forward)
+    assert torch.allclose(lab.engine.last_logits(CLEAN, [zero]), full, atol=1e-5)  # the click path (resumed forward)
     with lab.edit([zero]):
         with torch.no_grad():
             bound = lab.model(input_ids=_ids(lab, CLEAN)).logits[:, -1].float()
