@@ -2,10 +2,14 @@
 
     lab.feature_acts(prompts, sae)                 # [batch, pos, d_sae] activations (0 on padding)
     lab.features(prompt, sae, k=5)                 # the top k features at each token
-    lab.feature_attribution(clean, corrupt, sae, metric)   # every feature x position, attribution patching
-    lab.patch_sweep(clean, corrupt, sae, by=("feature", "pos"), metric=..., features=[...])   # exact
-    lab.feature_logit_effects(sae, feature)        # the tokens its decoder direction raises and lowers most
-    lab.top_contexts(prompts, sae, features)       # where each feature fires most in a list of prompts
+    lab.patch_sweep(clean, corrupt, sae, ("feature", "pos"), metric, method="attribution")   # every feature x pos
+    lab.patch_sweep(clean, corrupt, sae, ("feature", "pos"), metric, features=[...])   # exact, chosen features
+    f = lab.feature(sae, 12)                       # one feature:
+    f.logit_effects()                              #   the tokens its decoder direction raises and lowers most
+    f.top_contexts(prompts)                        #   where it fires most in a list of prompts
+    f.ablate(pos=-1), f.steer(alpha=4.0)           #   its edits
+    ilab.features.top_contexts(lab, prompts, sae, features)   # many features in one scan
+    ilab.features.feature_attribution(lab, clean, corrupt, sae, metric)
 
 Edits on features (ilab.zero(sae, feature=i), steer, scale, set_value, patch) are interplab.edits'; the engine
 applies them like any other edit.
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import edits
 from .engine import Engine, as_prompts, engine_of, own_weights
 from .errors import InterplabError, NumberError, OutOfRangeError
 from .patching import SweepResult, budget_bytes, patch_sweep
@@ -228,5 +233,48 @@ def top_contexts(lab: Engine, prompts, sae: SAE, features=None, k: int = 10, *, 
     return TopContexts(feats, values, where // stride, where % stride, prompts, lab, sae)
 
 
+@dataclass
+class Feature:
+    """One feature of an SAE on a lab's model: what a click on a feature shows, and the edits it offers."""
+
+    lab: object = field(repr=False)
+    sae: SAE = field(repr=False)
+    index: int = 0
+
+    def __post_init__(self):
+        _check(self.lab, self.sae)
+        if isinstance(self.index, bool) or not isinstance(self.index, int):
+            raise OutOfRangeError(f"feature {self.index!r}: one feature index, an int 0..{self.sae.d_sae - 1}.")
+        self.index = self.sae.features_of(self.index)[0]
+
+    @property
+    def direction(self) -> torch.Tensor:
+        """[d_in]: what one unit of the feature adds at the SAE's site."""
+        return self.sae.direction(self.index)
+
+    def acts(self, prompts) -> torch.Tensor:
+        """[batch, pos]: the feature's activation at every token (0 on padding)."""
+        return feature_acts(self.lab, prompts, self.sae)[..., self.index]
+
+    def logit_effects(self, k: int = 10) -> LogitEffects:
+        """The tokens its decoder direction raises and lowers most (feature_logit_effects)."""
+        return feature_logit_effects(self.lab, self.sae, self.index, k)
+
+    def top_contexts(self, prompts, k: int = 10, **kw) -> list[dict]:
+        """Its k highest activations over the prompts, each {prompt, pos, value, tokens, acts} (top_contexts)."""
+        return top_contexts(self.lab, prompts, self.sae, [self.index], k, **kw).examples(self.index)
+
+    def ablate(self, pos=None, **kw):
+        """The edit that sets the feature to 0 (ilab.zero(sae, feature=index))."""
+        return edits.zero(self.sae, pos=pos, feature=self.index, **kw)
+
+    def steer(self, alpha: float, pos=None, **kw):
+        """The edit that adds alpha times its decoder direction (ilab.steer(sae, feature=index, alpha=alpha))."""
+        return edits.steer(self.sae, alpha=alpha, pos=pos, feature=self.index, **kw)
+
+    def __repr__(self) -> str:
+        return f"Feature({self.index} of {self.sae.describe()})"
+
+
 __all__ = ["feature_acts", "features", "feature_attribution", "feature_logit_effects", "top_contexts",
-           "TokenFeatures", "LogitEffects", "TopContexts"]
+           "TokenFeatures", "LogitEffects", "TopContexts", "Feature"]

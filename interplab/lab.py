@@ -336,20 +336,11 @@ class Lab:
         """The k most active features of an SAE at each token of a prompt (see interplab.features)."""
         return _features.features(self, prompt, sae, k)
 
-    def feature_attribution(self, clean, corrupt, sae, metric, direction: str = "denoise", features=None):
-        """Every feature x position's attribution-patching estimate, a SweepResult by ("feature", "pos"); the
-        exact patch of chosen features: lab.patch_sweep(clean, corrupt, sae, ("feature", "pos"), metric,
-        features=[...]) (see interplab.features)."""
-        return _features.feature_attribution(self, clean, corrupt, sae, metric, direction, features)
-
-    def feature_logit_effects(self, sae, feature: int, k: int = 10):
-        """The tokens a feature's decoder direction raises and lowers most (see interplab.features)."""
-        return _features.feature_logit_effects(self, sae, feature, k)
-
-    def top_contexts(self, prompts, sae, features=None, k: int = 10, **kw):
-        """Where each feature fires most over a list of prompts, batched within a memory budget, with a progress
-        bar (see interplab.features.top_contexts)."""
-        return _features.top_contexts(self, prompts, sae, features, k, **kw)
+    def feature(self, sae, index: int):
+        """One feature of an SAE as an object: its logit effects, top contexts, activations, and the edits that
+        ablate or steer it. Attribution over every feature x position: lab.patch_sweep(clean, corrupt, sae,
+        ("feature", "pos"), metric, method="attribution") (see interplab.features)."""
+        return _features.Feature(self, sae, index)
 
 
 
