@@ -23,6 +23,9 @@ __all__ = ["AttentionView"]
 
 class AttentionView(LabWidget):
     _view_kind = t.Unicode("attention").tag(sync=True)
+    REQUESTS = {
+        "select": {"layer": "int", "head": "int"},
+    }
 
     tokens = Labels().tag(sync=True)
     n_layers = t.Int(1).tag(sync=True)

@@ -71,6 +71,12 @@ class NodeName(EdgeName):
 
 class CircuitGraph(LabWidget):
     _view_kind = t.Unicode("circuit").tag(sync=True)
+    REQUESTS = {
+        "threshold": {"count": "int"},
+        "edge": {"edge": "string"},
+        "node": {"node": "string"},
+        "circuit": {},
+    }
 
     nodes = t.List().tag(sync=True)
     edges = t.List().tag(sync=True)

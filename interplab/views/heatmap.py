@@ -54,6 +54,15 @@ def _finite(v: Any) -> float | None:
 
 class PatchingHeatmap(LabWidget):
     _view_kind = t.Unicode("heatmap").tag(sync=True)
+    # the requests this view accepts: {type: {field: "int" | "number" | "bool" | "string" (+ "?": optional) | [...]}}
+    REQUESTS = {
+        "click": {"row": "int", "col": "int", "shift": "bool"},
+        "toggle": {"edit_id": "string", "enabled": "bool"},
+        "remove": {"edit_id": "string"},
+        "clear": {},
+        "cancel": {},
+    }
+    MESSAGES = {"cells": {"cells": "list"}}  # kernel -> page, no reply
 
     values = NumberGrid().tag(sync=True)
     x_labels = Labels().tag(sync=True)

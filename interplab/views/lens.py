@@ -25,6 +25,9 @@ __all__ = ["LensView"]
 
 class LensView(LabWidget):
     _view_kind = t.Unicode("lens").tag(sync=True)
+    REQUESTS = {
+        "select": {"row": "int", "col": "int"},
+    }
 
     x_labels = Labels().tag(sync=True)
     y_labels = Labels().tag(sync=True)

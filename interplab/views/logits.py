@@ -52,6 +52,9 @@ def Series(**kwargs: Any) -> t.TraitType:  # noqa: N802 - reads like a trait typ
 
 class LogitPanel(LabWidget):
     _view_kind = t.Unicode("logits").tag(sync=True)
+    REQUESTS = {
+        "pair": {"index": "int"},
+    }
 
     series = Series().tag(sync=True)
     metric = t.Dict().tag(sync=True)

@@ -45,7 +45,6 @@ from ..served import generate
 from ..vectors import diff_of_means
 from ..widgets.base import (
     MAX_NAME,
-    PROTOCOL,
     Choice,
     Float,
     Int,
@@ -56,7 +55,7 @@ from .logits import Series, top_k
 
 __all__ = ["SteeringPanel", "POSITIONS", "prompt_lines"]
 
-POSITIONS = tuple(PROTOCOL["views"]["steering"]["requests"]["preview"]["positions"])  # "all", "last", "prompt"
+POSITIONS = ("all", "last", "prompt")  # where the steer applies: every position, the newest one, the prompt only
 MAX_NEW_TOKENS = 1024
 
 
@@ -67,6 +66,13 @@ def prompt_lines(text: str) -> list[str]:
 
 class SteeringPanel(LabWidget):
     _view_kind = t.Unicode("steering").tag(sync=True)
+    REQUESTS = {
+        "preview": {"alpha": "number", "layer": "int", "site": "string", "positions": list(POSITIONS)},
+        "generate": {"alpha": "number", "layer": "int", "site": "string", "positions": list(POSITIONS),
+                     "max_new_tokens": "int"},
+        "set_vector": {"positive": "string", "negative": "string"},
+        "update": {"prompt": "string?", "positive": "string?", "negative": "string?", "max_new_tokens": "int?"},
+    }
 
     n_layers = t.Int(1).tag(sync=True)
     sites = t.List(t.Unicode(), default_value=["resid_pre"]).tag(sync=True)

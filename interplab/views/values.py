@@ -22,6 +22,7 @@ def _numbers(v) -> list[float | None]:
 
 class ValueBars(LabWidget):
     _view_kind = t.Unicode("values").tag(sync=True)
+    REQUESTS: dict = {}
 
     labels = Labels().tag(sync=True)
     values = Converted(_numbers, "a list of numbers (None = missing)", default_value=[]).tag(sync=True)

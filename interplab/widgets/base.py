@@ -1,15 +1,18 @@
 """LabWidget: the thin anywidget base every interplab view shares.
 
-A widget is state (synced traits, set by Python only) + validated requests from the frontend + Python callbacks. It
-never imports torch: the controller (``interplab.lab``) turns results into plain numbers and sets traits; the widget
-turns requests into callback calls.
+A widget is state (synced traits, set by Python only) + validated requests from the frontend + Python callbacks.
+This machinery never imports torch: each view module (``interplab.views.<kind>``) turns results into plain numbers
+and sets traits; the widget turns requests into callback calls.
 
-The requests each view may send are declared once, in ``protocol.json`` (the bundle checks them against the same
-file before sending). ``_validate`` checks a request against that declaration (known ``type``, an ``id``, no
-unexpected fields, each field's type, required or optional), then against the widget's ``_limits()`` (ranges that
-follow the current traits). Every request gets exactly one reply, ``{type: "reply", id, ok, error?}``, after the
-widget's own handling and its callbacks. A malformed request, or a callback that raises, also sets ``self.error``
-to a readable text; nothing ever raises into the kernel's comm handler.
+The requests each view may send are declared once, on its class (``REQUESTS``; kernel -> page messages in
+``MESSAGES``; the traits are its synced traits). ``protocol.json`` is generated from the classes
+(``python -m interplab.views``) and bundled, so the page checks each request against the same declaration before
+sending it; a test fails when the file and the classes differ. ``_validate`` checks a request against that
+declaration (known ``type``, an ``id``, no unexpected fields, each field's type, required or optional), then against
+the widget's ``_limits()`` (ranges that follow the current traits). Every request gets exactly one reply,
+``{type: "reply", id, ok, error?}``, after the widget's own handling and its callbacks. A malformed request, or a
+callback that raises, also sets ``self.error`` to a readable text; nothing ever raises into the kernel's comm
+handler.
 
 The widget code (static/widgets.js, 1.5 MB with plotly) is synced once per kernel, not once per widget: every
 view's ``_esm`` is the small static/loader.js, and its ``_bundle`` trait references one shared ``BundleHolder``
@@ -67,7 +70,11 @@ log = logging.getLogger("interplab.widgets")
 
 BUNDLE = pathlib.Path(__file__).resolve().parent.parent / "static" / "widgets.js"
 LOADER = BUNDLE.with_name("loader.js")  # every view's _esm (in Jupyter): finds the shared code, imports it once
-PROTOCOL = json.loads(pathlib.Path(__file__).with_name("protocol.json").read_text(encoding="utf-8"))
+PROTOCOL_FILE = pathlib.Path(__file__).with_name("protocol.json")
+#: the generated declaration the bundle carries (tests compare it with protocol(), built from the classes)
+PROTOCOL = json.loads(PROTOCOL_FILE.read_text(encoding="utf-8"))
+COMMON_TRAITS = ("_view_kind", "status", "error")  # every view's
+VIEW_CLASSES: dict[str, type] = {}  # view kind -> its widget class, filled as each class is defined
 
 #: prefix of every error the widget sets for a bad message
 BAD_MESSAGE = "bad message from the frontend: "
@@ -259,9 +266,49 @@ def declared_field(spec: str | list[str]) -> Field:
 
 @functools.cache
 def declared_requests(view_kind: str) -> dict[str, dict[str, Field]]:
-    """{request type: {field: checker}} of a view, as protocol.json declares them (no requests for unknown kinds)."""
-    view = PROTOCOL["views"].get(view_kind, {"requests": {}})
-    return {kind: {k: declared_field(v) for k, v in fields.items()} for kind, fields in view["requests"].items()}
+    """{request type: {field: checker}} of a view, as its class declares them (no requests for unknown kinds)."""
+    cls = VIEW_CLASSES.get(view_kind)
+    requests = cls.REQUESTS if cls is not None else {}
+    return {kind: {k: declared_field(v) for k, v in fields.items()} for kind, fields in requests.items()}
+
+
+def view_traits(view_kind: str) -> list[str]:
+    """The traits a view's class declares: its synced traits, the common ones first (a composite carries them)."""
+    cls = VIEW_CLASSES[view_kind]
+    own = [n for n in cls.class_traits(sync=True) if n not in anywidget.AnyWidget.class_traits(sync=True)
+           and n not in COMMON_TRAITS]
+    return [*COMMON_TRAITS, *own]
+
+
+PROTOCOL_ABOUT = [
+    "Generated from the view classes (python -m interplab.views): do not edit. The messages between each view",
+    "(js/src/views/<kind>.js) and its widget class (interplab/views/<kind>.py, REQUESTS and MESSAGES): Python",
+    "(widgets/base.py) validates requests against the class, the bundle (js/src/protocol.js) checks them against this",
+    "file before sending. Requests travel frontend -> kernel as {type, id, ...fields}; id increases per view; the",
+    "kernel answers each with exactly one {type: 'reply', id, ok: true} or {type: 'reply', id, ok: false, error}.",
+    "A field is 'int', 'number' (finite), 'bool', 'string' (a trailing '?' makes it optional) or a list: one of",
+    "these strings. Ranges that depend on the current state (row < rows, alpha in the slider's range, an edit id",
+    "that exists) are checked by the widget class. Traits travel kernel -> frontend only: the frontend never sets",
+    "one; to change state it sends a request and Python sets the traits. 'messages' are kernel -> frontend custom",
+    "messages, one way (no id, no reply): {type, ...fields}, e.g. a sweep's new cells without the whole grid.",
+    "A 'composite' is one model that shows several views (its 'parts', e.g. heatmap + logits): each part's traits",
+    "are the composite's '<part>.<trait>' traits, each message between a part and the kernel (request, reply,",
+    "'cells') carries one more field, 'part': the part's name, and is otherwise the part's view's own message.",
+]
+
+
+def protocol() -> dict:
+    """The declaration of every view class defined so far, as protocol.json holds it (import interplab.views first
+    to have them all)."""
+    views = {}
+    for kind in sorted(VIEW_CLASSES):
+        cls = VIEW_CLASSES[kind]
+        view = {"requests": cls.REQUESTS}
+        if cls.MESSAGES:
+            view["messages"] = cls.MESSAGES
+        view["traits"] = view_traits(kind)[len(COMMON_TRAITS):]
+        views[kind] = view
+    return {"about": PROTOCOL_ABOUT, "common_traits": list(COMMON_TRAITS), "views": views}
 
 
 def _request_id(msg: Any) -> int | None:
@@ -363,12 +410,21 @@ def resend_states() -> int:
 
 
 class LabWidget(Part, anywidget.AnyWidget):
-    """Base class: `_view_kind` picks the view in the shared bundle and its requests in protocol.json; `status` and
+    """Base class: `_view_kind` picks the view in the shared bundle (js/src/views/<kind>.js); REQUESTS and MESSAGES
+    declare its messages, its synced traits its state (protocol.json is generated from them); `status` and
     `error` are shown by every view. Built with ``part=True`` it opens no comm: a Composite carries it (parts.py)."""
 
     _view_kind = t.Unicode("").tag(sync=True)
     status = t.Unicode("").tag(sync=True)
     error = t.Unicode("").tag(sync=True)
+    REQUESTS: dict = {}  # {type: {field: spec}}: the requests the page may send (see declared_field)
+    MESSAGES: dict = {}  # {type: {field: spec}}: custom messages the kernel sends the page (no reply)
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        own = cls.__dict__.get("_view_kind")  # a class that names its own kind is that view's (subclasses are not)
+        if own is not None and own.default_value:
+            VIEW_CLASSES[own.default_value] = cls
 
     def __init__(self, **kwargs: Any):
         self._add_code_traits(kwargs)
@@ -409,7 +465,7 @@ class LabWidget(Part, anywidget.AnyWidget):
     # -- callbacks -----------------------------------------------------------------------------------------------
     def _register(self, kind: str, fn: Callable[..., Any], remove: bool = False) -> Callable[..., Any]:
         if kind not in declared_requests(self._view_kind):
-            raise ValueError(f"protocol.json declares no {kind!r} request for the {self._view_kind!r} view")
+            raise ValueError(f"the {self._view_kind!r} view declares no {kind!r} request (its REQUESTS)")
         if not callable(fn):
             raise TypeError(f"on_{kind} needs a callable, got {type(fn).__name__}")
         if remove:

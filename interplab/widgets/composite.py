@@ -7,7 +7,7 @@ of several is this one: one model, one comm, one copy of the bundle.
 The parts stay the widgets they are in Python (``explorer.heatmap.selected``, ``.on_click``, ``hold_sync``), built
 with ``part=True`` so they open no comm (parts.py); the composite carries them:
 
-    state     each part's declared traits (protocol.json, plus the common ones) are the composite's traits
+    state     each part's declared traits (its class's synced traits, plus the common ones) are the composite's traits
               ``<part>.<trait>`` (``heatmap.selected``); a part's trait change is relayed as an update of those
     messages  kernel -> frontend: a part's custom messages (replies, "cells") get a ``part`` field naming it;
               frontend -> kernel: a request carries ``part``; the composite checks it names one of its parts and hands
@@ -29,7 +29,7 @@ from typing import Any
 
 import traitlets as t
 
-from .base import PROTOCOL, Choice, LabWidget, MessageError
+from .base import VIEW_CLASSES, Choice, LabWidget, MessageError, view_traits
 
 __all__ = ["Composite"]
 
@@ -38,7 +38,7 @@ _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 def mirrored_traits(kind: str) -> list[str]:
     """The traits of a `kind` view a composite carries: its declared ones and the common ones."""
-    return [*PROTOCOL["common_traits"], *PROTOCOL["views"][kind]["traits"]]
+    return view_traits(kind)
 
 
 class Composite(LabWidget):
@@ -47,6 +47,7 @@ class Composite(LabWidget):
     the other)."""
 
     _view_kind = t.Unicode("composite").tag(sync=True)
+    REQUESTS: dict = {}
     parts = t.List().tag(sync=True)
     panes = t.List().tag(sync=True)
 
@@ -62,8 +63,8 @@ class Composite(LabWidget):
                 raise TypeError(f"part {name!r}: expected a LabWidget view (not a composite), "
                                 f"got {type(widget).__name__}")
             kind = widget._view_kind
-            if kind not in PROTOCOL["views"]:
-                raise ValueError(f"part {name!r}: protocol.json declares no {kind!r} view")
+            if kind not in VIEW_CLASSES:
+                raise ValueError(f"part {name!r}: no view class declares the {kind!r} view")
             self._parts[name] = widget
             self._keys[name] = frozenset(mirrored_traits(kind))
         panes = [dict(p) for p in (panes if panes is not None else [{"part": n} for n in self._parts])]

@@ -88,7 +88,7 @@ def test_widget_limits_only_narrow_declared_fields(kind):
 
 
 def test_registering_an_undeclared_request_is_an_error():
-    with pytest.raises(ValueError, match="declares no 'zap' request for the 'heatmap' view"):
+    with pytest.raises(ValueError, match="the 'heatmap' view declares no 'zap' request"):
         PatchingHeatmap()._register("zap", print)
 
 
@@ -341,3 +341,21 @@ def test_cells_travel_as_the_declared_one_way_message(monkeypatch):
     declared = VIEWS["heatmap"]["messages"]["cells"]
     assert set(wire.out[0][1]) - {"type"} == set(declared)
     assert w.values == [[0.0, 0.5], [1.0, None]]  # the traits are untouched (set once when the sweep ends)
+
+
+# ------------------------------------------------------------------------------------------- declared once
+def test_protocol_json_is_what_the_view_classes_declare():
+    """Each view is declared once, on its class (REQUESTS, MESSAGES, its synced traits): protocol.json, which the
+    bundle carries, is generated from them (python -m interplab.views) and must not drift."""
+    import interplab.views  # noqa: F401 (every view class defined)
+    from interplab.widgets.base import protocol
+
+    assert PROTOCOL == json.loads(json.dumps(protocol())), "run: python -m interplab.views && cd js && npm run build"
+
+
+def test_every_python_view_has_its_js_file_and_every_js_file_a_python_view():
+    """The page's registry is the folder js/src/views (build.mjs lists it); the kernel's is the view classes."""
+    import interplab.views  # noqa: F401
+    from interplab.widgets.base import VIEW_CLASSES
+
+    assert {p.stem for p in VIEW_JS.glob("*.js")} == set(VIEW_CLASSES) == set(VIEWS)
