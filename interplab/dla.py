@@ -53,7 +53,7 @@ class DLAResult:
         without widgets)."""
         from . import display
 
-        return display.view("dla", self, pos=pos)
+        return display.view(self, pos=pos)
 
 
 def direct_logit_attribution(lab: Engine, prompts, metric) -> DLAResult:

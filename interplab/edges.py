@@ -56,7 +56,7 @@ class EdgeScores:
         pair, clicking an edge patches it exactly and a button evaluates the chosen circuit. None without widgets."""
         from . import display
 
-        return display.view("edges", self, lab=lab, clean=clean, corrupt=corrupt, metric=metric,
+        return display.view(self, lab=lab, clean=clean, corrupt=corrupt, metric=metric,
                             direction=direction, count=count)
 
 

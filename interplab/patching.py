@@ -183,7 +183,7 @@ class SweepResult:
 
     def show(self, lab: Engine | None = None):
         """The clickable heatmap with its logit panel (a static plotly figure if widgets cannot load)."""
-        shown = display.view("sweep", self, lab=lab or self.lab)
+        shown = display.view(self, lab=lab or self.lab)
         return self.figure() if shown is None else shown
 
 
@@ -219,7 +219,7 @@ class HeadSweeps:
 
     def show(self, lab: Engine | None = None):
         """The five heatmaps as one view (a static plotly figure where no widget viewer is registered)."""
-        shown = display.view("head_sweeps", self, lab=lab)
+        shown = display.view(self, lab=lab)
         return self.figure() if shown is None else shown
 
 

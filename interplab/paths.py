@@ -47,7 +47,7 @@ class PathPatchResult:
         """Senders as a heatmap; a click on one shows its effect through each receiver (None without widgets)."""
         from . import display
 
-        return display.view("path", self)
+        return display.view(self)
 
 
 def path_patch(lab: Engine, clean, corrupt, metric, senders="heads", receivers="logits", direction: str = "noise",

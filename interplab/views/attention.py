@@ -17,6 +17,7 @@ import traitlets as t
 
 from ..engine import Engine, engine_of
 from ..widgets.base import Int, Labels, LabWidget, NumberGrid
+from ..widgets.jobs import job
 
 __all__ = ["AttentionView"]
 
@@ -66,9 +67,9 @@ def attention_widget(lab: Engine, prompt: str, layer: int = 0, head: int = 0, *,
     worker = lab.worker
 
     def select(layer, head):
-        def done(d):
+        def show(d):
             view.pattern, view.title = d["pattern"], d["title"]
-        worker.submit(f"attention:{id(view)}", lambda: attention_view(lab, prompt, layer, head), done, widget=view)
+        job(worker, view, f"attention:{id(view)}", lambda: attention_view(lab, prompt, layer, head), show)
 
     view.on_select(select)
     return view

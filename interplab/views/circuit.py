@@ -39,6 +39,7 @@ from ..engine import Engine, engine_of
 from ..errors import InterplabError
 from ..metrics import as_metric
 from ..widgets.base import Field, Int, LabWidget, MessageError, plain
+from ..widgets.jobs import job
 
 __all__ = ["CircuitGraph"]
 
@@ -272,14 +273,12 @@ def edges_for(scores, lab: Engine | None = None, clean=None, corrupt=None, metri
         view.status = f"{edge}: patching..."
         t0 = time.perf_counter()
 
-        def done(value):
-            with view.hold_sync():
-                view.exact = {**view.exact, edge: value}
-                view.status = f"{edge}: exact {value:.4g}, in {1000 * (time.perf_counter() - t0):.0f} ms"
-                view.error = ""
+        def show(value):
+            view.exact = {**view.exact, edge: value}
+            view.status = f"{edge}: exact {value:.4g}, in {1000 * (time.perf_counter() - t0):.0f} ms"
 
-        lab.worker.submit(f"edge:{id(view)}", lambda: edge_exact(lab, clean, corrupt, metric, edge, direction),
-                          done, widget=view)
+        job(lab.worker, view, f"edge:{id(view)}", lambda: edge_exact(lab, clean, corrupt, metric, edge, direction),
+            show)
 
     def on_node(node: str) -> None:  # the comm thread: the patch runs on the worker
         if node in view.node_exact or node == "logits":
@@ -287,14 +286,12 @@ def edges_for(scores, lab: Engine | None = None, clean=None, corrupt=None, metri
         need_lab("patching a node")
         view.status = f"{node}: patching its output..."
 
-        def done(value):
-            with view.hold_sync():
-                view.node_exact = {**view.node_exact, node: value}
-                view.status = f"{node}: its output patched, {view.metric_name} changes by {value:+.4g}"
-                view.error = ""
+        def show(value):
+            view.node_exact = {**view.node_exact, node: value}
+            view.status = f"{node}: its output patched, {view.metric_name} changes by {value:+.4g}"
 
-        lab.worker.submit(f"node:{id(view)}", lambda: node_exact(lab, clean, corrupt, metric, node, direction),
-                          done, widget=view)
+        job(lab.worker, view, f"node:{id(view)}", lambda: node_exact(lab, clean, corrupt, metric, node, direction),
+            show)
 
     def on_circuit() -> None:
         need_lab("evaluating a circuit")
@@ -302,15 +299,12 @@ def edges_for(scores, lab: Engine | None = None, clean=None, corrupt=None, metri
         view.status = f"evaluating a circuit of {len(chosen)} edges..."
         t0 = time.perf_counter()
 
-        def done(result):
-            with view.hold_sync():
-                view.circuit = result
-                view.status = f"circuit of {result['n_edges']} edges evaluated in " \
-                              f"{1000 * (time.perf_counter() - t0):.0f} ms"
-                view.error = ""
+        def show(result):
+            view.circuit = result
+            view.status = f"circuit of {result['n_edges']} edges evaluated in " \
+                          f"{1000 * (time.perf_counter() - t0):.0f} ms"
 
-        lab.worker.submit(f"circuit:{id(view)}", lambda: circuit_view(lab, clean, corrupt, metric, chosen), done,
-                          widget=view)
+        job(lab.worker, view, f"circuit:{id(view)}", lambda: circuit_view(lab, clean, corrupt, metric, chosen), show)
 
     view.on_edge(on_edge)
     view.on_node(on_node)
@@ -318,4 +312,4 @@ def edges_for(scores, lab: Engine | None = None, clean=None, corrupt=None, metri
     return view
 
 
-display.register("edges", edges_for)
+display.register(edges_.EdgeScores, edges_for)

@@ -4,6 +4,7 @@ bars (DLAResult.show()). The numbers are the result's own: nothing runs on a cli
 from __future__ import annotations
 
 from .. import display
+from ..dla import DLAResult
 from ..widgets.composite import Composite
 from .heatmap import PatchingHeatmap
 from .values import ValueBars
@@ -63,4 +64,4 @@ class DLAView(Composite):
                     setattr(widget, k, v)
 
 
-display.register("dla", lambda result, pos=-1: DLAView(result, pos))
+display.register(DLAResult, lambda result, pos=-1: DLAView(result, pos))

@@ -16,8 +16,9 @@ from ..edits import Edit, SourceRef, patch
 from ..engine import Engine, engine_of
 from ..errors import InterplabError
 from ..metrics import as_metric, logit_diff
-from ..patching import Cells, SweepCancelled, SweepResult, patch_sweep
+from ..patching import Cells, HeadSweeps, SweepCancelled, SweepResult, patch_sweep
 from ..widgets.composite import Composite
+from ..widgets.jobs import job
 from .heatmap import PatchingHeatmap
 from .logits import PROB_DIGITS, TOP_K, LogitPanel, top_k, top_k_probs
 
@@ -327,7 +328,7 @@ class PatchExplorer(Composite):
             self.logits.on_pair(self.show_pair)
         self._refresh_logits()
         # after the first paint's job: precompute what clicks reuse, so the first click is as fast as the rest
-        self.worker.submit(f"warm:{id(self)}", self.session.warm, widget=self.logits)
+        job(self.worker, self.logits, f"warm:{id(self)}", self.session.warm)
 
     @property
     def queue(self):
@@ -421,14 +422,12 @@ class PatchExplorer(Composite):
         def run():  # latest request wins: a burst of clicks computes only the last one's panel
             return self.session.logits_view(*self._edits_for(entries), log=False)
 
-        def done(view):
-            with self.logits.hold_sync():  # one message to the frontend, one repaint
-                self.logits.series = view["series"]
-                self.logits.metric = view["metric"]
-                self.logits.status = f"computed in {1000 * (time.perf_counter() - t0):.0f} ms"
-                self.logits.error = ""
+        def show(view):
+            self.logits.series = view["series"]
+            self.logits.metric = view["metric"]
+            self.logits.status = f"computed in {1000 * (time.perf_counter() - t0):.0f} ms"
 
-        self.worker.submit(f"logits:{id(self)}", run, done, widget=self.logits)
+        job(self.worker, self.logits, f"logits:{id(self)}", run, show)
 
     # ---- the sweep ------------------------------------------------------------------------------------------
     def _show_result(self, result, final: bool = True) -> None:
@@ -483,7 +482,7 @@ class PatchExplorer(Composite):
             self.heatmap.status = ""
             self.heatmap.error = f"{type(e).__name__}: {e}"
 
-        self.worker.submit(f"sweep:{id(self)}", run, done, error, widget=self.heatmap, cancel=self._cancel)
+        job(self.worker, self.heatmap, f"sweep:{id(self)}", run, done, error=error, cancel=self._cancel)
         if wait:
             self.worker.join(timeout=600)
 
@@ -552,7 +551,7 @@ class PatchExplorer(Composite):
             heat.status = ""
             heat.error = f"{type(e).__name__}: {e}"
 
-        self.worker.submit(f"sweep:{id(self)}", run, done, error, widget=heat, cancel=self._cancel)
+        job(self.worker, heat, f"sweep:{id(self)}", run, done, error=error, cancel=self._cancel)
         if wait:
             self.worker.join(timeout=600)
 
@@ -637,7 +636,7 @@ class HeadSweepsView(Composite):
         super()._on_frontend_msg(widget, content, buffers)
 
 
-display.register("sweep", heatmap_for)  # res.show() reaches the heatmap through the registry
+display.register(SweepResult, heatmap_for)  # res.show() reaches the heatmap through the registry
 
 
-display.register("head_sweeps", lambda sweeps, lab=None: HeadSweepsView(sweeps, lab))
+display.register(HeadSweeps, lambda sweeps, lab=None: HeadSweepsView(sweeps, lab))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from .. import display
+from ..paths import PathPatchResult
 from ..widgets.composite import Composite
 from .heatmap import PatchingHeatmap
 from .values import ValueBars
@@ -67,4 +68,4 @@ class PathView(Composite):
                     setattr(widget, k, v)
 
 
-display.register("path", lambda result: PathView(result))
+display.register(PathPatchResult, lambda result: PathView(result))

@@ -51,6 +51,7 @@ from ..widgets.base import (
     LabWidget,
     Str,
 )
+from ..widgets.jobs import job
 from .logits import Series, top_k
 
 __all__ = ["SteeringPanel", "POSITIONS", "prompt_lines"]
@@ -218,13 +219,13 @@ class SteeringController:
         def run():
             return steering_vector(self.lab, positive, negative, *where)
 
-        def done(v):
+        def show(v):
             self.vector, self._vector_at = v, where
             p.status = f"vector from {len(positive)} vs {len(negative)} prompts at {p.site} L{p.layer}, " \
                        f"norm {float(v.norm()):.2f}"
             self.preview()
 
-        self.worker.submit(f"vector:{id(self)}", run, done, widget=p)
+        job(self.worker, p, f"vector:{id(self)}", run, show)
 
     def preview(self) -> None:
         p = self.panel
@@ -234,18 +235,17 @@ class SteeringController:
             return
         args = (p.prompt, self.vector, p.site, p.layer, p.alpha, p.positions)
 
-        def done(dist):
+        def show(dist):
             p.dist = dist
-            p.error = ""
 
-        self.worker.submit(f"preview:{id(self)}", lambda: steering_preview(self.lab, *args), done, widget=p)
+        job(self.worker, p, f"preview:{id(self)}", lambda: steering_preview(self.lab, *args), show)
 
     def generate(self) -> None:
         p = self.panel
         p.busy = True
         args = (p.prompt, self.vector, p.site, p.layer, p.alpha, p.positions, p.max_new_tokens)
 
-        def done(text):
+        def show(text):
             p.generated = text
             p.busy = False
 
@@ -254,8 +254,8 @@ class SteeringController:
             p.error = f"{type(e).__name__}: {e}"
 
         stop = threading.Event()  # set by the worker at interpreter exit: generation ends at the next token
-        self.worker.submit(f"generate:{id(self)}", lambda: steering_generate(self.lab, *args, cancel=stop), done,
-                           error, widget=p, cancel=stop)
+        job(self.worker, p, f"generate:{id(self)}", lambda: steering_generate(self.lab, *args, cancel=stop), show,
+            error=error, cancel=stop)
 
 
 def steering_panel(lab: Engine, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
