@@ -65,3 +65,22 @@ def test_no_module_reads_another_modules_private_members():
                     if alias.name.startswith("_") and not alias.name.startswith("__"):
                         found.append(f"{rel}:{node.lineno} imports {alias.name}")
     assert not found, f"private members read across modules: {found}"
+
+
+def test_every_module_is_in_a_layer():
+    """A module in no layer is checked by no contract: each one under interplab/ must be in the layers (the package's
+    own __init__, which re-exports the public names, aside)."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c["layers"] for c in contracts if c["type"] == "layers")
+    covered = {name.strip() for layer in layers for name in layer.split("|")}
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if name == "interplab":
+            continue
+        if not any(name == c or name.startswith(c + ".") for c in covered):
+            missing.append(name)
+    assert not missing, f"modules in no layer of pyproject.toml's import contract: {missing}"
