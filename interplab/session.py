@@ -1,11 +1,8 @@
-"""Deprecated: interplab.session (every view's numbers) moved to interplab.views
-(one module per view: what it shows and its wiring). The old
-names answer here, with a DeprecationWarning, for one release."""
+"""Deprecated alias of interplab.session: its names live in interplab.views now (interplab.moved)."""
 
-import importlib
-import warnings
+from interplab.moved import moved
 
-_MOVED = {
+_HOMES = {
     "PROB_DIGITS": "interplab.views.logits",
     "PatchSession": "interplab.views.patching",
     "TOP_K": "interplab.views.logits",
@@ -25,15 +22,4 @@ _MOVED = {
     "top_k_probs": "interplab.views.logits",
 }
 
-
-def __getattr__(name: str):
-    where = _MOVED.get(name)
-    if where is None:
-        raise AttributeError(f"module 'interplab.session' has no attribute {name!r}")
-    warnings.warn(f"interplab.session.{name} moved to {where}.{name}; this alias goes in the next release",
-                  DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module(where), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(_MOVED)
+__getattr__, __dir__ = moved(__name__, _HOMES)

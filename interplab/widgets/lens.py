@@ -1,23 +1,9 @@
-"""Deprecated: interplab.widgets.lens moved to interplab.views
-(one module per view: what it shows and its wiring). The old
-names answer here, with a DeprecationWarning, for one release."""
+"""Deprecated alias of interplab.widgets.lens: its names live in interplab.views now (interplab.moved)."""
 
-import importlib
-import warnings
+from interplab.moved import moved
 
-_MOVED = {
+_HOMES = {
     "LensView": "interplab.views.lens",
 }
 
-
-def __getattr__(name: str):
-    where = _MOVED.get(name)
-    if where is None:
-        raise AttributeError(f"module 'interplab.widgets.lens' has no attribute {name!r}")
-    warnings.warn(f"interplab.widgets.lens.{name} moved to {where}.{name}; this alias goes in the next release",
-                  DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module(where), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(_MOVED)
+__getattr__, __dir__ = moved(__name__, _HOMES)

@@ -1,24 +1,10 @@
-"""Deprecated: interplab.widgets.logits moved to interplab.views
-(one module per view: what it shows and its wiring). The old
-names answer here, with a DeprecationWarning, for one release."""
+"""Deprecated alias of interplab.widgets.logits: its names live in interplab.views now (interplab.moved)."""
 
-import importlib
-import warnings
+from interplab.moved import moved
 
-_MOVED = {
+_HOMES = {
     "LogitPanel": "interplab.views.logits",
     "Series": "interplab.views.logits",
 }
 
-
-def __getattr__(name: str):
-    where = _MOVED.get(name)
-    if where is None:
-        raise AttributeError(f"module 'interplab.widgets.logits' has no attribute {name!r}")
-    warnings.warn(f"interplab.widgets.logits.{name} moved to {where}.{name}; this alias goes in the next release",
-                  DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module(where), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(_MOVED)
+__getattr__, __dir__ = moved(__name__, _HOMES)
