@@ -34,7 +34,7 @@ from ..metrics import as_metric
 from ..sites import HEADED, IN_ATTENTION, LAYERED, SITE_NAMES, Site, SiteMap
 from ..worker import Worker
 from . import attention, hooks, resume
-from .memo import Memo
+from .memo import Memo, tensor_bytes
 
 
 class Cache(dict):
@@ -62,22 +62,41 @@ class Cache(dict):
 
 @dataclass
 class Run:
-    """The result of one forward: logits and cached activations on the CPU, plus what produced them."""
+    """The result of one forward: its logits and cached activations, plus what produced them.
+
+    Both stay where the model computed them (its device, its dtype) until read: `run.logits` and `run.last_logits`
+    copy to the host as float32 when read (the last positions only, for last_logits), and `run.cache[...]` is on
+    the model's device, so a cached activation goes straight back into the model's modules (the student's own lens:
+    `lab.model.lm_head(lab.model.transformer.ln_f(run.cache["resid_post", l]))`). With grad=True (attribution),
+    logits are the model's own tensor, on its device, in its graph."""
 
     prompts: list[str]
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     lengths: list[int]
-    logits: torch.Tensor  # [batch, pos, vocab]
+    held_logits: torch.Tensor  # [batch, pos, vocab] where the model computed them, in its dtype
     cache: Cache
     edits: list[Edit] = field(default_factory=list)
     str_tokens: list[list[str]] = field(default_factory=list)
+    grad: bool = False
+
+    @property
+    def logits(self) -> torch.Tensor:
+        """[batch, pos, vocab] float32 on the host (copied there when read: on a GPU, read only what you need, e.g.
+        run.last_logits); with grad=True the model's own tensor."""
+        return self.held_logits if self.grad else _host(self.held_logits)
 
     @property
     def last_logits(self) -> torch.Tensor:
-        """[batch, vocab]: logits at each row's last real token (padding skipped)."""
-        idx = torch.tensor(self.lengths) - 1
-        return self.logits[torch.arange(len(self.lengths)), idx]
+        """[batch, vocab]: logits at each row's last real token (padding skipped); only these rows are copied."""
+        held = self.held_logits
+        idx = torch.tensor(self.lengths, device=held.device) - 1
+        out = held[torch.arange(len(self.lengths), device=held.device), idx]
+        return out if self.grad else _host(out)
+
+    def nbytes(self) -> dict:
+        """Bytes this run holds, per device (the memo's size of it)."""
+        return tensor_bytes((self.held_logits, self.cache, self.input_ids, self.attention_mask))
 
     def source_ref(self) -> SourceRef:
         return SourceRef(tuple(self.prompts), tuple(e.to_dict() for e in self.edits))
@@ -134,7 +153,7 @@ class Engine:
     The Lab (interplab.lab) holds one (lab.engine) and puts the analyses on top; analyses take any Engine."""
 
     def __init__(self, model: nn.Module, tokenizer, *, model_id: str | None = None, device=None, dtype=None,
-                 seed: int = 0, memo_size: int = 64):
+                 seed: int = 0, memo_size: int = 64, memo_budget=None):
         if device is not None or dtype is not None:
             model = model.to(device=device_of(device), dtype=dtype_of(dtype))
         self.model = model.eval()
@@ -145,7 +164,9 @@ class Engine:
         self.sites = SiteMap(model)
         self.log = InterventionLog(self)
         self.vllm = None  # a VLLMEngine on the same weights (Lab.use_vllm): generation, sampling, prefill sweeps
-        self.memo = Memo(model, memo_size)  # runs, and the click path's cached keys/values (interplab.patching)
+        # runs, and the click path's cached keys/values (interplab.patching); bounded in bytes per device
+        # (memo_budget: bytes, {device: bytes}, or None for a share of free memory; engine.memo)
+        self.memo = Memo(model, memo_size, memo_budget)
         self._worker: Worker | None = None
         self._worker_lock = threading.Lock()  # widgets built on two threads at once still share one worker
 
@@ -334,9 +355,9 @@ class Engine:
             plan.cache.extend(self._plan_cache(item))
         ctx = self.contexts(lengths)
         logits, raw = hooks.forward(self.model, ids.to(self.device), mask.to(self.device), plan, ctx, grad=grad)
-        result = Run(prompts, ids, mask, lengths, logits if grad else logits.detach().float().cpu(),
-                     Cache(raw if grad else {k: v.cpu() for k, v in raw.items()}, n_layers=self.n_layers), edits,
-                     [self.to_str_tokens(p) for p in prompts])
+        # logits and cache stay on the model's device, in its dtype: read, they come to the host (Run.logits)
+        result = Run(prompts, ids, mask, lengths, logits if grad else logits.detach(),
+                     Cache(raw, n_layers=self.n_layers), edits, [self.to_str_tokens(p) for p in prompts], grad=grad)
         if edits and log:
             self.log.record(prompts, edits, cache_req)
         if not grad:
@@ -533,6 +554,11 @@ class Engine:
     def clear_memo(self) -> None:
         """Forget memoised runs. Needed only after writing weights through `.data` (see interplab.memo)."""
         self.memo.clear()
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """t as float32 on the host: no copy for a float32 tensor already there."""
+    return t.detach().to("cpu", torch.float32)
 
 
 def execution_device(model: nn.Module, module: nn.Module | None = None) -> torch.device:
