@@ -177,7 +177,8 @@ def _reader_gradients(lab: Engine, base, readers, metric, start) -> dict[str, to
                [("resid_post", n - 1)]
         got = torch.autograd.grad(value, [run.cache[k] for k in outs], retain_graph=True, allow_unused=True)
         d_out = {k: (g if g is not None else torch.zeros_like(run.cache[k])) for k, g in zip(outs, got)}
-        out = {"logits": d_out["resid_post", n - 1].detach().float().cpu()}
+        # kept on the model's device (lab.device), where the writers' deltas are: the scores combine them there
+        out = {"logits": d_out["resid_post", n - 1].detach().float().to(lab.device)}
         for r in readers:
             if r.site == "logits":
                 continue
@@ -192,7 +193,7 @@ def _reader_gradients(lab: Engine, base, readers, metric, start) -> dict[str, to
                 mask[r.head] = 1
                 g = (g.view(*g.shape[:2], heads, -1) * mask[:, None]).view_as(g)
             (back,) = torch.autograd.grad(target, src, grad_outputs=g, retain_graph=True, allow_unused=True)
-            out[r.name] = (torch.zeros_like(src) if back is None else back).detach().float().cpu()
+            out[r.name] = (torch.zeros_like(src) if back is None else back).detach().float().to(lab.device)
     finally:
         lab.model.zero_grad(set_to_none=True)
     return out
@@ -392,7 +393,7 @@ def _writer_outputs(lab: Engine, run, layers, heads_only: bool = False) -> dict[
             for h in range(lab.n_heads):
                 only = torch.zeros_like(per_head)
                 only[:, :, h] = per_head[:, :, h]
-                out[f"L{layer}H{h}"] = (o_proj(only.view_as(z)) - zero).float().cpu()
+                out[f"L{layer}H{h}"] = (o_proj(only.view_as(z)) - zero).float().to(lab.device)  # with the cache
             if not heads_only:
                 out[f"MLP{layer}"] = run.cache["mlp_out", layer]
     return out

@@ -752,7 +752,9 @@ def _qk_fixed(lab: Engine, site: str, layer: int, pattern: torch.Tensor, grad: t
     scaling = float(getattr(attn, "scaling", base_q.shape[-1] ** -0.5))
     cap = getattr(lab.model.config, "attn_logit_softcapping", None)
     T = pattern.shape[-1]
-    allowed = torch.ones(T, T, dtype=torch.bool).tril()[None] & pairs.mask.bool()[:, None, :]  # [pairs, q, k]
+    dev = pattern.device  # the model's (the runs' caches stay there): every tensor below is made there too
+    allowed = (torch.ones(T, T, dtype=torch.bool, device=dev).tril()[None]
+               & pairs.mask.bool().to(dev)[:, None, :])  # [pairs, q, k]
 
     def capped(q, k, heads):  # q [pairs, T, H, d], k [pairs, T, Hkv, d] -> scores [pairs, len(heads), T, T]
         k = k.repeat_interleave(group, dim=2) if group > 1 else k

@@ -355,9 +355,12 @@ class Engine:
             plan.cache.extend(self._plan_cache(item))
         ctx = self.contexts(lengths)
         logits, raw = hooks.forward(self.model, ids.to(self.device), mask.to(self.device), plan, ctx, grad=grad)
-        # logits and cache stay on the model's device, in its dtype: read, they come to the host (Run.logits)
+        # logits and cache stay on the model's device, in its dtype: read, they come to the host (Run.logits). The
+        # cache is gathered on lab.device (a device_map may have run its layers on several), except with grad=True,
+        # where each tensor must stay the one the model computed on.
+        cached = raw if grad else {k: v.to(self.device) for k, v in raw.items()}
         result = Run(prompts, ids, mask, lengths, logits if grad else logits.detach(),
-                     Cache(raw, n_layers=self.n_layers), edits, [self.to_str_tokens(p) for p in prompts], grad=grad)
+                     Cache(cached, n_layers=self.n_layers), edits, [self.to_str_tokens(p) for p in prompts], grad=grad)
         if edits and log:
             self.log.record(prompts, edits, cache_req)
         if not grad:
