@@ -50,7 +50,8 @@ def load_pretrained(name: str, *, device=None, dtype=None, trust_remote_code: bo
 
     def from_pretrained(**online):
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype_of(dtype) or torch.float32, use_safetensors=None if allow_pickle else True,
+            path, dtype=load_dtype(dtype, device, device_map, embedded_path(name)), use_safetensors=None if
+            allow_pickle else True,
             trust_remote_code=trust_remote_code, attn_implementation=attn_implementation, **placement,
             **online)
         return model, AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **online)
@@ -134,7 +135,21 @@ def load_pretrained(name: str, *, device=None, dtype=None, trust_remote_code: bo
         model = model.to(device)
     if device is not None:
         model = model.to(device)
+    if load_dtype(dtype, device, device_map, embedded_path(name)) == "auto":
+        print(f"interplab: {name} loaded in {str(model.dtype).replace('torch.', '')}, the checkpoint's own dtype "
+              f"(dtype='float32' for full precision)")
     return model, tokenizer, name, path, placement
+
+
+def load_dtype(dtype, device, device_map, embedded) -> torch.dtype | str:
+    """The dtype from_pretrained loads in: the one asked for; else on a GPU (device or device_map) the checkpoint's
+    own ("auto": a bf16 checkpoint takes half the memory of fp32); else float32 (the CPU, and the embedded model,
+    whose numbers the tests compare at 1e-5)."""
+    if dtype is not None:
+        return dtype_of(dtype)
+    elsewhere = (device_map is not None and torch.cuda.is_available()) or (
+        device is not None and device_of(device).type != "cpu")
+    return "auto" if elsewhere and not embedded else torch.float32
 
 
 BIG = "accelerate>=1.1"  # pyproject.toml's [big] extra (transformers' own minimum)

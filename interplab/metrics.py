@@ -86,7 +86,8 @@ class LogitDiff(Metric):
 
     def __call__(self, logits, pair=None):
         _check_bound(self, self._a)
-        return _pick(logits, self._a, pair) - _pick(logits, self._w, pair)
+        # in fp32 whatever the model's dtype: a bf16 difference of two large logits loses the answer
+        return _pick(logits, self._a, pair).float() - _pick(logits, self._w, pair).float()
 
 
 class Prob(Metric):
@@ -120,7 +121,7 @@ class Custom(Metric):
         self.name = name or getattr(fn, "__name__", "metric")
 
     def __call__(self, logits, pair=None):
-        v = self.fn(logits)
+        v = self.fn(logits.float())  # fp32 logits, whatever the model's dtype (bf16, fp16)
         try:
             v = torch.as_tensor(v, dtype=torch.float32, device=logits.device)
         except (TypeError, ValueError, RuntimeError) as e:

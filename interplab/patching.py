@@ -583,7 +583,7 @@ def _run_cells(lab: Engine, site: str, layer: int, chunk, pairs: _Pairs, metric:
                                             owner="interplab.sweep", **kw)
     pair_idx = torch.arange(n_pairs).repeat(n_cells)
     if isinstance(metric, Custom):
-        values = [float(metric(logits[c * n_pairs:(c + 1) * n_pairs]).mean()) for c in range(n_cells)]
+        values = [float(metric(logits[c * n_pairs:(c + 1) * n_pairs].float()).mean()) for c in range(n_cells)]
     else:
         values = metric(logits.float(), pair_idx).reshape(n_cells, n_pairs).mean(1).tolist()
     runs = _cell_run(logits[::n_pairs], metric)
@@ -596,7 +596,7 @@ CELL_TOP_K = 8  # next tokens kept per cell for the logit panel (interplab.sessi
 def _cell_run(logits: torch.Tensor, metric: Metric) -> list[tuple]:
     """Per row of first-pair logits: (top CELL_TOP_K ids, probabilities, the metric of pair 0)."""
     ids, probs = top_k(logits, CELL_TOP_K)
-    values = ([float(metric(row[None]).reshape(-1)[0]) for row in logits] if isinstance(metric, Custom)
+    values = ([float(metric(row[None].float()).reshape(-1)[0]) for row in logits] if isinstance(metric, Custom)
               else metric(logits.float(), torch.zeros(len(logits), dtype=torch.long)).tolist())
     return list(zip(ids, probs, values))
 

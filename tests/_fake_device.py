@@ -15,7 +15,9 @@ every number is the CPU's. A torch function mode follows the tag the way CUDA fo
 - an op given a tagged tensor and a host tensor with more than zero dimensions raises CUDA's own error, "Expected
   all tensors to be on the same device", except where CUDA allows it: copies (`copy_`, item assignment), host
   index tensors when indexing a device tensor, `torch.autograd.grad`; `.numpy()` of a tagged tensor raises as it
-  does on CUDA.
+  does on CUDA;
+- `moved` lists every copy from the device to the host (`.cpu()`, `.to("cpu")`, `.tolist()`, `.item()`): its shape
+  and bytes, for tests that count what a click copies.
 
 What this cannot see: anything C++ does inside one op (it runs on the CPU), CUDA numerics, kernels that exist on one
 device only, memory. It sees every op reached from Python, which is where a tensor left on the host shows up.
@@ -74,6 +76,7 @@ class FakeDevice(TorchFunctionMode):
         super().__init__()
         self.models = models
         self.violations: list[tuple[str, str]] = []
+        self.moved: list[tuple[tuple, int]] = []  # (shape, bytes) of every tensor copied from the device to the host
         self._patched = contextlib.ExitStack()
 
     def __enter__(self):
@@ -98,6 +101,9 @@ class FakeDevice(TorchFunctionMode):
                     delattr(t, _TAG)
         return out
 
+    def _moved(self, t: torch.Tensor) -> None:
+        self.moved.append((tuple(t.shape), t.numel() * t.element_size()))
+
     def _fail(self, name: str, what: str):
         where = "".join(traceback.format_list([f for f in traceback.extract_stack()[:-2]
                                                if "interplab" in f.filename or "/tests/" in f.filename][-6:]))
@@ -117,12 +123,17 @@ class FakeDevice(TorchFunctionMode):
         if func in (torch.Tensor.numpy, torch.Tensor.__array__) and tagged(args[0]):
             self._fail(name, "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
                              "to host memory first.")
+        if func in (torch.Tensor.tolist, torch.Tensor.item) and tagged(args[0]):
+            self._moved(args[0])
         if func is torch.Tensor.to:
             return self._to(args, kwargs)
         if func is torch.Tensor.cuda:
             return _tag(args[0].clone(), True) if not tagged(args[0]) else args[0]
         if func is torch.Tensor.cpu:
-            return _tag(args[0].clone(), False) if tagged(args[0]) else args[0]
+            if tagged(args[0]):
+                self._moved(args[0])
+                return _tag(args[0].clone(), False)
+            return args[0]
         if func is torch.Tensor.type_as:
             out = func(*args, **kwargs)
             if tagged(args[1]) != tagged(out):
@@ -177,6 +188,8 @@ class FakeDevice(TorchFunctionMode):
             real["device"] = device
         out = torch.Tensor.to(self_, **real, **dict(zip(("non_blocking", "copy"), flags)), **kwargs)
         if fake_target != tagged(self_):  # a move: a new tensor, as a real copy between devices would be
+            if tagged(self_):
+                self._moved(out)
             out = out.clone() if out is self_ else out
             _tag(out, fake_target)
         elif out is not self_:

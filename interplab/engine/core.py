@@ -64,9 +64,9 @@ class Cache(dict):
 class Run:
     """The result of one forward: its logits and cached activations, plus what produced them.
 
-    Both stay where the model computed them (its device, its dtype) until read: `run.logits` and `run.last_logits`
-    copy to the host as float32 when read (the last positions only, for last_logits), and `run.cache[...]` is on
-    the model's device, so a cached activation goes straight back into the model's modules (the student's own lens:
+    Both stay where the model computed them (its device; logits in its dtype, fp32 on the CPU) until read:
+    `run.logits` and `run.last_logits` copy to the host as float32 when read (the last positions only, for
+    last_logits), and `run.cache[...]` is on the model's device, so a cached activation goes straight back into the model's modules (the student's own lens:
     `lab.model.lm_head(lab.model.transformer.ln_f(run.cache["resid_post", l]))`). With grad=True (attribution),
     logits are the model's own tensor, on its device, in its graph."""
 
@@ -359,7 +359,10 @@ class Engine:
         # cache is gathered on lab.device (a device_map may have run its layers on several), except with grad=True,
         # where each tensor must stay the one the model computed on.
         cached = raw if grad else {k: v.to(self.device) for k, v in raw.items()}
-        result = Run(prompts, ids, mask, lengths, logits if grad else logits.detach(),
+        held = logits if grad else logits.detach()
+        if not grad and held.device.type == "cpu":
+            held = held.float()  # on the host already: fp32 once, so every read is the same tensor, as before
+        result = Run(prompts, ids, mask, lengths, held,
                      Cache(cached, n_layers=self.n_layers), edits, [self.to_str_tokens(p) for p in prompts], grad=grad)
         if edits and log:
             self.log.record(prompts, edits, cache_req)
@@ -560,7 +563,9 @@ class Engine:
 
 
 def _host(t: torch.Tensor) -> torch.Tensor:
-    """t as float32 on the host: no copy for a float32 tensor already there."""
+    """t as float32 on the host: t itself where it is already that (a CPU fp32 run reads as it always did)."""
+    if t.device.type == "cpu" and t.dtype == torch.float32 and not t.requires_grad:
+        return t
     return t.detach().to("cpu", torch.float32)
 
 
