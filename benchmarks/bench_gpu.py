@@ -40,9 +40,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-import interplab as ilab  # noqa: E402
-from interplab.session import PatchSession  # noqa: E402
 from results_file import write_section  # noqa: E402
+
+import interplab as ilab  # noqa: E402
+from interplab.views.patching import PatchSession  # noqa: E402
 
 SHAPES = {  # (transformers config class, keywords): the real models' shapes
     "gpt2-small": ("GPT2Config", dict(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)),
@@ -149,7 +150,7 @@ def floor_flops(model, lab, clean_ids: list[int], corrupt_ids: list[int]) -> tup
 
 def hook_loop_time(lab, clean, corrupt, metric, sample: int) -> tuple[float, int]:
     """Seconds a plain hook loop takes for every cell, from `sample` cells spread over the grid."""
-    model, arch, dev = lab.model, lab.sites.arch, lab.device
+    model, arch, dev = lab.model, lab.sites.arch, lab.engine.device
     ids_c = lab.to_tokens(clean).to(dev)
     ids_k = lab.to_tokens(corrupt).to(dev)
     n_layers, t = lab.n_layers, ids_c.shape[1]
@@ -207,7 +208,7 @@ def bench(shape: str, dtype, device, n_tokens: int, sample: int, fp32_values=Non
     row["forward_s"] = timed(forward, device)
 
     def run():
-        lab.clear_memo()
+        lab.engine.clear_memo()
         lab.run(clean, log=False)
     row["run_s"] = timed(run, device)
 
@@ -227,7 +228,7 @@ def bench(shape: str, dtype, device, n_tokens: int, sample: int, fp32_values=Non
         clicks.append(time.perf_counter() - t0)
     row["click_s"] = statistics.median(clicks)
 
-    lab.clear_memo()
+    lab.engine.clear_memo()
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
@@ -247,9 +248,6 @@ def bench(shape: str, dtype, device, n_tokens: int, sample: int, fp32_values=Non
     if fp32_values is not None:
         row["bf16_diff"] = float((res.values - fp32_values).abs().max())
         row["fp32_range"] = float(fp32_values.max() - fp32_values.min())
-    del lab, model, session
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
     return row
 
 

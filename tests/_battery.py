@@ -12,7 +12,8 @@ import math
 import torch
 
 import interplab as ilab
-from interplab import session as views
+from interplab.views.attention import attention_view
+from interplab.views.patching import PatchSession
 
 CLEAN = ["When Mary and John went to the store, John gave a drink to",
          "When Tom and Anna went to the park, Tom gave a ball to"]
@@ -61,9 +62,9 @@ def cases(lab) -> dict:
     }
     for name, edits in edit_sets.items():
         c[f"run with {name}"] = lambda edits=edits: lab.run(corrupt, edits(), log=False).last_logits
-    c["click (resumed)"] = lambda: lab.last_logits(one_k, [ilab.patch("resid_pre", 2, pos=6, source=one_c)],
+    c["click (resumed)"] = lambda: lab.engine.last_logits(one_k, [ilab.patch("resid_pre", 2, pos=6, source=one_c)],
                                                    log=False)
-    c["click (resumed, head)"] = lambda: lab.last_logits(one_k, [ilab.patch("z", 1, head=3, source=one_c)],
+    c["click (resumed, head)"] = lambda: lab.engine.last_logits(one_k, [ilab.patch("z", 1, head=3, source=one_c)],
                                                          log=False)
     # the student's own lens on the cache (notebook 03), and the library's
     def student_lens():
@@ -74,7 +75,7 @@ def cases(lab) -> dict:
                                 for l in range(lab.n_layers)])
     c["student lens"] = student_lens
     c["logit lens"] = lambda: ilab.lens.logit_lens(lab, one_c).probs
-    c["attention view"] = lambda: views.attention_view(lab, one_c, 1, 2)["pattern"]
+    c["attention view"] = lambda: attention_view(lab, one_c, 1, 2)["pattern"]
 
     # sweeps: every site and layout, exact and attribution, AtP*'s options
     layouts = {site: [("layer", "pos"), ("layer",)] for site in RESID}
@@ -101,7 +102,7 @@ def cases(lab) -> dict:
 
     # the click path of the explorer: a fresh cell, and a cell the sweep computed
     def click_view():
-        s = views.PatchSession(lab, one_c, one_k, ANSWERS[0], WRONGS[0])
+        s = PatchSession(lab, one_c, one_k, ANSWERS[0], WRONGS[0])
         fresh = s.logits_view([ilab.patch("resid_pre", 1, pos=6, source=one_c)], log=False)
         s.result = lab.patch_sweep(one_c, one_k, "resid_pre", ("layer", "pos"), one_metric, progress=False)
         own = s.logits_view([s.cell_edit(1, 6)], cells=[(1, 6)], log=False)

@@ -66,7 +66,8 @@ class Run:
 
     Both stay where the model computed them (its device; logits in its dtype, fp32 on the CPU) until read:
     `run.logits` and `run.last_logits` copy to the host as float32 when read (the last positions only, for
-    last_logits), and `run.cache[...]` is on the model's device, so a cached activation goes straight back into the model's modules (the student's own lens:
+    last_logits), and `run.cache[...]` is on the model's device, so a cached activation goes straight back into
+    the model's modules (the student's own lens:
     `lab.model.lm_head(lab.model.transformer.ln_f(run.cache["resid_post", l]))`). With grad=True (attribution),
     logits are the model's own tensor, on its device, in its graph."""
 

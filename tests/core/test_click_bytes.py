@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _fake_device import FakeDevice
 
 import interplab as ilab
-from _fake_device import FakeDevice
-from interplab import session as views
+from interplab.views.patching import PatchSession
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
@@ -35,7 +35,7 @@ class Unembedded:
 
 def test_a_click_unembeds_and_copies_only_what_it_shows(lab):
     n_pos, vocab = len(lab.to_str_tokens(CLEAN)), lab.model.config.vocab_size
-    s = views.PatchSession(lab, CLEAN, CORRUPT, " Mary", " John")
+    s = PatchSession(lab, CLEAN, CORRUPT, " Mary", " John")
     counted = Unembedded(lab.model)  # (a hook is part of the memo's key: installed before anything is memoised)
     try:
         with FakeDevice(lab.model) as fake:
@@ -63,7 +63,7 @@ def test_a_sweep_copies_no_full_logits(lab):
     metric = ilab.logit_diff(" Mary", " John")
     for method, site, by in (("exact", "resid_pre", ("layer", "pos")), ("exact", "z", ("layer", "head")),
                              ("attribution", "z", ("layer", "head"))):
-        lab.clear_memo()
+        lab.engine.clear_memo()
         with FakeDevice(lab.model) as fake:
             lab.patch_sweep(CLEAN, CORRUPT, site, by, metric, method=method, progress=False)
         biggest = max(torch.Size(shape).numel() for shape, _ in fake.moved)
@@ -72,7 +72,7 @@ def test_a_sweep_copies_no_full_logits(lab):
 
 def test_reading_run_logits_copies_them_and_gives_the_same_numbers(lab):
     plain = lab.run(CLEAN, log=False)
-    lab.clear_memo()
+    lab.engine.clear_memo()
     with FakeDevice(lab.model) as fake:
         run = lab.run(CLEAN, log=False)
         assert fake.moved == []  # nothing copied until read

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-import interplab as ilab
 from _battery import ANSWERS, CLEAN, CORRUPT, WRONGS, battery, compare
 from _fake_device import FAKE, DeviceMix, FakeDevice
 from _tiny_models import make_model
+
+import interplab as ilab
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +32,9 @@ def _lab(which, ioi):
 def test_every_analysis_on_another_device_gives_the_cpu_numbers(which, ioi):
     lab = _lab(which, ioi)
     on_cpu = battery(lab)
-    lab.clear_memo()  # (nothing computed on the CPU is reused)
+    lab.engine.clear_memo()  # (nothing computed on the CPU is reused)
     with FakeDevice(lab.model) as fake:
-        assert lab.device == FAKE
+        assert lab.engine.device == FAKE
         elsewhere = battery(lab)
     assert fake.violations == []
     assert compare(on_cpu, elsewhere, 1e-6) == []
@@ -44,7 +44,7 @@ def test_every_analysis_on_another_device_gives_the_cpu_numbers(which, ioi):
 def test_runs_stay_on_the_models_device_until_read(ioi):
     lab = _lab("ioi-tiny", ioi)
     plain = lab.run(CLEAN, cache=["resid_post", "pattern"], log=False)
-    lab.clear_memo()
+    lab.engine.clear_memo()
     with FakeDevice(lab.model):
         run = lab.run(CLEAN, cache=["resid_post", "pattern"], log=False)
         assert run.cache["resid_post", 2].device == FAKE and run.cache["pattern", 1].device == FAKE

@@ -9,9 +9,9 @@ import psutil
 import pytest
 import torch
 import transformers as tf
+from _fake_device import FakeDevice
 
 import interplab as ilab
-from _fake_device import FakeDevice
 from interplab.engine.memo import default_memo_budget, tensor_bytes
 
 VOCAB = 50257
@@ -42,21 +42,21 @@ def _rss() -> int:
 
 def test_many_long_runs_stay_within_the_budget(wide, tokenizer):
     lab = ilab.Lab(wide, tokenizer)
-    budget = lab.memo.budget("cpu")
+    budget = lab.engine.memo.budget("cpu")
     assert budget == default_memo_budget("cpu") <= 512 * MIB
     prompts = [_long_prompt(tokenizer, i) for i in range(16)]
     assert all(len(lab.to_str_tokens(p)) >= 990 for p in prompts)
     before, peak_held = _rss(), 0
     for p in prompts:
         lab.run(p, log=False)
-        peak_held = max(peak_held, lab.memo.held().get("cpu", 0))
-        assert lab.memo.held().get("cpu", 0) <= budget
+        peak_held = max(peak_held, lab.engine.memo.held().get("cpu", 0))
+        assert lab.engine.memo.held().get("cpu", 0) <= budget
     grown = _rss() - before
     assert peak_held > budget // 2  # it did keep runs: the bound, not an empty memo
     assert grown <= 2**30, f"16 runs of 1000 tokens grew the process by {grown / MIB:.0f} MiB"
     # the newest runs are the ones kept, and reading one gives a plain forward's numbers
     last = lab.run(prompts[-1], log=False)
-    assert lab.memo.get(lab.memo.key(lab.memo.requests()[-1])) is last
+    assert lab.engine.memo.get(lab.engine.memo.key(lab.engine.memo.requests()[-1])) is last
     ids = torch.tensor([tokenizer(prompts[-1])["input_ids"]])
     with torch.no_grad():
         plain = wide(input_ids=ids).logits
@@ -67,9 +67,9 @@ def test_a_result_bigger_than_the_budget_is_returned_not_kept(wide, tokenizer):
     lab = ilab.Lab(wide, tokenizer, memo_budget=100 * MIB)
     p = _long_prompt(tokenizer, 99)
     run = lab.run(p, log=False)
-    assert run.held_logits.nbytes > 100 * MIB and len(lab.memo) == 0 and lab.memo.held() == {}
+    assert run.held_logits.nbytes > 100 * MIB and len(lab.engine.memo) == 0 and lab.engine.memo.held() == {}
     small = lab.run("When Mary and John went", log=False)  # small ones are kept
-    assert lab.run("When Mary and John went", log=False) is small and len(lab.memo) == 1
+    assert lab.run("When Mary and John went", log=False) is small and len(lab.engine.memo) == 1
     assert torch.equal(run.logits, lab.run(p, log=False).logits)
 
 
@@ -84,29 +84,30 @@ def test_oldest_out_first_and_sizes_by_storage(tokenizer, models):
     t = torch.zeros(100)
     assert tensor_bytes([t, t[:10], {"a": t}]) == {"cpu": 400}  # a storage once, a view as its whole storage
     sizes = [tensor_bytes(r)["cpu"] for r in runs]
-    lab.memo._budget, lab.memo._budgets = None, {"cpu": sizes[1] + sizes[2]}  # room for the newest two
-    lab.memo.clear()
+    lab.engine.memo._budget, lab.engine.memo._budgets = None, {"cpu": sizes[1] + sizes[2]}  # room for the newest two
+    lab.engine.memo.clear()
     for p in ("When Mary", "When John", "When Alice"):
         lab.run(p, log=False)
-    assert [r[1] for r in lab.memo.requests()] == [("When John",), ("When Alice",)]  # the oldest went
+    assert [r[1] for r in lab.engine.memo.requests()] == [("When John",), ("When Alice",)]  # the oldest went
 
 
 def test_each_device_has_its_own_budget(tokenizer, models):
     lab = ilab.Lab(models["gpt2"], tokenizer, memo_budget={"cpu": 10 * MIB, "cuda": 123})
     with FakeDevice(lab.model):
         lab.run("When Mary and John went to the store", cache=["resid_post"], log=False)  # > 123 bytes on cuda:0
-        assert len(lab.memo) == 0
-    assert lab.memo.budget("cuda:0") == 123 and lab.memo.budget("cuda:1") == 123 and lab.memo.budget("cpu") == 10 * MIB
+        assert len(lab.engine.memo) == 0
+    memo = lab.engine.memo
+    assert memo.budget("cuda:0") == 123 and memo.budget("cuda:1") == 123 and memo.budget("cpu") == 10 * MIB
     lab = ilab.Lab(models["gpt2"], tokenizer, memo_budget={"cpu": 10 * MIB, "cuda": 10 * MIB})
     with FakeDevice(lab.model):
         run = lab.run("When Mary and John went to the store", cache=["resid_post"], log=False)
-        held = lab.memo.held()
+        held = lab.engine.memo.held()
     assert set(held) == {"cpu", "cuda:0"} and held["cuda:0"] >= run.held_logits.nbytes
 
 
 def test_memo_budget_is_checked_and_passed_through_load():
     lab = ilab.Lab.load("ioi-tiny", memo_budget=12345)
-    assert lab.memo.budget("cpu") == 12345
+    assert lab.engine.memo.budget("cpu") == 12345
     for bad in (-1, 1.5, "1GiB", {"nope": 1}, True):
         with pytest.raises(ilab.InterplabError, match="memo_budget"):
             ilab.Lab(lab.model, lab.tokenizer, memo_budget=bad)

@@ -12,10 +12,10 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-
-import interplab as ilab
 from _battery import battery, compare
 from _tiny_models import make_model
+
+import interplab as ilab
 
 TOL = 1e-4  # fp32 on the GPU against fp32 on the CPU
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
@@ -37,7 +37,7 @@ def _pair(which, ioi_cpu):
 @pytest.mark.parametrize("which", ["ioi-tiny", "llama", "gpt_neox"])
 def test_every_analysis_on_cuda_gives_the_cpu_numbers(which, ioi_cpu):
     cpu, gpu = _pair(which, ioi_cpu)
-    assert gpu.device.type == "cuda" and gpu.dtype_name == "float32"
+    assert gpu.engine.device.type == "cuda" and gpu.engine.dtype_name == "float32"
     on_cpu, on_gpu = battery(cpu), battery(gpu)
     assert set(on_cpu) == set(on_gpu)
     bad = compare(on_cpu, on_gpu, TOL)
@@ -67,20 +67,20 @@ def test_a_bf16_checkpoint_loads_in_bf16_on_the_gpu(tmp_path, ioi_cpu, capsys):
     ioi_cpu.tokenizer.save_pretrained(tmp_path / "bf16")
     make_model("llama", vocab=len(ioi_cpu.tokenizer)).save_pretrained(tmp_path / "fp32")
     ioi_cpu.tokenizer.save_pretrained(tmp_path / "fp32")
-    assert ilab.Lab.load(str(tmp_path / "bf16"), device="cuda").dtype_name == "bfloat16"
+    assert ilab.Lab.load(str(tmp_path / "bf16"), device="cuda").engine.dtype_name == "bfloat16"
     assert "bfloat16, the checkpoint's own dtype" in capsys.readouterr().out
-    assert ilab.Lab.load(str(tmp_path / "fp32"), device="cuda").dtype_name == "float32"
-    assert ilab.Lab.load(str(tmp_path / "bf16")).dtype_name == "float32"  # the CPU: as before
-    assert ilab.Lab.load(str(tmp_path / "bf16"), device="cuda", dtype="float32").dtype_name == "float32"
-    assert ilab.Lab.load("ioi-tiny", device="cuda").dtype_name == "float32"
+    assert ilab.Lab.load(str(tmp_path / "fp32"), device="cuda").engine.dtype_name == "float32"
+    assert ilab.Lab.load(str(tmp_path / "bf16")).engine.dtype_name == "float32"  # the CPU: as before
+    assert ilab.Lab.load(str(tmp_path / "bf16"), device="cuda", dtype="float32").engine.dtype_name == "float32"
+    assert ilab.Lab.load("ioi-tiny", device="cuda").engine.dtype_name == "float32"
 
 
 def test_the_memo_on_the_gpu_stays_within_its_budget(ioi_cpu):
     lab = ilab.Lab.load("ioi-tiny", device="cuda", memo_budget={"cpu": 2**30, "cuda": 3 * 2**20})
     for i in range(20):
         lab.run(" ".join(["Mary and John"] * (10 + i)), cache=["resid_post"], log=False)
-        assert lab.memo.held().get("cuda:0", 0) <= 3 * 2**20
-    assert lab.memo.held().get("cuda:0", 0) > 0
+        assert lab.engine.memo.held().get("cuda:0", 0) <= 3 * 2**20
+    assert lab.engine.memo.held().get("cuda:0", 0) > 0
 
 
 def test_bf16_sweeps_are_close_to_fp32(ioi_cpu):
