@@ -127,6 +127,7 @@ def cases(lab) -> dict:
     # generation with edits (greedy: the same ids)
     c["generate"] = lambda: lab.generate(one_c, [ilab.steer("resid_post", 1, torch.ones(lab.d_model), alpha=0.5)],
                                          max_new_tokens=6, greedy=True).ids.float()
+    c["steering vector"] = lambda: ilab.vectors.diff_of_means(lab, [clean[0]], [corrupt[0]], "resid_post", 1)
     c["residual norm"] = lambda: lab.residual_norm("resid_post", 1, prompts=clean)
     return c
 
