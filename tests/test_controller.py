@@ -12,10 +12,9 @@ import torch
 import interplab as ilab
 from interplab.errors import InterplabError
 from interplab.lens import logit_lens
-from interplab.views.patching import PatchSession
 from interplab.views.attention import attention_widget
 from interplab.views.lens import lens_widget
-from interplab.views.patching import PatchExplorer
+from interplab.views.patching import PatchExplorer, PatchSession
 from interplab.views.steering import steering_panel
 from interplab.worker import Worker
 

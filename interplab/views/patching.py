@@ -39,6 +39,7 @@ class PatchSession:
     result: SweepResult | None = None
     metric: object = None  # any ilab metric; default logit_diff(answer, wrong)
     pair: int | None = None  # a dataset's pair the logit panel shows; None: the mean over the pairs
+    sae: object = None  # a sweep of an SAE's features (by ("feature", "pos")): rows are its features, not layers
     _tokens: list[str] | None = field(default=None, repr=False)
 
     def __post_init__(self):
@@ -85,14 +86,14 @@ class PatchSession:
 
     # ---- the sweep -------------------------------------------------------------------------------------------
     def sweep(self, **kw) -> SweepResult:
-        self.result = patch_sweep(self.lab, self.clean, self.corrupt, self.site, self.by, self.metric,
+        self.result = patch_sweep(self.lab, self.clean, self.corrupt, self.sae or self.site, self.by, self.metric,
                                   self.direction, **kw)
         return self.result
 
     def estimate(self, **kw) -> SweepResult:
         """The attribution estimate of this session's sweep (two runs): what a progressive sweep shows first."""
-        return patch_sweep(self.lab, self.clean, self.corrupt, self.site, self.by, self.metric, self.direction,
-                           method="attribution", progress=False, **kw)
+        return patch_sweep(self.lab, self.clean, self.corrupt, self.sae or self.site, self.by, self.metric,
+                           self.direction, method="attribution", progress=False, **kw)
 
     @staticmethod
     def priority(estimate: SweepResult) -> torch.Tensor:
@@ -127,8 +128,8 @@ class PatchSession:
         res = result or self.result
         cells = res.cells
         return {"values": cells.grid(res.values).tolist(), "x_labels": cells.col_labels(),
-                "y_labels": [f"L{l}" for l in res.labels["layer"]],
-                "x_title": cells.col_title(), "y_title": "layer", "direction": res.direction,
+                "y_labels": [f"{self.row_prefix}{r}" for r in res.labels[res.by[0]]],
+                "x_title": cells.col_title(), "y_title": "feature" if self.sae else "layer", "direction": res.direction,
                 "key_cols": cells.key_cols(self.key_positions()),
                 "metric_name": f"normalised {res.metric_name}",
                 "title": f"{res.site}: {res.direction} ({res.method})"}
@@ -139,24 +140,37 @@ class PatchSession:
         return [i for i, (a, b) in enumerate(zip(clean, corrupt)) if a != b] + [len(clean) - 1]
 
     # ---- clicked cells -> edits ------------------------------------------------------------------------------
+    @property
+    def row_prefix(self) -> str:
+        """How a row is named: L<layer>, or F<feature> in a sweep of an SAE's features."""
+        return "F" if self.sae is not None else "L"
+
+    def _patch(self, row: int, col: int, source) -> Edit:
+        """The patch a heatmap cell stands for, from `source` (a run, or its prompts by name)."""
+        where, pos, head = self.cells.meaning(row, col)
+        label = self.cell_label(row, col)
+        if self.sae is not None:  # a row is one feature: only it takes the source's value, at that position
+            return patch(self.sae, feature=where, pos=pos, source=source, label=label)
+        return patch(self.site, where, pos=pos, head=head, source=source, label=label)
+
     def cell_edit(self, row: int, col: int) -> Edit:
-        """The patch a heatmap cell stands for (source -> base at that layer / position / head)."""
-        layer, pos, head = self.cells.meaning(row, col)
+        """The patch a heatmap cell stands for (source -> base at that layer / position / head, or of that
+        feature at that position)."""
         # the source run caches the whole site once, so no click re-runs it
-        source = self.lab.run(self._as_run(self.source), cache=[self.site], log=False)
-        return patch(self.site, layer, pos=pos, head=head, source=source, label=self.cell_label(row, col))
+        site = (self.sae.site, self.sae.layer) if self.sae is not None else self.site
+        source = self.lab.run(self._as_run(self.source), cache=[site], log=False)
+        return self._patch(row, col, source)
 
     def cell_ref(self, row: int, col: int) -> Edit:
         """cell_edit's patch with its source named by prompt, built without a forward: what the log records when a
         click arrives (serialised exactly as cell_edit's, whose source is the run of that prompt)."""
-        layer, pos, head = self.cells.meaning(row, col)
-        return patch(self.site, layer, pos=pos, head=head, source=SourceRef(self.as_prompts(self.source)),
-                     label=self.cell_label(row, col))
+        return self._patch(row, col, SourceRef(self.as_prompts(self.source)))
 
     def cell_label(self, row: int, col: int) -> str:
         """The label of a cell's patch, known without building it (a widget lists a clicked cell at once)."""
-        layer, pos, head = self.cells.meaning(row, col)
-        return f"patch {self.site} L{layer}" + (f" H{head}" if head is not None else "") + (
+        where, pos, head = self.cells.meaning(row, col)
+        site = f"F{where} of {self.sae.describe()}" if self.sae is not None else f"{self.site} L{where}"
+        return f"patch {site}" + (f" H{head}" if head is not None else "") + (
             f" pos {pos} {self.tokens()[pos]!r}" if pos is not None else "")
 
     @staticmethod
@@ -247,7 +261,8 @@ class PatchSession:
                     continue
                 ids, p, value = run
                 layer, pos, head = cells.meaning(row, col)
-                name = "patched: " + " ".join(x for x in (f"L{layer}", "" if head is None else f"H{head}",
+                name = "patched: " + " ".join(x for x in (f"{self.row_prefix}{layer}",
+                                                          "" if head is None else f"H{head}",
                                                           "" if pos is None else f"pos {pos}") if x)
                 out.append([row, col, float(value), name, [decode([i]) for i in ids],
                             [round(float(x), PROB_DIGITS) for x in p]])
@@ -292,7 +307,9 @@ def _short(edits: list[Edit]) -> str:
     if len(edits) > 1:
         return f"{len(edits)} edits"
     e = edits[0]
-    return " ".join(x for x in (f"L{e.layer}", "" if e.head is None else f"H{e.head}",
+    feature = getattr(e, "feature", None)
+    where = f"F{feature}" if getattr(e, "sae", None) is not None and isinstance(feature, int) else f"L{e.layer}"
+    return " ".join(x for x in (where, "" if e.head is None else f"H{e.head}",
                                 "" if e.pos is None else f"pos {e.pos}") if x)
 
 
@@ -564,7 +581,7 @@ def _session_of(result, lab: Engine, answer=None, wrong=None) -> PatchSession:
     clean, corrupt = (result.clean[0], result.corrupt[0]) if len(result.clean) == 1 else (
         tuple(result.clean), tuple(result.corrupt))
     return PatchSession(lab, clean, corrupt, answer, wrong, result.site, result.by,
-                        result.direction, metric=metric if answer is None else None)
+                        result.direction, metric=metric if answer is None else None, sae=getattr(result, "sae", None))
 
 
 def heatmap_for(result, lab: Engine | None = None, answer=None, wrong=None):

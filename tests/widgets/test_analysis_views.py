@@ -175,8 +175,7 @@ def test_a_progressive_sweep_shows_the_estimate_and_cancel_keeps_a_partial_heatm
     with the mouse while the sweep runs, leaves the exact cells done and the estimate elsewhere, marked partial."""
     import threading
 
-    from interplab.views.patching import PatchSession
-    from interplab.views.patching import PatchExplorer
+    from interplab.views.patching import PatchExplorer, PatchSession
 
     session = PatchSession(gpt2_lab, CLEAN, CORRUPT, 5, 9)
     ex = PatchExplorer(session)

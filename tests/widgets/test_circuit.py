@@ -13,9 +13,8 @@ import torch
 from bridge import Bridge  # tests/widgets/bridge.py
 
 import interplab as ilab
-from interplab.views.circuit import edge_graph
+from interplab.views.circuit import CircuitGraph, edge_graph
 from interplab.widgets.base import BAD_MESSAGE
-from interplab.views.circuit import CircuitGraph
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPT = "When Mary and John went to the store, Mary gave a drink to"

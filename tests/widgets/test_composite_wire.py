@@ -9,17 +9,12 @@ import json
 import pytest
 from ipywidgets.widgets import widget as ipywidget
 
-from interplab.widgets import LabWidget
-
 from interplab.views.attention import AttentionView
-
 from interplab.views.heatmap import PatchingHeatmap
-
 from interplab.views.lens import LensView
-
 from interplab.views.logits import LogitPanel
-
 from interplab.views.steering import SteeringPanel
+from interplab.widgets import LabWidget
 from interplab.widgets.base import BAD_MESSAGE, PROTOCOL
 from interplab.widgets.composite import Composite
 

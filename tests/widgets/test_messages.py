@@ -12,13 +12,9 @@ import sys
 import pytest
 
 from interplab.views.attention import AttentionView
-
 from interplab.views.heatmap import PatchingHeatmap
-
 from interplab.views.lens import LensView
-
 from interplab.views.logits import LogitPanel
-
 from interplab.views.steering import SteeringPanel
 from interplab.widgets.base import BAD_MESSAGE, declared_requests
 

@@ -11,29 +11,22 @@ import re
 import anywidget
 import pytest
 
-from interplab.widgets import LabWidget
-
+import interplab.views  # noqa: F401 (every view class defined)
 from interplab.views.attention import AttentionView
-
-from interplab.views.heatmap import PatchingHeatmap
-
-from interplab.views.lens import LensView
-
-from interplab.views.logits import LogitPanel
-
-from interplab.views.steering import SteeringPanel
-from interplab.widgets.base import BAD_MESSAGE, PROTOCOL
 from interplab.views.circuit import CircuitGraph
-from interplab.widgets.composite import Composite
-from interplab.views.values import ValueBars
+from interplab.views.heatmap import PatchingHeatmap
+from interplab.views.lens import LensView
+from interplab.views.logits import LogitPanel
+from interplab.views.steering import SteeringPanel
+from interplab.widgets import LabWidget
+from interplab.widgets.base import BAD_MESSAGE, PROTOCOL, VIEW_CLASSES
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "js" / "src"
 VIEW_JS = SRC / "views"  # one file per view kind
 ALL_JS = sorted([*SRC.glob("*.js"), *VIEW_JS.glob("*.js")])
 VIEWS = PROTOCOL["views"]
-CLASSES = {cls._view_kind.default_value: cls for cls in (PatchingHeatmap, LogitPanel, SteeringPanel, LensView,
-                                                         AttentionView, CircuitGraph, ValueBars, Composite)}
+CLASSES = VIEW_CLASSES  # kind -> class, each view class registers itself as it is defined
 SCALARS = {"int", "number", "bool", "string"}
 
 
@@ -347,7 +340,6 @@ def test_cells_travel_as_the_declared_one_way_message(monkeypatch):
 def test_protocol_json_is_what_the_view_classes_declare():
     """Each view is declared once, on its class (REQUESTS, MESSAGES, its synced traits): protocol.json, which the
     bundle carries, is generated from them (python -m interplab.views) and must not drift."""
-    import interplab.views  # noqa: F401 (every view class defined)
     from interplab.widgets.base import protocol
 
     assert PROTOCOL == json.loads(json.dumps(protocol())), "run: python -m interplab.views && cd js && npm run build"
@@ -355,7 +347,6 @@ def test_protocol_json_is_what_the_view_classes_declare():
 
 def test_every_python_view_has_its_js_file_and_every_js_file_a_python_view():
     """The page's registry is the folder js/src/views (build.mjs lists it); the kernel's is the view classes."""
-    import interplab.views  # noqa: F401
     from interplab.widgets.base import VIEW_CLASSES
 
     assert {p.stem for p in VIEW_JS.glob("*.js")} == set(VIEW_CLASSES) == set(VIEWS)

@@ -11,9 +11,7 @@ import types
 import pytest
 
 from interplab.views.heatmap import PatchingHeatmap
-
 from interplab.views.lens import LensView
-
 from interplab.views.logits import LogitPanel
 from interplab.widgets import base as wbase
 
