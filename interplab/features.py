@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import edits
+from . import display, edits
 from .engine import Engine, as_prompts, engine_of, own_weights
 from .errors import InterplabError, NumberError, OutOfRangeError
 from .patching import SweepResult, budget_bytes, patch_sweep
@@ -63,10 +63,19 @@ class TokenFeatures:
     tokens: list[str]
     ids: torch.Tensor  # [pos, k] feature indices, highest activation first
     acts: torch.Tensor  # [pos, k] their activations
+    prompt: str = ""
+    lab: object = field(default=None, repr=False)
+    sae: SAE | None = field(default=None, repr=False)
 
     def at(self, pos: int) -> list[tuple[int, float]]:
         """(feature, activation) at a position, highest first, active features only."""
         return [(int(i), float(a)) for i, a in zip(self.ids[pos], self.acts[pos]) if a > 0]
+
+    def show(self, **kw):
+        """The feature view (interplab.views.features): click a token for its top features, a feature for its top
+        contexts, logit effects, steering slider and ablate toggle. kw: contexts (prompts to find top contexts in),
+        metric, k, alpha_range."""
+        return display.view(self, **kw)
 
     def __repr__(self) -> str:
         rows = [f"{p:3d} {t!r:>12}: " + ", ".join(f"F{i} {a:.2f}" for i, a in self.at(p))
@@ -82,7 +91,7 @@ def features(lab: Engine, prompt: str, sae: SAE, k: int = 5) -> TokenFeatures:
                              f"lab.feature_acts(prompts, sae).")
     acts = feature_acts(lab, prompt, sae)[0]
     values, ids = acts.topk(_k(k, sae.d_sae), dim=-1)
-    return TokenFeatures(lab.to_str_tokens(prompt), ids, values)
+    return TokenFeatures(lab.to_str_tokens(prompt), ids, values, prompt, lab, sae)
 
 
 def feature_attribution(lab: Engine, clean, corrupt, sae: SAE, metric, direction: str = "denoise",
@@ -271,6 +280,10 @@ class Feature:
     def steer(self, alpha: float, pos=None, **kw):
         """The edit that adds alpha times its decoder direction (ilab.steer(sae, feature=index, alpha=alpha))."""
         return edits.steer(self.sae, alpha=alpha, pos=pos, feature=self.index, **kw)
+
+    def show(self, prompt: str, **kw):
+        """The feature view on `prompt` with this feature selected (see TokenFeatures.show)."""
+        return display.view(self, prompt=prompt, **kw)
 
     def __repr__(self) -> str:
         return f"Feature({self.index} of {self.sae.describe()})"

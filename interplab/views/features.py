@@ -1,0 +1,219 @@
+"""The feature view: an SAE's features on one prompt. Click a token: its top features as bars; click a feature: where
+it fires most (each token shaded by its activation), the tokens its decoder direction raises and lowers, a steering
+slider and an ablate toggle with the next-token bars they give.
+
+    lab.features(prompt, sae).show()           # the prompt's tokens, each one's top features
+    lab.feature(sae, 12).show(prompt)          # the same, feature 12 selected
+
+The page holds every token's top features and, for each of those features, its panel (top contexts, logit effects,
+its activation at each token), so a click on a token or a feature paints at once; the kernel computes only the
+steered and ablated logits (a forward each) and the panel of a feature the page was not given.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import traitlets as t
+
+from .. import display
+from ..edits import steer, zero
+from ..engine import Engine, engine_of
+from ..errors import InterplabError
+from ..features import Feature, TokenFeatures, feature_acts, feature_logit_effects, features, top_contexts
+from ..metrics import as_metric
+from ..widgets.base import Float, Int, Labels, LabWidget
+from ..widgets.jobs import job
+from .logits import PROB_DIGITS, TOP_K, top_k
+
+CONTEXTS = 5  # top contexts shown per feature
+EFFECTS = 6  # tokens raised and lowered shown per feature
+
+
+class FeatureView(LabWidget):
+    """Traits (kernel -> page): tokens; top [per position: [[feature, activation], ...]]; panels {"<feature>": {acts,
+    contexts: [{tokens, acts, pos}], raised: [[token, value]], lowered: [...]}}; pos, feature (selected; -1: none);
+    alpha, alpha_min, alpha_max, ablate; logits [{name, tokens, probs}] (base and the edited run); metric {name,
+    values} (with an answer); title, d_sae.
+
+    Requests (page -> kernel): token {pos}, feature {index}, steer {alpha}, ablate {on}."""
+
+    _view_kind = t.Unicode("features").tag(sync=True)
+    REQUESTS = {
+        "token": {"pos": "int"},
+        "feature": {"index": "int"},
+        "steer": {"alpha": "number"},
+        "ablate": {"on": "bool"},
+    }
+
+    tokens = Labels().tag(sync=True)
+    top = t.List().tag(sync=True)
+    panels = t.Dict().tag(sync=True)
+    pos = t.Int(-1).tag(sync=True)
+    feature = t.Int(-1).tag(sync=True)
+    d_sae = t.Int(0).tag(sync=True)
+    alpha = t.Float(0.0).tag(sync=True)
+    alpha_min = t.Float(-8.0).tag(sync=True)
+    alpha_max = t.Float(8.0).tag(sync=True)
+    ablate = t.Bool(False).tag(sync=True)
+    logits = t.List().tag(sync=True)
+    metric = t.Dict().tag(sync=True)
+    title = t.Unicode("").tag(sync=True)
+
+    def _limits(self):
+        return {"token": {"pos": Int(0, len(self.tokens) - 1)}, "feature": {"index": Int(0, self.d_sae - 1)},
+                "steer": {"alpha": Float(self.alpha_min, self.alpha_max)}}
+
+    def _handle_token(self, pos: int) -> None:
+        self.pos = pos
+
+    def on_feature(self, fn):
+        return self._register("feature", fn)
+
+    def on_steer(self, fn):
+        return self._register("steer", fn)
+
+    def on_ablate(self, fn):
+        return self._register("ablate", fn)
+
+
+# ---- what the view shows, as plain numbers --------------------------------------------------------------------
+def token_tops(tf: TokenFeatures) -> list[list[list]]:
+    """Per position, its active top features as [[feature, activation], ...], highest first."""
+    return [[[f, round(a, 4)] for f, a in tf.at(p)] for p in range(len(tf.tokens))]
+
+
+def feature_panels(lab: Engine, sae, prompt: str, feats: list[int], contexts: list[str] | None) -> dict:
+    """{str(feature): panel} for the page: the feature's activation at each token of `prompt`, its top contexts in
+    `contexts` (each token's activation, for shading) and the tokens its decoder direction raises and lowers most."""
+    if not feats:
+        return {}
+    here = feature_acts(lab, prompt, sae)[0][:, feats]  # [pos, n]
+    found = top_contexts(lab, contexts, sae, feats, k=CONTEXTS, progress=False) if contexts else None
+    shown = sorted({int(i) for i in found.prompt_index[torch.isfinite(found.values)].tolist()}) if found else []
+    acts = feature_acts(lab, [contexts[i] for i in shown], sae)[..., feats] if shown else None  # one batched run
+    row_of = {i: r for r, i in enumerate(shown)}
+    out = {}
+    for j, f in enumerate(feats):
+        ctx = []
+        if found is not None:
+            for v, i, p in zip(found.values[j].tolist(), found.prompt_index[j].tolist(), found.pos[j].tolist()):
+                if not math.isfinite(v) or v <= 0:
+                    continue
+                toks = lab.to_str_tokens(contexts[i])
+                ctx.append({"tokens": toks, "acts": [round(x, 4) for x in acts[row_of[i], :len(toks), j].tolist()],
+                            "pos": int(p)})
+        effects = feature_logit_effects(lab, sae, f, EFFECTS)
+        out[str(f)] = {"acts": [round(x, 4) for x in here[:, j].tolist()], "contexts": ctx,
+                       "raised": [[tok, round(v, 4)] for tok, v in effects.raised],
+                       "lowered": [[tok, round(v, 4)] for tok, v in effects.lowered]}
+    return out
+
+
+def edited_logits(lab: Engine, prompt: str, sae, feature: int, alpha: float, ablate: bool, metric=None) -> dict:
+    """Next-token bars of the prompt as is and with the feature edited (steered by alpha at every position, or set
+    to 0 there: ablated; the site rebuilt as decode(edited features) + error), and the metric of each."""
+    base = lab.run(prompt, log=False).last_logits
+    series, values = [], {}
+
+    def shown(logits, name):
+        toks, probs = top_k(lab, logits[0], TOP_K)
+        series.append({"name": name, "tokens": toks, "probs": [round(p, PROB_DIGITS) for p in probs]})
+        if metric is not None:
+            values[name] = float(metric(logits)[0])
+
+    shown(base, "base")
+    edits = ([zero(sae, feature=feature)] if ablate else []) + (
+        [steer(sae, feature=feature, alpha=alpha)] if alpha != 0 else [])
+    if edits:
+        what = " + ".join((["ablated"] if ablate else []) + ([f"steered alpha {alpha:g}"] if alpha != 0 else []))
+        shown(lab.last_logits(prompt, edits, log=False), f"F{feature} {what}")
+    return {"series": series, "metric": {"name": metric.name, "values": values} if metric is not None else {}}
+
+
+# ---- the wiring: requests become jobs on the lab's worker --------------------------------------------------------
+class FeatureExplorer:
+    """Drives a FeatureView for one prompt and SAE (`explorer.view`; `lab.features(prompt, sae).show()` returns the
+    view, its explorer as view.explorer). contexts: the prompts to find each feature's top contexts in (default:
+    ioi-tiny's corpus sample from interplab.zoo, 200 prompts); metric: an optional metric shown beside the bars."""
+
+    def __init__(self, lab, prompt: str, sae, *, feature: int | None = None, k: int = 5, contexts=None,
+                 metric=None, alpha_range: tuple[float, float] = (-8.0, 8.0)):
+        self.lab = lab = engine_of(lab)
+        self.prompt, self.sae = prompt, sae
+        self.contexts = list(contexts) if contexts is not None else default_contexts()
+        self.metric = as_metric(metric).bind(lab.token_id) if metric is not None else None
+        tf = features(lab, prompt, sae, k)
+        top = token_tops(tf)
+        feats = sorted({f for row in top for f, _ in row} | ({feature} if feature is not None else set()))
+        last = len(tf.tokens) - 1
+        first = feature if feature is not None else (top[last][0][0] if top[last] else (feats[0] if feats else 0))
+        self.view = FeatureView(tokens=tf.tokens, top=top, panels=feature_panels(lab, sae, prompt, feats,
+                                                                                 self.contexts),
+                                pos=last, feature=first, d_sae=sae.d_sae, alpha_min=float(alpha_range[0]),
+                                alpha_max=float(alpha_range[1]),
+                                title=f"{sae.describe()} on {prompt[-60:]!r}")
+        self.view.explorer = self
+        self.view.on_feature(lambda index: self.select(index))
+        self.view.on_steer(lambda alpha: self._edit(alpha=alpha))
+        self.view.on_ablate(lambda on: self._edit(ablate=on))
+        self.refresh()
+
+    def select(self, index: int) -> None:
+        """Show feature `index`: its panel (computed if the page lacks it) and its edited logits."""
+        v = self.view
+        v.feature = index
+        if str(index) not in v.panels:
+            v.status = f"F{index}: finding its top contexts..."
+
+            def show(panel):
+                v.panels = {**v.panels, **panel}
+                v.status = ""
+
+            job(self.lab.worker, v, f"panel:{id(self)}",
+                lambda: feature_panels(self.lab, self.sae, self.prompt, [index], self.contexts), show)
+        self.refresh()
+
+    def _edit(self, alpha: float | None = None, ablate: bool | None = None) -> None:
+        if alpha is not None:
+            if not math.isfinite(alpha):
+                raise InterplabError(f"alpha={alpha!r}: a finite number")
+            self.view.alpha = alpha
+        if ablate is not None:
+            self.view.ablate = ablate
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute the bars for the selected feature, alpha and ablate toggle (the latest request wins)."""
+        v = self.view
+        args = (self.prompt, self.sae, v.feature, v.alpha, v.ablate, self.metric)
+
+        def show(out: dict[str, Any]):
+            v.logits, v.metric = out["series"], out["metric"]
+
+        job(self.lab.worker, v, f"logits:{id(self)}", lambda: edited_logits(self.lab, *args), show)
+
+
+def default_contexts(n: int = 200) -> list[str]:
+    """Prompts to look for top contexts in: the clean and corrupt prompts of ioi-tiny's IOI dataset (test split)."""
+    from ..zoo import ioi_dataset
+
+    return [p for pair in ioi_dataset(n // 2, split="test") for p in (pair["clean"], pair["corrupt"])][:n]
+
+
+def show_token_features(tf: TokenFeatures, **kw) -> FeatureView:
+    """TokenFeatures.show(): the view on its prompt."""
+    if tf.lab is None or tf.sae is None:
+        raise InterplabError("these token features know no lab or SAE: lab.features(prompt, sae).show()")
+    return FeatureExplorer(tf.lab, tf.prompt, tf.sae, **kw).view
+
+
+def show_feature(f: Feature, prompt: str, **kw) -> FeatureView:
+    """Feature.show(prompt): the view on that prompt, this feature selected."""
+    return FeatureExplorer(f.lab, prompt, f.sae, feature=f.index, **kw).view
+
+
+display.register(TokenFeatures, show_token_features)
+display.register(Feature, show_feature)

@@ -1,0 +1,181 @@
+"""The feature view (interplab.views.features) and a click on a feature sweep's heatmap: the numbers it shows against
+the SAE computed by hand on ioi-tiny's own block output (a hook written here, tests/features/_saes.py's formulas),
+bad requests answered and nothing left attached; in Chromium, the real mouse and keyboard on the bridged view, and
+the drawn bars' geometry against the activations."""
+
+import pytest
+import torch
+from features._saes import hand_encode, random_sae  # tests/features: the SAE written out by hand
+from features.test_splice import CLEAN, CORRUPT, hand, spliced
+
+import interplab as ilab
+from interplab.views.features import FeatureView
+
+SAE_AT = (1, "post")  # resid_post L1 is block 1's output
+METRIC = ilab.logit_diff(" Mary", " John")
+
+
+@pytest.fixture(scope="module")
+def lab():
+    return ilab.Lab.load("ioi-tiny")
+
+
+@pytest.fixture(scope="module")
+def sae():
+    return random_sae(site="resid_post", layer=1, d_in=128, d_sae=64, seed=3)
+
+
+@pytest.fixture(scope="module")
+def contexts():
+    return [p for pair in ilab.zoo.ioi_dataset(8, split="test") for p in (pair["clean"], pair["corrupt"])]
+
+
+@pytest.fixture()
+def view(lab, sae, contexts):
+    return lab.features(CLEAN, sae).show(contexts=contexts, metric=METRIC)
+
+
+def hand_feature_acts(lab, sae, prompt):
+    """[pos, d_sae]: the SAE's features of block 1's output, read by a hook written here."""
+    got = {}
+    hand(lab, prompt, SAE_AT, lambda x: got.setdefault("x", x) if "x" not in got else x)
+    return hand_encode(sae, got["x"])[0].float()
+
+
+def probs_of(logits, k=8):
+    p = logits[0, -1].softmax(-1)
+    return p.topk(k)
+
+
+def test_the_view_shows_each_tokens_top_features_and_each_features_activations(lab, sae, view, contexts):
+    assert isinstance(view, FeatureView)
+    want = hand_feature_acts(lab, sae, CLEAN)
+    assert view.tokens == lab.to_str_tokens(CLEAN)
+    for pos, row in enumerate(view.top):
+        top = want[pos].topk(5)
+        expected = [(int(i), float(a)) for a, i in zip(*top) if a > 0]
+        assert [f for f, _ in row] == [f for f, _ in expected]
+        assert [a for _, a in row] == pytest.approx([a for _, a in expected], abs=1e-3)
+    corpus = [hand_feature_acts(lab, sae, p) for p in contexts]  # every token of every context prompt, by hand
+    for key, panel in view.panels.items():
+        f = int(key)
+        assert panel["acts"] == pytest.approx(want[:, f].tolist(), abs=1e-3)
+        every = torch.cat([a[:, f] for a in corpus])
+        best = [v for v in every.topk(5).values.tolist() if v > 0]
+        marked = [ctx["acts"][ctx["pos"]] for ctx in panel["contexts"]]  # the token each context marks
+        assert marked == pytest.approx(best, abs=1e-3)
+        for ctx in panel["contexts"]:  # shading: the context prompt's own activations, token by token
+            i = next(i for i, p in enumerate(contexts) if lab.to_str_tokens(p) == ctx["tokens"])
+            assert ctx["acts"] == pytest.approx(corpus[i][:, f].tolist(), abs=1e-3)
+    assert view.pos == len(view.tokens) - 1 and str(view.feature) in view.panels
+
+
+def test_steering_and_ablating_the_selected_feature_give_the_hand_hooked_logits(lab, sae, view):
+    f = view.feature
+    view.send_test_message({"type": "steer", "alpha": 2.5})
+    lab.engine.worker.join()
+    names = [s["name"] for s in view.logits]
+    assert names == ["base", f"F{f} steered alpha 2.5"]
+    direction = sae.W_dec[f].double()
+    steered = hand(lab, CLEAN, SAE_AT, lambda x: (x.double() + 2.5 * direction).to(x.dtype))
+    p, ids = probs_of(steered)
+    assert view.logits[1]["tokens"] == [lab.tokenizer.decode([int(i)]) for i in ids]
+    assert view.logits[1]["probs"] == pytest.approx(p.tolist(), abs=2e-4)
+    mary, john = lab.token_id(" Mary"), lab.token_id(" John")
+    assert view.metric["values"][names[1]] == pytest.approx(float(steered[0, -1, mary] - steered[0, -1, john]),
+                                                            abs=1e-4)
+
+    view.send_test_message({"type": "steer", "alpha": 0.0})
+    view.send_test_message({"type": "ablate", "on": True})
+    lab.engine.worker.join()
+    ablated = hand(lab, CLEAN, SAE_AT, spliced(sae, lambda fs, x: fs.index_fill_(-1, torch.tensor([f]), 0.0)))
+    p, ids = probs_of(ablated)
+    assert view.logits[1]["name"] == f"F{f} ablated"
+    assert view.logits[1]["probs"] == pytest.approx(p.tolist(), abs=2e-4)
+    assert lab.hooks() == []
+
+
+def test_a_feature_opens_the_view_on_a_prompt_with_it_selected(lab, sae, contexts):
+    view = lab.feature(sae, 7).show(CORRUPT, contexts=contexts)
+    lab.engine.worker.join()
+    assert view.feature == 7 and "7" in view.panels and view.tokens == lab.to_str_tokens(CORRUPT)
+    assert view.panels["7"]["acts"] == pytest.approx(hand_feature_acts(lab, sae, CORRUPT)[:, 7].tolist(), abs=1e-3)
+
+
+def test_a_feature_the_page_lacks_gets_its_panel_from_the_kernel(lab, sae, view):
+    missing = next(i for i in range(sae.d_sae) if str(i) not in view.panels)
+    reply = view.send_test_message({"type": "feature", "index": missing})
+    lab.engine.worker.join()
+    assert reply["ok"] and view.feature == missing and str(missing) in view.panels
+    want = hand_feature_acts(lab, sae, CLEAN)[:, missing]
+    assert view.panels[str(missing)]["acts"] == pytest.approx(want.tolist(), abs=1e-3)
+
+
+@pytest.mark.parametrize("msg", [
+    {"type": "token", "pos": 99}, {"type": "feature", "index": 64}, {"type": "feature", "index": -1},
+    {"type": "steer", "alpha": 1e9}, {"type": "steer", "alpha": float("nan")}, {"type": "ablate", "on": "yes"},
+    {"type": "zap"},
+])
+def test_bad_requests_are_answered_and_change_nothing(lab, view, msg):
+    lab.engine.worker.join()  # the first bars
+    before = {k: getattr(view, k) for k in ("pos", "feature", "alpha", "ablate", "logits")}
+    reply = view.send_test_message(msg)
+    lab.engine.worker.join()
+    assert reply["ok"] is False and reply["error"]
+    assert {k: getattr(view, k) for k in before} == before
+    assert lab.hooks() == []
+
+
+# ------------------------------------------------------------------------------------------------ in Chromium
+@pytest.mark.browser
+def test_clicks_paint_at_once_and_the_bars_are_the_numbers(page, mount, lab, sae, contexts, monkeypatch):
+    from bridge import Bridge  # tests/widgets/bridge.py
+
+    view = lab.features(CLEAN, sae).show(contexts=contexts)
+    lab.engine.worker.join()
+    b = Bridge(view, mount, monkeypatch)
+    w = b.w
+    page.wait_for_function("() => document.querySelectorAll('.il-ftokens .il-ftok').length > 0")
+    # the prompt's tokens, left to right in reading order
+    boxes = w.js("(w) => [...w.el.querySelector('.il-ftokens').children].map((s) => { const r = "
+                 "s.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })")
+    assert len(boxes) == len(view.tokens)
+    assert all((b2[1] > b1[1] + 1) or (abs(b2[1] - b1[1]) < 1 and b2[0] >= b1[0] + b1[2] - 0.5)
+               for b1, b2 in zip(boxes, boxes[1:]))
+    # a real click on token 3: the page paints its top features before the kernel has heard of it
+    x, y, wd, ht = boxes[3]
+    page.mouse.click(x + wd / 2, y + ht / 2)
+    rows = w.js("(w) => [...w.el.querySelectorAll('.il-frow')].map((r) => [Number(r.dataset.feature), "
+                "Number(r.dataset.act), r.querySelector('.il-fill').getBoundingClientRect().width, "
+                "r.querySelector('.il-track').getBoundingClientRect().width])")
+    assert [r[0] for r in rows] == [f for f, _ in view.top[3]]
+    assert [r[1] for r in rows] == pytest.approx([a for _, a in view.top[3]], abs=1e-6)
+    top = max(r[1] for r in rows)
+    for _, act, fill, track in rows:  # each bar's length is its activation on one scale
+        assert fill == pytest.approx(track * act / top, abs=1.0)
+    w.wait_sent(1)
+    assert w.requests[-1] == {"type": "token", "pos": 3}
+    b.pump(lab)
+    assert view.pos == 3
+    # a real click on its second feature: the panel paints from the page's data, then the kernel's bars come
+    second = rows[1][0] if len(rows) > 1 else rows[0][0]
+    row = page.locator(f".il-frow[data-feature='{second}']")
+    row.click()
+    title = w.js("(w) => w.el.querySelector('.il-fpanel .il-bars-title').textContent")
+    assert title.startswith(f"F{second}:")
+    shades = w.js("(w) => [...w.el.querySelector('.il-ftokens').children].map((s) => Number(s.dataset.act))")
+    assert shades == pytest.approx(view.panels[str(second)]["acts"], abs=1e-6)
+    b.pump(lab)
+    assert view.feature == second
+    # the keyboard on the slider: ArrowRight steps alpha by 0.1; the kernel's steered bars are drawn
+    page.locator(".il-falpha").focus()
+    for _ in range(5):
+        page.keyboard.press("ArrowRight")
+    page.wait_for_timeout(50)
+    b.pump(lab)
+    b.pump(lab)
+    assert view.alpha == pytest.approx(0.5)
+    drawn = w.js("(w) => [...w.el.querySelectorAll('.il-series')].map((s) => s.querySelector('.il-series-name')"
+                 ".textContent)")
+    assert drawn == [s["name"] for s in view.logits] and drawn[1] == f"F{second} steered alpha 0.5"
+    page.screenshot(path="artifacts/feature_view.png", full_page=True)
