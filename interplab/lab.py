@@ -38,9 +38,6 @@ class Lab:
 
     def __init__(self, model, tokenizer, **kw):
         self.engine = Engine(model, tokenizer, **kw)
-        self._bound_edits: list = []
-        self._bound_hooks = None  # the HookManager of the bound edits
-        self._vllm_dir = None  # where use_vllm saved an in-memory model for vLLM to load
 
     # ---- the model in hand ----------------------------------------------------------------------------
     @property
@@ -144,7 +141,7 @@ class Lab:
         'interplab[big]'). Edits, sweeps and clicks work on such a model as on one device (docs/SCALE.md).
 
         engine="vllm" also starts a vLLM engine on the same weights (lab.use_vllm(**vllm_options)): generation,
-        lab.sample and backend="vllm" sweeps then run there (pip install 'interplab[vllm]'; interplab.served).
+        lab.sample and backend="vllm" sweeps then run there (pip install 'interplab[vllm]'; interplab.engine.vllm).
         """
         if engine not in ("hf", "vllm"):
             raise LoadError(f"engine={engine!r}: 'hf' (the Hugging Face model only) or 'vllm' (plus a vLLM engine).")
@@ -162,41 +159,24 @@ class Lab:
         """Start a vLLM engine on this lab's model (in this process) and return it: lab.generate, lab.sample and
         lab.patch_sweep(..., backend="vllm") then run on it. path: the model's directory or hub id (default: an
         embedded model's own directory, else this model saved to a temporary directory). options go to
-        interplab.engine.vllm.VLLMEngine (prefix_caching, kv_cache_gib, cache_dir, max_num_seqs, ...)."""
-        import tempfile
-
-        from .engine.vllm import VLLMEngine
-
-        if self.engine.vllm is not None:
-            self.engine.vllm.close()
-            self.engine.vllm = None
-        if path is None:
-            path = embedded_path(self.model_id)
-        if path is None:
-            self._vllm_dir = tempfile.TemporaryDirectory(prefix="interplab-vllm-model-")
-            path = self._vllm_dir.name
-            self.model.save_pretrained(path)
-            self.tokenizer.save_pretrained(path)
-        self.engine.vllm = VLLMEngine(path, special_ids=list(getattr(self.tokenizer, "all_special_ids", None) or []),
-                                      **options)
-        return self.engine.vllm
+        interplab.engine.vllm.VLLMBackend (prefix_caching, kv_cache_gib, cache_dir, max_num_seqs, ...)."""
+        return self.engine.use_vllm(embedded_path(self.model_id) if path is None else path, **options)
 
     def sample(self, prompts, edits=None, **kw):
         """n completions per prompt under edits, with log-probabilities, for evaluating an edit over many prompts
-        (see interplab.served.sample)."""
-
-        return served.sample(self.engine, prompts, edits, **kw)
+        (see interplab.engine.backends.sample)."""
+        return self.engine.sample(prompts, edits, **kw)
 
     def patch_sweep(self, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
                     direction: str = "denoise", method: str = "exact", backend: str = "hf", **kw):
         """Activation-patching heatmap values for every cell (see interplab.patching.patch_sweep);
         backend="vllm": each cell a request on the lab's vLLM engine (interplab.served.patch_sweep)."""
 
-        if backend == "vllm" and served.check_backend(self.engine, backend):
+        if backend == "vllm" and self.engine.backend(backend):
             if method != "exact" or kw:
                 raise InterplabError(f"a vLLM sweep is exact and takes no options; got method={method!r}, "
                                      f"{sorted(kw)}.")
-            return served.patch_sweep(self.engine.engine, clean, corrupt, site, by, metric, direction)
+            return served.patch_sweep(self.engine, clean, corrupt, site, by, metric, direction)
         if backend != "hf":
             raise InterplabError(f"backend={backend!r}: 'hf' or 'vllm'.")
         return patch_sweep(self.engine, clean, corrupt, site, by, metric, direction, method, **kw)
@@ -264,12 +244,11 @@ class Lab:
         live next-token bars, and generation with the steer."""
         return steering_panel(self.engine, prompt, positive, negative, site, layer, alpha_range)
 
-    # ---- generation and persistent edits: implemented in interplab.steering -------------------------------
+    # ---- generation and persistent edits: run by the engine (interplab.engine) ---------------------------------
     def generate(self, prompt, edits=None, **kw):
-        """Generate text with edits active at every decoding step (see interplab.steering.generate), on the lab's
-        vLLM engine when it has one (backend=None; 'hf' or 'vllm' choose: interplab.served.generate)."""
-
-        return served.generate(self.engine, prompt, edits, **kw)
+        """Generate text with edits active at every decoding step (see interplab.engine.generate.generate), on the
+        lab's vLLM engine when it has one (backend=None; 'hf' or 'vllm' choose: interplab.engine.backends)."""
+        return self.engine.generate(prompt, edits, **kw)
 
     def residual_norm(self, site: str = "resid_post", layer: int = 0, prompts=None) -> float:
         """Mean norm of the activation at a site: the scale to size a steering vector against."""
@@ -282,45 +261,24 @@ class Lab:
         """`with lab.edit([...]):` every call of the plain model (model.generate too) runs with the edits, which
         are removed on exit, exception or not."""
         before = self.bound
-        self._rebind(before + list(edits))
+        self.engine.rebind(before + list(edits))
         try:
             yield self
         finally:
-            self._rebind(before)
+            self.engine.rebind(before)
 
     def bind(self, edits) -> None:
         """Apply edits to every call of the plain model until lab.unbind() (adds to those already bound)."""
-        self._rebind(self.bound + list(edits))
+        self.engine.rebind(self.bound + list(edits))
 
     def unbind(self) -> None:
         """Remove every bound edit (and only interplab's hooks)."""
-        self._rebind([])
+        self.engine.rebind([])
 
     @property
     def bound(self) -> list:
         """The edits bound to the model right now."""
-        return list(self._bound_edits)
-
-    def _rebind(self, edits: list) -> None:
-        """Bind exactly `edits`; if they cannot be bound, what was bound before stays bound. (The memo needs no
-        clearing: hooks are part of its key.)"""
-        before = self._bound_edits
-        self._detach()
-        try:
-            self._attach(edits)
-        except BaseException:
-            self._attach(before)
-            raise
-
-    def _attach(self, edits: list) -> None:
-        if edits:
-            self._bound_hooks = steering.bind_hooks(self.engine, edits)
-        self._bound_edits = list(edits)
-
-    def _detach(self) -> None:
-        if self._bound_hooks is not None:
-            self._bound_hooks.remove_all()
-        self._bound_edits, self._bound_hooks = [], None
+        return self.engine.bound
 
     def __repr__(self) -> str:
         arch = self.sites.arch.name if self.sites.arch else "unknown (raw module paths only)"

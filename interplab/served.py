@@ -1,28 +1,78 @@
-"""Runs on a serving engine (vLLM): steered generation, sampling for evaluation, prefill-only patched runs.
+"""Deprecated: what lived here runs in the engine now, behind one backend interface (interplab.engine.backends).
 
-The lab keeps its Hugging Face model (caches, gradients, attention patterns, every site); a lab with a vLLM engine
-(`lab.use_vllm()`, or `Lab.load(name, engine="vllm")`) also sends these through vLLM, which batches requests of any
-length without padding and keeps a paged key-value cache:
+    lab.generate(prompts, edits, backend=None | "hf" | "vllm")       was served.generate(lab, ...)
+    lab.sample(prompts, edits, ...)                                  was served.sample(lab, ...)
+    lab.engine.forward(prompts, edits, backend="vllm")[0]            was served.last_logits(lab, prompts, edits)
+    lab.engine.forward(prompts, record=sites, backend="vllm")        was served.cached(lab, prompts, sites)
+    lab.patch_sweep(..., backend="vllm")                             was served.patch_sweep(lab, ...)
 
-    lab.generate(prompts, [ilab.steer("resid_post", 1, v, alpha=8, batch=[0, 2])])      # vLLM when the lab has one
-    s = lab.sample(prompts, [ilab.steer(...)], n=16, max_new_tokens=32, score=[" love", " hate"])
-    lab.patch_sweep(clean, corrupt, metric=..., backend="vllm")                          # each cell a request
-
-Edits are planned on the Hugging Face side first (so a wrong site, layer or position fails the same way, before
-anything runs), then each prompt's request carries the edits whose batch= selects it: per request.
+These names stay for one release and warn (DeprecationWarning) when called.
 """
 
 from __future__ import annotations
+
+import functools
+import warnings
 
 import torch
 
 from . import edits as ed
 from .engine import as_prompts, engine_of
-from .engine.backends import Samples, cached, check_backend, generate, last_logits, sample, unsupported
+from .engine import backends as _backends
+from .engine.backends import Samples
 from .engine.vllm import VLLM_SITES
 from .errors import InterplabError, LengthMismatchError, UnsupportedSiteError
 from .metrics import as_metric
 from .patching import AXES, Cells, SweepResult
+
+
+def _deprecated(new: str):
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kw):
+            warnings.warn(f"interplab.served.{fn.__name__} is deprecated and goes in the next release: use {new}.",
+                          DeprecationWarning, stacklevel=2)
+            return fn(*args, **kw)
+        return call
+    return wrap
+
+
+@_deprecated("lab.generate(prompt, edits, backend=...)")
+def generate(lab, prompt, edits=None, **kw):
+    """lab.generate."""
+    return lab.generate(prompt, edits, **kw)
+
+
+@_deprecated("lab.sample(prompts, edits, ...)")
+def sample(lab, prompts, edits=None, **kw) -> Samples:
+    """lab.sample."""
+    return lab.sample(prompts, edits, **kw)
+
+
+@_deprecated('lab.engine.forward(prompts, edits, backend="vllm")[0]')
+def last_logits(lab, prompts, edits=None, *, per_prompt: list | None = None) -> torch.Tensor:
+    """[prompts, vocab] last-position logits on the lab's vLLM engine, each prompt one request."""
+    return engine_of(lab).forward(prompts, edits, per_prompt=per_prompt, backend="vllm")[0]
+
+
+@_deprecated('lab.engine.forward(prompts, record=sites, backend="vllm")')
+def cached(lab, prompts, sites: list[tuple[str, int]]) -> tuple[torch.Tensor, dict]:
+    """(last logits, {(site, layer): [n, pos, width]}) recorded on the lab's vLLM engine."""
+    return engine_of(lab).forward(prompts, record=sites, backend="vllm")
+
+
+@_deprecated('lab.engine.backend(backend).name == "vllm"')
+def check_backend(lab, backend) -> bool:
+    """True when a call with `backend` goes to vLLM."""
+    return _backends.choose(engine_of(lab), backend).name == "vllm"
+
+
+@_deprecated('lab.engine.vllm.unsupported(edits, **options)')
+def unsupported(edits: list, **options) -> str | None:
+    """Why vLLM cannot run these edits or options (None: it can)."""
+    from .engine.vllm import VLLMBackend
+
+    return VLLMBackend.unsupported(None, edits, **options)
 
 
 def patch_sweep(lab, clean, corrupt, site: str, by, metric, direction: str):
@@ -48,8 +98,8 @@ def patch_sweep(lab, clean, corrupt, site: str, by, metric, direction: str):
     metric = as_metric(metric).bind(lab.token_id)
     layers = list(range(lab.n_layers))
     keys = [(site, layer) for layer in layers]
-    base_logits, _ = cached(lab, base, [])
-    source_logits, acts = cached(lab, source, keys)
+    base_logits, _ = lab.forward(base, backend="vllm")
+    source_logits, acts = lab.forward(source, record=keys, backend="vllm")
     pair = torch.arange(len(base))
     base_value = float(metric(base_logits, pair).mean())
     source_value = float(metric(source_logits, pair).mean())
@@ -69,7 +119,7 @@ def patch_sweep(lab, clean, corrupt, site: str, by, metric, direction: str):
                 prompts.append(p)
                 per_prompt.append([ed.patch(site, layer, pos=pos, head=head, source=src)])
                 where.append((li, index, i))
-    logits = last_logits(lab, prompts, per_prompt=per_prompt)
+    logits = lab.forward(prompts, per_prompt=per_prompt, backend="vllm")[0]
     values = metric(logits, torch.tensor([i for _, _, i in where]))
     sums: dict = {}
     for (li, index, _), v in zip(where, values.tolist()):

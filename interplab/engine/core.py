@@ -33,7 +33,8 @@ from ..errors import (
 from ..metrics import as_metric
 from ..sites import HEADED, IN_ATTENTION, LAYERED, SITE_NAMES, Site, SiteMap
 from ..worker import Worker
-from . import attention, hooks, resume
+from . import attention, backends, hooks, resume
+from . import generate as gen
 from .memo import Memo, tensor_bytes
 
 
@@ -164,12 +165,16 @@ class Engine:
         self.load_options: dict = {}  # Lab.load's placement keywords (device_map, ...), for the log's to_code()
         self.sites = SiteMap(model)
         self.log = InterventionLog(self)
-        self.vllm = None  # a VLLMEngine on the same weights (Lab.use_vllm): generation, sampling, prefill sweeps
         # runs, and the click path's cached keys/values (interplab.patching); bounded in bytes per device
         # (memo_budget: bytes, {device: bytes}, or None for a share of free memory; engine.memo)
         self.memo = Memo(model, memo_size, memo_budget)
         self._worker: Worker | None = None
         self._worker_lock = threading.Lock()  # widgets built on two threads at once still share one worker
+        # what runs forwards, generation and sweeps' cells: the model, and vLLM once use_vllm() starts it
+        self.backends: dict[str, backends.Backend] = {"hf": backends.HFBackend()}
+        self._vllm_dir = None  # where use_vllm saved an in-memory model for vLLM to load
+        self._bound_edits: list = []
+        self._bound_hooks: hooks.HookManager | None = None  # the hooks of the bound edits
 
     @property
     def worker(self) -> Worker:
@@ -561,6 +566,81 @@ class Engine:
     def clear_memo(self) -> None:
         """Forget memoised runs. Needed only after writing weights through `.data` (see interplab.memo)."""
         self.memo.clear()
+
+    # ---- backends, generation and bound edits (interplab.engine.backends, interplab.engine.generate) ------------
+    def backend(self, name: str | None = None, edits=(), **options) -> backends.Backend:
+        """The backend that runs a call with these edits and options: 'hf', 'vllm', or None for vLLM when it is
+        started and can run the call, else the Hugging Face model (interplab.engine.backends.choose)."""
+        return backends.choose(self, name, edits, **options)
+
+    @property
+    def vllm(self):
+        """The vLLM backend use_vllm() started (interplab.engine.vllm.VLLMBackend), or None."""
+        return self.backends.get("vllm")
+
+    def use_vllm(self, path: str | None = None, **options):
+        """Start a vLLM engine on this model (in this process) as the "vllm" backend and return it. path: the
+        model's directory or hub id (default: this model saved to a temporary directory). options go to
+        interplab.engine.vllm.VLLMBackend (prefix_caching, kv_cache_gib, cache_dir, max_num_seqs, ...)."""
+        import tempfile
+
+        from .vllm import VLLMBackend
+
+        old = self.backends.pop("vllm", None)
+        if old is not None:
+            old.close()
+        if path is None:
+            self._vllm_dir = tempfile.TemporaryDirectory(prefix="interplab-vllm-model-")
+            path = self._vllm_dir.name
+            self.model.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
+        self.backends["vllm"] = VLLMBackend(
+            path, special_ids=list(getattr(self.tokenizer, "all_special_ids", None) or []), **options)
+        return self.backends["vllm"]
+
+    def forward(self, prompts, edits=None, *, per_prompt: list | None = None, record=(),
+                backend: str | None = None) -> tuple[torch.Tensor, dict]:
+        """A forward with edits on the chosen backend (None: vLLM when started and able, else the Hugging Face
+        model): (last-position logits [prompts, vocab], {(site, layer): [prompts, pos, width]} for the `record`ed
+        sites). per_prompt: one list of edits per prompt instead of `edits`. Not memoised, not logged."""
+        prompts = as_prompts(prompts)
+        every = [e for es in (per_prompt or [edits or []]) for e in es]
+        return self.backend(backend, every).forward(self, prompts, edits, per_prompt=per_prompt, record=record)
+
+    def generate(self, prompt, edits=None, **kw) -> gen.Generation:
+        """Generate with edits active at every decoding step, on the backend chosen by backend= (None: vLLM when
+        started and able, else the Hugging Face model); interplab.engine.backends.generate."""
+        return backends.generate(self, prompt, edits, **kw)
+
+    def sample(self, prompts, edits=None, **kw) -> backends.Samples:
+        """n completions per prompt under edits, with log-probabilities (interplab.engine.backends.sample)."""
+        return backends.sample(self, prompts, edits, **kw)
+
+    @property
+    def bound(self) -> list:
+        """The edits bound to every call of the plain model right now."""
+        return list(self._bound_edits)
+
+    def rebind(self, edits: list) -> None:
+        """Bind exactly `edits` to every call of the plain model (interplab.engine.generate.bind_hooks); if they
+        cannot be bound, what was bound before stays bound. (The memo needs no clearing: hooks are in its key.)"""
+        before = self._bound_edits
+        self._detach_bound()
+        try:
+            self._attach_bound(edits)
+        except BaseException:
+            self._attach_bound(before)
+            raise
+
+    def _attach_bound(self, edits: list) -> None:
+        if edits:
+            self._bound_hooks = gen.bind_hooks(self, edits)
+        self._bound_edits = list(edits)
+
+    def _detach_bound(self) -> None:
+        if self._bound_hooks is not None:
+            self._bound_hooks.remove_all()
+        self._bound_edits, self._bound_hooks = [], None
 
 
 def _host(t: torch.Tensor) -> torch.Tensor:

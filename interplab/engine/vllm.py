@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
+import math
 import os
 import sys
 import tempfile
@@ -33,8 +34,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..edits import ApplyContext, Edit, apply_edit, edits_key
-from ..errors import InterplabError, LoadError, UnsupportedSiteError
+from ..edits import ApplyContext, Edit, apply_edit, edits_key, selected_rows
+from ..errors import InterplabError, LengthMismatchError, LoadError, UnsupportedSiteError
+from .backends import Backend, eos_ids
+from .generate import Generation, plan_edits
 from .hooks import HookManager, with_input
 
 VLLM_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z")
@@ -118,12 +121,15 @@ def _children_hide_what_this_process_hides() -> Iterator[None]:
         command[:] = [sys.executable, "-m", registry.__name__]
 
 
-class VLLMEngine:
-    """A vLLM engine in this process, with interplab's edits applied inside its forward.
+class VLLMBackend(Backend):
+    """A vLLM engine in this process, with interplab's edits applied inside its forward: the Backend an Engine's
+    use_vllm() adds (engine.backends["vllm"], lab.vllm).
 
     path: a local model directory or a hub id (vLLM loads it itself). kv_cache_gib sizes vLLM's key-value cache on
     the CPU (its default is far larger); cache_dir is where vLLM writes its own cache (default: a folder in the
     temporary directory, not the home directory). Other keyword arguments go to vllm.LLM."""
+
+    name, label = "vllm", "vLLM"
 
     def __init__(self, path: str, *, special_ids: Sequence[int] = (), prefix_caching: bool = True,
                  kv_cache_gib: float = 1.0, cache_dir: str | None = None, dtype: str = "float32",
@@ -209,6 +215,113 @@ class VLLMEngine:
                     self._plans.pop(k, None)
                 self._batch = []
         return [d if d is not None else Completion([], [], "abort") for d in done]
+
+    # ---- the Backend interface: requests planned on the engine's Hugging Face side --------------------------------
+    def unsupported(self, edits=(), **options) -> str | None:
+        """Why vLLM cannot run these edits or options (None: it can)."""
+        for name, value in options.items():
+            if value:
+                return f"{name}= runs on the Hugging Face model only"
+        for e in edits:
+            if isinstance(e, Edit):
+                if e.op == "ban_expert":
+                    return "ban_expert re-routes inside vLLM's fused mixture-of-experts kernels"
+                if e.site not in VLLM_SITES:
+                    return (f"site {e.site!r} is not reachable in vLLM (it takes {', '.join(VLLM_SITES)}; "
+                            f"attention's insides are fused kernels there)")
+                if e.op == "stop_grad":
+                    return "stop_grad is for gradients, which vLLM does not compute"
+        return None
+
+    def forward(self, engine, prompts, edits=None, *, per_prompt=None, record=()):
+        """Each prompt one prefill-only request with its edits: its last prompt position's logits (from a hook on
+        vLLM's logits processor), and the recorded sites at its prompt positions. Equal to engine.run's numbers up
+        to vLLM's arithmetic."""
+        rows, lengths = _token_rows(engine, prompts)
+        if per_prompt is not None:
+            if len(per_prompt) != len(prompts):
+                raise LengthMismatchError(f"per_prompt has {len(per_prompt)} edit lists for {len(prompts)} prompts.")
+            plans = [_request_plans(engine, [p], list(es), [n], want_logits=True, record=record)[0]
+                     for p, es, n in zip(prompts, per_prompt, lengths)]
+        else:
+            plans = _request_plans(engine, prompts, list(edits or []), lengths, want_logits=True, record=record)
+        self._prefill(rows, plans)
+        acts = {}
+        if record:
+            if len(set(lengths)) > 1:
+                raise LengthMismatchError(f"recorded prompts must have one token length; got {sorted(set(lengths))}.")
+            acts = {tuple(k): torch.stack([p.cache[tuple(k)] for p in plans]) for k in record}
+        return torch.stack([p.logits for p in plans]), acts
+
+    def _prefill(self, rows, plans) -> None:
+        from vllm import SamplingParams
+
+        why = self.unsupported([e for p in plans for e, _ in p.edits])
+        if why is not None:
+            raise UnsupportedSiteError(f"vLLM: {why}. Use the Hugging Face engine (backend='hf').")
+        # a recording request computes every prompt token itself (a cached prefix would skip them)
+        params = [SamplingParams(max_tokens=1, temperature=0.0, detokenize=False,
+                                 skip_reading_prefix_cache=bool(p.record) or None) for p in plans]
+        self.run(rows, plans, params)
+        missing = [i for i, p in enumerate(plans) if p.want_logits and p.logits is None]
+        if missing:
+            raise InterplabError(f"internal: vLLM returned no logits for requests {missing[:5]}.")
+
+    def generate(self, engine, args, *, temperature=None, top_k=None, top_p=None, seed=None, stop_at_eos=True,
+                 cancel=None, **_):
+        """Every prompt one request with the edits whose batch= selects it; ban_token a logit bias, force_token a
+        split of the generation at its step."""
+        prompts, model_edits, sampler = args.prompts, args.model_edits, args.sampler
+        max_new_tokens, greedy = args.max_new_tokens, args.greedy
+        rows, lengths = _token_rows(engine, prompts, max_new_tokens)
+        plans = _request_plans(engine, prompts, model_edits, lengths)
+        bans = [engine.token_id(s.token) for s in sampler if s.op == "ban"]
+        forces = {s.step: engine.token_id(s.token) for s in sampler if s.op == "force"}
+        new = [[] for _ in prompts]
+        open_rows = list(range(len(prompts)))
+        eos = eos_ids(engine)
+        # a forced token splits generation: run to the step before it, append it, go on from there (the plans keep
+        # the original prompt length, so position words and steps= still count from the real prompt)
+        for stop in sorted(forces) + [max_new_tokens]:
+            todo = [i for i in open_rows if len(new[i]) < stop]
+            if todo:
+                params = [_params(stop - len(new[i]), greedy, temperature, top_k, top_p,
+                                  None if seed is None else seed + i + 7919 * len(new[i]), stop_at_eos, bans)
+                          for i in todo]
+                outs = self.run([rows[i] + new[i] for i in todo], [plans[i] for i in todo], params, cancel=cancel)
+                for i, out in zip(todo, outs):
+                    new[i] += out.ids
+                    if out.finish_reason == "abort" or (stop_at_eos and out.ids and out.ids[-1] in eos):
+                        open_rows.remove(i)
+            if cancel is not None and cancel.is_set():
+                break
+            if stop in forces:
+                for i in open_rows:
+                    new[i].append(forces[stop])
+        return _as_generation(engine, prompts, rows, lengths, new, args.edits, stop_at_eos, eos)
+
+    def sample(self, engine, prompts, model_edits, bans, *, n, max_new_tokens, temperature, top_k, top_p, seed,
+               score_ids):
+        """One request per sample, each with its own seed (samples are reproducible one by one); vLLM returns the
+        drawn token's log-probability and the scored tokens', the edited model's before the sampler."""
+        greedy = temperature is None
+        rows, lengths = _token_rows(engine, prompts, max_new_tokens)
+        plans = _request_plans(engine, prompts, model_edits, lengths)
+        params = [_params(max_new_tokens, greedy, temperature, top_k, top_p,
+                          None if seed is None else seed + k, True, bans, logprobs=True,
+                          logprob_ids=score_ids or None)
+                  for k in range(len(prompts) * n)]
+        outs = self.run([r for r in rows for _ in range(n)], [plans[k // n] for k in range(len(params))], params)
+        ids = [[o.ids for o in outs[i * n:(i + 1) * n]] for i in range(len(prompts))]
+        lps = [[[step.get(t, math.nan) for t, step in zip(o.ids, o.logprobs)] for o in outs[i * n:(i + 1) * n]]
+               for i in range(len(prompts))]
+        scores = None
+        if score_ids:
+            scores = torch.full((len(prompts), n, max_new_tokens, len(score_ids)), math.nan)
+            for k, o in enumerate(outs):
+                for s, step in enumerate(o.logprobs):
+                    scores[k // n, k % n, s] = torch.tensor([step.get(t, math.nan) for t in score_ids])
+        return ids, lps, scores
 
     # ---- hooks ----------------------------------------------------------------------------------------------
     def _install(self, hm: HookManager, plans: list[RequestPlan]) -> None:
@@ -373,6 +486,70 @@ class VLLMEngine:
                 pass
 
 
+def _request_plans(engine, prompts: list[str], edits: list, lengths: list[int], *, want_logits: bool = False,
+                   record=()) -> list[RequestPlan]:
+    """One plan per prompt: the edits whose batch= selects it, each resolved to one layer, its source sliced to
+    this prompt's row (a source of one row serves every prompt)."""
+    planned = plan_edits(engine, edits, lengths)  # the Hugging Face side's checks and sources
+    plans = [RequestPlan([], n, tuple(tuple(k) for k in record), want_logits) for n in lengths]
+    for pe in planned:
+        rows = selected_rows(pe.edit.batch, len(prompts))
+        # one Edit object for all its requests: the engine applies an edit shared this way to them in one call
+        e = pe.edit.with_(batch=None, layer=pe.site.layer)
+        for i in rows:
+            src = pe.source
+            if src is not None and src.dim() >= 2 and src.shape[0] > 1:
+                if src.shape[0] != len(prompts):
+                    raise LengthMismatchError(
+                        f"{e.describe()}: the patch source has {src.shape[0]} rows but there are {len(prompts)} "
+                        f"prompts; use a source of 1 row or of one row per prompt.")
+                src = src[i:i + 1]
+            plans[i].edits.append((e, src))
+    return plans
+
+
+def _token_rows(engine, prompts: list[str], new_tokens: int = 0) -> tuple[list[list[int]], list[int]]:
+    """Each prompt's token ids, unpadded (vLLM batches without padding), checked against the context like run's."""
+    ids, _, lengths = engine.encode(prompts, new_tokens=new_tokens)
+    return [ids[i, :n].tolist() for i, n in enumerate(lengths)], lengths
+
+
+def _params(max_tokens: int, greedy: bool, temperature, top_k, top_p, seed, stop_at_eos: bool, bans,
+            logprobs: bool = False, logprob_ids=None):
+    from vllm import SamplingParams
+
+    kw = dict(max_tokens=max_tokens, ignore_eos=not stop_at_eos, detokenize=False, seed=seed)
+    if greedy:
+        kw["temperature"] = 0.0
+    else:
+        kw.update(temperature=1.0 if temperature is None else float(temperature), top_k=top_k or 0,
+                  top_p=1.0 if top_p is None else float(top_p))
+    if bans:
+        kw["logit_bias"] = {int(t): -math.inf for t in bans}
+    if logprobs or logprob_ids:  # the drawn token's own log-probability (raw: the edited model's, before the sampler)
+        kw["logprobs"] = len(logprob_ids or [])  # (vLLM: as many as the ids asked for, or 0 for the drawn one only)
+    if logprob_ids:
+        kw["logprob_token_ids"] = list(logprob_ids)
+    return SamplingParams(**kw)
+
+
+def _as_generation(engine, prompts, rows, lengths, new, edits, stop_at_eos, eos) -> Generation:
+    tok = engine.tokenizer
+    pad = engine.pad_id
+    width, longest = max(lengths), max((len(n) for n in new), default=0)
+    ids = torch.full((len(prompts), longest), pad, dtype=torch.long)
+    seqs = torch.full((len(prompts), width + longest), pad, dtype=torch.long)
+    texts, toks = [], []
+    for i, (row, got) in enumerate(zip(rows, new)):
+        ids[i, :len(got)] = torch.tensor(got, dtype=torch.long)
+        seqs[i, width - len(row):width] = torch.tensor(row)
+        seqs[i, width:width + len(got)] = ids[i, :len(got)]
+        real = got[:next((k for k, t in enumerate(got) if t in eos), len(got))] if stop_at_eos else got
+        texts.append(tok.decode(real, skip_special_tokens=True))
+        toks.append([tok.decode([t]) for t in real])
+    return Generation(prompts, texts, ids, seqs, lengths, list(edits), toks)
+
+
 def _record(seg: _Segment, key: tuple, value: torch.Tensor) -> None:
     """Keep the prompt positions of `value` [n, width] for this request (a long prompt may come in chunks)."""
     plan = seg.plan
@@ -409,4 +586,7 @@ def _model_runner(llm):
                         f"VLLM_ENABLE_V1_MULTIPROCESSING=0 and a vLLM whose V1 engine it knows (0.32).") from e
 
 
-__all__ = ["VLLMEngine", "RequestPlan", "Completion", "VLLM_SITES"]
+VLLMEngine = VLLMBackend  # its name until the backends were one interface
+
+
+__all__ = ["VLLMBackend", "VLLMEngine", "RequestPlan", "Completion", "VLLM_SITES"]

