@@ -17,7 +17,7 @@ import contextlib
 import os
 import warnings
 
-from . import dla, ov, paths, served, steering
+from . import dla, ov, paths, steering
 from . import features as _features
 from .edges import circuit, edge_attribution, edge_patch
 from .engine import Cache, Engine, InterventionLog, Run  # noqa: F401 (interplab.lab's public names)
@@ -168,18 +168,11 @@ class Lab:
         return self.engine.sample(prompts, edits, **kw)
 
     def patch_sweep(self, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
-                    direction: str = "denoise", method: str = "exact", backend: str = "hf", **kw):
+                    direction: str = "denoise", method: str = "exact", backend: str | None = "hf", **kw):
         """Activation-patching heatmap values for every cell (see interplab.patching.patch_sweep);
-        backend="vllm": each cell a request on the lab's vLLM engine (interplab.served.patch_sweep)."""
+        backend="vllm": each cell a request on the lab's vLLM engine."""
 
-        if backend == "vllm" and self.engine.backend(backend):
-            if method != "exact" or kw:
-                raise InterplabError(f"a vLLM sweep is exact and takes no options; got method={method!r}, "
-                                     f"{sorted(kw)}.")
-            return served.patch_sweep(self.engine, clean, corrupt, site, by, metric, direction)
-        if backend != "hf":
-            raise InterplabError(f"backend={backend!r}: 'hf' or 'vllm'.")
-        return patch_sweep(self.engine, clean, corrupt, site, by, metric, direction, method, **kw)
+        return patch_sweep(self.engine, clean, corrupt, site, by, metric, direction, method, backend=backend, **kw)
 
     def patch_sweep_heads(self, clean, corrupt, metric, by=("layer", "head"), direction: str = "denoise",
                           method: str = "exact", **kw):

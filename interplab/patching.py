@@ -22,6 +22,7 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -31,7 +32,7 @@ from .engine import Engine, as_prompts, engine_of
 from .errors import InterplabError, LengthMismatchError, NumberError, UnsupportedSiteError
 from .metrics import Custom, Metric, as_metric, top_k
 from .sae import SAE
-from .sites import FULL_FORWARD, HEADED, LAYERED
+from .sites import HEADED, LAYERED
 
 HEAD_SITES = ("z", "q", "k", "v", "rot_q", "rot_k", "pattern")  # per head (k, v, rot_k: the key-value heads)
 SWEEP_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", *HEAD_SITES)
@@ -235,23 +236,14 @@ def patch_sweep_heads(lab: Engine, clean, corrupt, metric, by=("layer", "head"),
                        for site in sites})
 
 
-def _row_patch(src: torch.Tensor, row_mask: torch.Tensor, n_heads: int | None) -> Callable:
-    """t -> t with src written where row_mask holds: src [n_pairs, pos, ...] is every cell's (rows are cell-major,
-    row c * n_pairs + i = pair i), row_mask [rows, pos] or [rows, pos, heads]."""
-    n_pairs = src.shape[0]
-
-    def edit(t):
-        mask, value = row_mask.to(t.device), src.to(t.device)  # (a device_map may run the layer elsewhere)
-        cells = t.unflatten(0, (-1, n_pairs))  # [cells, n_pairs, pos, ...]: value broadcasts over the cells
-        mask = mask.unflatten(0, (-1, n_pairs))
-        if n_heads is not None and mask.dim() == 4:
-            x = cells.unflatten(-1, (n_heads, -1))
-            return torch.where(mask[..., None], value.unflatten(-1, (n_heads, -1)), x).flatten(-2).flatten(0, 1)
-        return torch.where(mask[..., None], value, cells).flatten(0, 1)
-    return edit
-
-
 # ---- the sweep ------------------------------------------------------------------------------------------
+
+class _Recorded(NamedTuple):
+    """A backend's forward as the sweep reads it: last-position logits and the recorded sites."""
+
+    last_logits: torch.Tensor
+    cache: dict
+
 
 @dataclass
 class _Pairs:
@@ -267,7 +259,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                 progress: bool | Callable[[int, int], None] = True, cancel: threading.Event | None = None,
                 on_partial: Callable[[SweepResult], None] | None = None, layers=None, qk_fix: bool = False,
                 grad_drop: bool = False, order: torch.Tensor | None = None,
-                memory_budget: int | str | None = None, features=None) -> SweepResult:
+                memory_budget: int | str | None = None, features=None, backend: str | None = "hf") -> SweepResult:
     """Patch every cell of (site, by) from source into base and measure the metric; see the module docstring.
 
     clean / corrupt: a prompt each, or lists of N pairs (the metric is averaged over pairs, as the IOI papers do).
@@ -283,6 +275,9 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
            site's value becomes base + (f_source - f_base) * the feature's decoder direction there, as
            ilab.patch(sae, feature=i, pos=p, source=...) does); rows are `features` (default: all). Attribution
            estimates (f_source - f_base) * d metric / d f for every feature x position from one backward.
+    backend: what runs the forwards (interplab.engine.backends): 'hf', the Hugging Face model; 'vllm', the lab's
+           vLLM engine (each cell a request: residual sites, attn_out, mlp_out, z; exact sweeps); None, vLLM when
+           the lab has one and it can run this sweep.
     """
     lab = engine_of(lab)
     if not isinstance(by, (str, list, tuple)):
@@ -332,6 +327,9 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
         raise InterplabError(f"cancel={cancel!r}: use a threading.Event (set it to stop the sweep) or None.")
     if on_partial is not None and not callable(on_partial):
         raise InterplabError(f"on_partial={on_partial!r}: use a function (SweepResult) -> None, or None.")
+    # the backend that runs it, and whether it can (before any forward): attribution needs gradients
+    runner = lab.backend(backend, [ed.zero(site)], what="patch_sweep",
+                         **({"method": method} if method != "exact" else {}))
     if lab.sites.arch is None:
         raise InterplabError("patch_sweep needs a known architecture (see ilab.sites.ARCHS); use lab.run with "
                              "raw-path edits on this model.")
@@ -361,8 +359,8 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
         keys = [(site, l) for l in layer_list]
         # the base run also keeps the residual every patched forward resumes from: one forward serves all chunks
         resume = [_resume_key(lab, site, l) for l in layer_list]
-        base_run = lab.run(pairs.base, cache=list(dict.fromkeys(keys + resume)), log=False)
-        source_run = lab.run(pairs.source, cache=keys, log=False)
+        base_run = _Recorded(*runner.forward(lab, pairs.base, record=list(dict.fromkeys(keys + resume))))
+        source_run = _Recorded(*runner.forward(lab, pairs.source, record=keys))
         base_value = _metric_mean(metric, base_run.last_logits, pair_idx)
         source_value = _metric_mean(metric, source_run.last_logits, pair_idx)
         clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
@@ -425,7 +423,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                 continue
             per_chunk = max(1, max_batch // len(pairs.base))
             if cells and fits is None:
-                fits = _chunk_fits(lab, site, pairs, budget)
+                fits = runner.sweep_fits(lab, site, pairs.base, pairs.base_ids, pairs.mask, budget)
             if order is None:
                 pending.append((0.0, li, layer, source_act, _chunks(cells, per_chunk, fits)))
                 continue
@@ -443,7 +441,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                 hidden = base_run.cache[_resume_key(lab, site, layer)]
 
                 def run_part(part, layer=layer, hidden=hidden, src=source_act):
-                    return _run_cells(lab, site, layer, part, pairs, metric, hidden, src, n_heads)
+                    return _run_cells(lab, site, layer, part, pairs, metric, hidden, src, n_heads, runner)
                 vals = engine.halving(run_part, chunk)
                 for (cell_index, _, _), (v, top, run) in zip(chunk, vals):
                     result.raw[(li, *cell_index)] = v
@@ -496,19 +494,6 @@ def _budget_bytes(memory_budget, device) -> int:
     return int(value)
 
 
-def _chunk_fits(lab: Engine, site: str, pairs: _Pairs, budget: int) -> Callable[[int], int]:
-    """first changed position -> how many cells a chunk starting there may hold within `budget` bytes (at least
-    one): the chunk computes positions first.. (all of them where its forward cannot resume at a position, see
-    _run_cells) over every key position, n_pairs rows per cell."""
-    n_pairs, n_pos = pairs.base_ids.shape
-    resumes = bool(pairs.mask.all()) and site not in FULL_FORWARD and lab.kv_prefix(pairs.base, 1) is not None
-
-    def fits(first: int) -> int:
-        q_len = n_pos - first if resumes and first else n_pos
-        return max(1, budget // (engine.row_bytes(lab.model, q_len, n_pos) * n_pairs))
-    return fits
-
-
 def _chunks(cells, per_chunk: int, fits: Callable[[int], int] | None = None) -> list[list]:
     """Cells (index, selector, first changed position) in chunks, sorted by that position: a chunk computes only the
     positions from its earliest change on (the earlier ones are the base run's, their keys and values come from its
@@ -532,55 +517,18 @@ def _resume_key(lab: Engine, site: str, layer: int) -> tuple[str, int]:
 
 
 def _run_cells(lab: Engine, site: str, layer: int, chunk, pairs: _Pairs, metric: Metric, base_hidden: torch.Tensor,
-               src: torch.Tensor, n_heads: int) -> list[tuple]:
-    """One batched, resumed forward for a chunk of cells of one layer, starting from `base_hidden` (the base run's
-    residual at the start layer) with `src` (the source run's activation at the site) patched in.
+               src: torch.Tensor, n_heads: int, runner) -> list[tuple]:
+    """A chunk of cells of one layer run by the backend (`runner.sweep_cells`: on the Hugging Face model one
+    batched forward resumed from `base_hidden`, the base run's residual at the start layer), with `src` (the source
+    run's activation at the site) patched in.
 
     Returns per cell (mean metric over pairs, top-3 (token id, prob) of the first pair's patched run, its
     _cell_run)."""
-    dev = lab.device
-    n_pairs, n_pos = pairs.base_ids.shape
+    n_pairs = pairs.base_ids.shape[0]
     n_cells = len(chunk)
-    rows = n_cells * n_pairs  # cell-major: rows [c * n_pairs + i] = cell c, pair i
-    site_point = lab.sites.point(site, layer)
-    start = layer + 1 if site == "resid_post" else layer
-    # positions before the chunk's earliest changed one are those of the base run: keys/values from its cache
-    first = min(c[2] for c in chunk)
-    # (rot_k and the pattern span every key position: their forwards cannot start on top of cached keys)
-    resumable = first and bool(pairs.mask.all()) and site not in FULL_FORWARD
-    prefix = lab.kv_prefix(pairs.base, first, n_cells) if resumable else None
-    first = first if prefix is not None else 0
-
-    heads = site in HEADED
-    mask = torch.zeros(n_cells, n_pairs, n_pos, *( [n_heads] if heads else []), dtype=torch.bool)
-    for c, (_, (p, h), _) in enumerate(chunk):
-        sel_pos = slice(None) if p is None else slice(p, p + 1)
-        if heads:
-            mask[c, :, sel_pos, slice(None) if h is None else slice(h, h + 1)] = True
-        else:
-            mask[c, :, sel_pos] = True
-    real = pairs.mask.bool()[None, :, :]  # never patch padding
-    mask &= real.reshape(1, n_pairs, n_pos, *([1] if heads else []))
-    mask = mask.reshape(rows, n_pos, *([n_heads] if heads else []))[:, first:].to(dev)
-    src = src[:, first:].to(dev)  # [n_pairs, ...]: broadcast over the cells, never repeated per row
-    base_hidden = base_hidden[:, first:].to(dev)
-    hooks = []
-    if site in ("resid_pre", "resid_post"):
-        cell_mask = mask.unflatten(0, (n_cells, n_pairs))[..., None]
-        hidden = torch.where(cell_mask, src, base_hidden).flatten(0, 1)
-    else:
-        hidden = base_hidden.repeat(n_cells, 1, 1)
-        hooks.append((site_point, _row_patch(src, mask, n_heads if heads else None)))
-    ids = pairs.base_ids[:, first:].to(dev).repeat(n_cells, 1)
-    attn = pairs.mask.to(dev).repeat(n_cells, 1)
-    last = (torch.tensor(pairs.lengths) - 1 - first).repeat(n_cells).to(dev)
-    kw = {}
-    if prefix is not None:
-        kw = {"position_ids": torch.arange(first, n_pos, device=dev)[None].expand(rows, -1), "use_cache": True,
-              **prefix}
-    with torch.no_grad():
-        logits = engine.resumed_last_logits(lab.model, lab.sites.arch, start, hidden, ids, attn, last, hooks,
-                                            owner="interplab.sweep", **kw)
+    logits = runner.sweep_cells(lab, site, layer, [(sel, first) for _, sel, first in chunk], pairs.base,
+                                ids=pairs.base_ids, mask=pairs.mask, lengths=pairs.lengths, hidden=base_hidden,
+                                source=src, n_heads=n_heads)
     pair_idx = torch.arange(n_pairs).repeat(n_cells)
     if isinstance(metric, Custom):
         values = [float(metric(logits[c * n_pairs:(c + 1) * n_pairs].float()).mean()) for c in range(n_cells)]

@@ -5,8 +5,12 @@ resume  forwards that start from a cached residual and shared cached keys/values
         that halve on out-of-memory
 memo    results keyed by what was asked and the model's state, so they are never stale
 core    Engine: tokens, runs with edits and caches, resumed runs, the memo and the log (what a Lab holds)
+generate  generation with edits under hooks, and edits bound to every call of the plain model
+backends  the Backend interface (a forward with edits, generation with edits, a sweep's cells), the Hugging Face
+        backend, and choosing one per call (backend=); vllm: the vLLM backend
 """
 
+from .backends import Backend, HFBackend, Samples
 from .core import (
     Cache,
     Engine,
@@ -19,12 +23,13 @@ from .core import (
     execution_device,
     own_weights,
 )
+from .generate import Generation
 from .hooks import HookManager, Plan, PlannedEdit, attach, attached_hooks, forward, install, run_lock, with_input
 from .memo import Memo, model_state
 from .resume import default_budget, final_logits, halving, key_values, prefix, resumed_last_logits, row_bytes, start_at
 
 __all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "device_of", "dtype_of", "engine_of",
-           "execution_device", "own_weights",
+           "execution_device", "own_weights", "Backend", "HFBackend", "Samples", "Generation",
            "HookManager", "Plan", "PlannedEdit", "attach", "attached_hooks", "forward", "install", "run_lock",
            "with_input", "Memo", "model_state", "default_budget", "final_logits", "halving", "key_values", "prefix",
            "resumed_last_logits", "row_bytes", "start_at"]

@@ -15,13 +15,15 @@ from __future__ import annotations
 import math
 import numbers
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from .. import edits as ed
 from ..errors import InterplabError, NumberError, OutOfRangeError, UnsupportedSiteError
-from . import core
+from ..sites import FULL_FORWARD, HEADED
+from . import core, resume
 from . import generate as gen
 
 BACKENDS = (None, "hf", "vllm")
@@ -53,6 +55,21 @@ class Backend:
         shape), the score tokens' log-probabilities [prompt, sample, step, score] or None)."""
         raise NotImplementedError
 
+    def sweep_cells(self, engine, site: str, layer: int, cells: list, base: list[str], *, ids: torch.Tensor,
+                    mask: torch.Tensor, lengths: list[int], hidden: torch.Tensor, source: torch.Tensor,
+                    n_heads: int) -> torch.Tensor:
+        """A sweep's cells: for each cell ((pos, head), first changed position) of (site, layer) and each base
+        prompt (ids, mask, lengths: the padded batch), the base run with the source activation [pairs, pos, ...]
+        patched in at the cell; their last-position logits [cells * pairs, vocab], cell-major (row c * pairs + i is
+        cell c, pair i). hidden: the base run's residual where a patched forward at this layer starts."""
+        raise NotImplementedError
+
+    def sweep_fits(self, engine, site: str, base: list[str], ids: torch.Tensor, mask: torch.Tensor,
+                   budget: int) -> Callable[[int], int] | None:
+        """first changed position -> how many cells one sweep_cells call may take within `budget` bytes; None: no
+        limit of the backend's own (it schedules its memory itself)."""
+        return None
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 
@@ -67,6 +84,8 @@ class HFBackend(Backend):
         groups = [(prompts, list(edits or []))] if per_prompt is None else [([p], list(es)) for p, es in
                                                                               zip(prompts, per_prompt)]
         runs = [engine.run(ps, es, cache=record, log=False) for ps, es in groups]
+        if len(runs) == 1:  # (the run's own tensors, not copies: a sweep's caches can be large)
+            return runs[0].last_logits, {k: runs[0].cache[k] for k in map(tuple, record)}
         return (torch.cat([r.last_logits for r in runs]),
                 {k: torch.cat([r.cache[k] for r in runs]) for k in map(tuple, record)})
 
@@ -96,6 +115,86 @@ class HFBackend(Backend):
                     for s in range(len(got)):
                         scores[i, k, s] = seen[s][score_ids]
         return ids, lps, scores
+
+
+    def sweep_fits(self, engine, site, base, ids, mask, budget):
+        """The chunk computes positions first.. (all of them where its forward cannot resume at a position, see
+        sweep_cells) over every key position, n_pairs rows per cell."""
+        n_pairs, n_pos = ids.shape
+        resumes = bool(mask.all()) and site not in FULL_FORWARD and engine.kv_prefix(base, 1) is not None
+
+        def fits(first: int) -> int:
+            q_len = n_pos - first if resumes and first else n_pos
+            return max(1, budget // (resume.row_bytes(engine.model, q_len, n_pos) * n_pairs))
+        return fits
+
+    def sweep_cells(self, engine, site, layer, cells, base, *, ids, mask, lengths, hidden, source, n_heads):
+        """One batched forward for the cells, resumed from `hidden` (the base run's residual at the start layer),
+        with `source` patched in; positions before the cells' earliest change come from the base run's cached keys
+        and values."""
+        return _resumed_cells(engine, site, layer, cells, base, ids, mask, lengths, hidden, source, n_heads)
+
+
+def _row_patch(src: torch.Tensor, row_mask: torch.Tensor, n_heads: int | None) -> Callable:
+    """t -> t with src written where row_mask holds: src [n_pairs, pos, ...] is every cell's (rows are cell-major,
+    row c * n_pairs + i = pair i), row_mask [rows, pos] or [rows, pos, heads]."""
+    n_pairs = src.shape[0]
+
+    def edit(t):
+        mask, value = row_mask.to(t.device), src.to(t.device)  # (a device_map may run the layer elsewhere)
+        cells = t.unflatten(0, (-1, n_pairs))  # [cells, n_pairs, pos, ...]: value broadcasts over the cells
+        mask = mask.unflatten(0, (-1, n_pairs))
+        if n_heads is not None and mask.dim() == 4:
+            x = cells.unflatten(-1, (n_heads, -1))
+            return torch.where(mask[..., None], value.unflatten(-1, (n_heads, -1)), x).flatten(-2).flatten(0, 1)
+        return torch.where(mask[..., None], value, cells).flatten(0, 1)
+    return edit
+
+
+def _resumed_cells(engine, site, layer, chunk, base, base_ids, pair_mask, lengths, base_hidden, src, n_heads):
+    dev = engine.device
+    n_pairs, n_pos = base_ids.shape
+    n_cells = len(chunk)
+    rows = n_cells * n_pairs  # cell-major: rows [c * n_pairs + i] = cell c, pair i
+    site_point = engine.sites.point(site, layer)
+    start = layer + 1 if site == "resid_post" else layer
+    # positions before the chunk's earliest changed one are those of the base run: keys/values from its cache
+    first = min(c[1] for c in chunk)
+    # (rot_k and the pattern span every key position: their forwards cannot start on top of cached keys)
+    resumable = first and bool(pair_mask.all()) and site not in FULL_FORWARD
+    prefix = engine.kv_prefix(base, first, n_cells) if resumable else None
+    first = first if prefix is not None else 0
+
+    heads = site in HEADED
+    mask = torch.zeros(n_cells, n_pairs, n_pos, *( [n_heads] if heads else []), dtype=torch.bool)
+    for c, ((p, h), _) in enumerate(chunk):
+        sel_pos = slice(None) if p is None else slice(p, p + 1)
+        if heads:
+            mask[c, :, sel_pos, slice(None) if h is None else slice(h, h + 1)] = True
+        else:
+            mask[c, :, sel_pos] = True
+    real = pair_mask.bool()[None, :, :]  # never patch padding
+    mask &= real.reshape(1, n_pairs, n_pos, *([1] if heads else []))
+    mask = mask.reshape(rows, n_pos, *([n_heads] if heads else []))[:, first:].to(dev)
+    src = src[:, first:].to(dev)  # [n_pairs, ...]: broadcast over the cells, never repeated per row
+    base_hidden = base_hidden[:, first:].to(dev)
+    patches = []
+    if site in ("resid_pre", "resid_post"):
+        cell_mask = mask.unflatten(0, (n_cells, n_pairs))[..., None]
+        hidden = torch.where(cell_mask, src, base_hidden).flatten(0, 1)
+    else:
+        hidden = base_hidden.repeat(n_cells, 1, 1)
+        patches.append((site_point, _row_patch(src, mask, n_heads if heads else None)))
+    ids = base_ids[:, first:].to(dev).repeat(n_cells, 1)
+    attn = pair_mask.to(dev).repeat(n_cells, 1)
+    last = (torch.tensor(lengths) - 1 - first).repeat(n_cells).to(dev)
+    kw = {}
+    if prefix is not None:
+        kw = {"position_ids": torch.arange(first, n_pos, device=dev)[None].expand(rows, -1), "use_cache": True,
+              **prefix}
+    with torch.no_grad():
+        return resume.resumed_last_logits(engine.model, engine.sites.arch, start, hidden, ids, attn, last, patches,
+                                          owner="interplab.sweep", **kw)
 
 
 def choose(engine, name: str | None = None, edits=(), *, what: str = "this call", **options) -> Backend:

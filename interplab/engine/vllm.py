@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..edits import ApplyContext, Edit, apply_edit, edits_key, selected_rows
+from ..edits import ApplyContext, Edit, apply_edit, edits_key, patch, selected_rows
 from ..errors import InterplabError, LengthMismatchError, LoadError, UnsupportedSiteError
 from .backends import Backend, eos_ids
 from .generate import Generation, plan_edits
@@ -221,7 +221,8 @@ class VLLMBackend(Backend):
         """Why vLLM cannot run these edits or options (None: it can)."""
         for name, value in options.items():
             if value:
-                return f"{name}= runs on the Hugging Face model only"
+                return f"{name}={value!r} runs on the Hugging Face model only" if isinstance(value, str) else (
+                    f"{name}= runs on the Hugging Face model only")
         for e in edits:
             if isinstance(e, Edit):
                 if e.op == "ban_expert":
@@ -252,6 +253,16 @@ class VLLMBackend(Backend):
                 raise LengthMismatchError(f"recorded prompts must have one token length; got {sorted(set(lengths))}.")
             acts = {tuple(k): torch.stack([p.cache[tuple(k)] for p in plans]) for k in record}
         return torch.stack([p.logits for p in plans]), acts
+
+    def sweep_cells(self, engine, site, layer, cells, base, *, ids, mask, lengths, hidden, source, n_heads):
+        """Every (cell, pair) one prefill-only request: the base prompt with a patch of the recorded source
+        activation at the cell (vLLM schedules the requests and their memory itself; `hidden` is not needed)."""
+        prompts, per_prompt = [], []
+        for (pos, head), _ in cells:
+            for i, prompt in enumerate(base):
+                prompts.append(prompt)
+                per_prompt.append([patch(site, layer, pos=pos, head=head, source=source[i:i + 1])])
+        return self.forward(engine, prompts, per_prompt=per_prompt)[0]
 
     def _prefill(self, rows, plans) -> None:
         from vllm import SamplingParams
