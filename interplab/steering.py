@@ -18,7 +18,8 @@ import torch
 
 from .edits import Edit
 from .engine import engine_of
-from .engine.generate import Generation, SamplerEdit, bind_hooks, generate  # noqa: F401 (their old home)
+from .engine import generate as gen
+from .engine.generate import Generation, SamplerEdit  # noqa: F401 (their old home)
 from .errors import OutOfRangeError, UnsupportedSiteError
 
 DEFAULT_NORM_PROMPTS = [
@@ -60,6 +61,18 @@ def force_token(token, step: int) -> SamplerEdit:
 
 
 # ---- sizing vectors --------------------------------------------------------------------------------------------
+
+def generate(lab, prompt, edits=None, **kw) -> Generation:
+    """Generate on the Hugging Face model with `edits` active at every decoding step (interplab.engine.generate.
+    generate, whose arguments these are); lab.generate also chooses the backend (vLLM when the lab has one)."""
+    return gen.generate(engine_of(lab), prompt, edits, **kw)
+
+
+def bind_hooks(lab, edits: list):
+    """Attach `edits` to every call of the plain model and return the HookManager holding their hooks
+    (interplab.engine.generate.bind_hooks); Lab.bind / Lab.edit keep what is bound."""
+    return gen.bind_hooks(engine_of(lab), edits)
+
 
 def residual_norm(lab, site: str = "resid_post", layer: int = 0, prompts=None) -> float:
     """Mean L2 norm of the activation at (site, layer) over every real token of `prompts`: the scale to size a

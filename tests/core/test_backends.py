@@ -125,3 +125,20 @@ def test_served_names_warn_and_answer_as_the_lab_does(lab):
     with pytest.warns(DeprecationWarning, match="lab.sample"):
         s = served.sample(lab, CLEAN, temperature=None, max_new_tokens=2)
     assert s.ids == lab.sample(CLEAN, temperature=None, max_new_tokens=2).ids
+
+
+def test_steering_generate_takes_a_lab_and_runs_the_hugging_face_model(lab):
+    import warnings
+
+    from interplab import steering
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no alias of the engine's names on the Lab is reached
+        got = steering.generate(lab, CLEAN, [ilab.zero("attn_out", 0)], max_new_tokens=3)
+        hooks = steering.bind_hooks(lab, [ilab.zero("attn_out", 0)])
+        try:
+            assert lab.hooks() and {h["owner"] for h in lab.hooks()} == {"interplab.bound"}
+        finally:
+            hooks.remove_all()
+    assert got.texts == lab.generate(CLEAN, [ilab.zero("attn_out", 0)], max_new_tokens=3, backend="hf").texts
+    assert lab.hooks() == []
