@@ -156,7 +156,7 @@ def _plan(lab, edits: list, lengths: list[int], *, generating: bool) -> _Planned
 
 def plan_edits(lab, edits: list, lengths: list[int]) -> list[PlannedEdit]:
     """lab.generate's planning (checks, one PlannedEdit per layer, patch sources resolved), for an engine that
-    applies the edits itself (interplab.served); ban_expert has no such form."""
+    applies the edits itself (the vLLM backend); ban_expert has no such form."""
     planned = _plan(lab, edits, lengths, generating=True)
     if planned.routers:
         raise UnsupportedSiteError("ban_expert re-routes inside the model's router: it runs on the Hugging Face "
@@ -383,7 +383,7 @@ def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool 
     (ban_token, force_token), applied in program order. Greedy unless temperature/top_k/top_p is given or
     greedy=False; seed makes sampling reproducible without touching the global RNG. on_logits(step, logits) may
     return edited logits (what the sampler draws from). Other keyword arguments go to model.generate.
-    This runs the Hugging Face model; lab.generate also runs on a vLLM engine (interplab.served.generate).
+    This runs the Hugging Face model (the "hf" backend); lab.generate chooses (interplab.engine.backends.generate).
     """
     from transformers import LogitsProcessorList
 
