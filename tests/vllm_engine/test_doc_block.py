@@ -23,5 +23,5 @@ def test_scale_md_vllm_block_runs_as_written():
         on_hf = lab.generate(prompts, steer, max_new_tokens=4, backend="hf")
         assert on_vllm.texts == on_hf.texts
     finally:
-        if scope.get("lab") is not None and scope["lab"].vllm is not None:
-            scope["lab"].vllm.close()
+        if scope.get("lab") is not None and scope["lab"].engine.vllm is not None:
+            scope["lab"].engine.vllm.close()
