@@ -94,6 +94,12 @@ class SAE:
         self._on: dict = {}  # device/dtype -> the weights there
         self._digest: str | None = None
 
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if name in ("W_enc", "b_enc", "W_dec", "b_dec", "threshold") and "_on" in self.__dict__:
+            self._on.clear()  # new weights: no stale copy on a device, and a new digest (memo keys)
+            self._digest = None
+
     # ---- loading -------------------------------------------------------------------------------------------
     @classmethod
     def load(cls, source: str | os.PathLike, *, path: str | None = None, site: str | None = None,

@@ -26,3 +26,7 @@ python -m pytest -q -p no:cacheprovider -p randomly --randomly-seed="$seed" "$@"
 if [ $# -eq 0 ] && [ -z "${SKIP_VLLM:-}" ]; then
   bash scripts/vllm.sh
 fi
+# SAELens as the reference for interplab's SAEs, in its own environment too (scripts/saelens.sh builds it)
+if [ $# -eq 0 ] && [ -z "${SKIP_SAELENS:-}" ]; then
+  bash scripts/saelens.sh
+fi

@@ -15,6 +15,8 @@ torch.set_num_threads(1)
 # tests/vllm_engine/ runs in the vLLM environment that scripts/vllm.sh builds (bash scripts/test.sh runs it after
 # these). (Not named tests/vllm: with tests/ on sys.path, that folder would import as a namespace package "vllm".)
 collect_ignore = [] if importlib.util.find_spec("vllm") is not None else ["vllm_engine"]
+# tests/saelens_ref/ runs in SAELens's environment (scripts/saelens.sh), after these
+collect_ignore += [] if importlib.util.find_spec("sae_lens") is not None else ["saelens_ref"]
 
 
 @pytest.fixture(scope="session")

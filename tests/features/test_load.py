@@ -15,9 +15,11 @@ from interplab.errors import LoadError, OutOfRangeError, UnsupportedSiteError
 from ._saes import hand_decode, hand_encode, random_sae
 
 
-@pytest.mark.parametrize("arch", ["standard", "topk", "jumprelu"])
+@pytest.mark.parametrize("arch", ["standard", "topk", "jumprelu", "topk-wide"])
 def test_saved_folder_reloads_with_the_same_arithmetic(tmp_path, arch):
-    sae = random_sae(arch)
+    # topk-wide: k = 48 of 64, so some of the top k pre-activations are negative (the ReLU after the top-k matters)
+    sae = random_sae("topk", k=48) if arch == "topk-wide" else random_sae(arch)
+    arch = sae.architecture
     sae.save(tmp_path / "sae")
     cfg = json.loads((tmp_path / "sae" / "cfg.json").read_text())
     assert cfg["architecture"] == arch and cfg["metadata"]["hook_name"] == "blocks.2.hook_resid_pre"
