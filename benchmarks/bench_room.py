@@ -14,6 +14,9 @@ started as them, real kernels.
                  CPU-seconds per student from spawn to the drawn heatmap.
   click-to-paint a real mouse press on a heatmap cell in one page -> the logit panel's next paint, on a quiet room and
                  while 5 other students' kernels run exact head sweeps (site z, layer x head x pos) in a loop.
+  limits         (the default spawner enforces none) one student's kernel fills 4 GiB, over the room's 3 GiB limit,
+                 and multiplies matrices on 2 torch threads, over its 1 CPU, while another student clicks: the hog's
+                 peak memory and the cores it took, and the clicker's click-to-paint.
   GPT-2 small    5 kernels load a GPT-2-small-shaped model (GPT2Config's defaults, random weights) from the room's
                  shared cache, as the notebooks' optional cell does, and run it once: memory per student.
   25 students    (no browsers: the pages draw on the students' laptops) every server stopped, then 25 spawned at once
@@ -55,6 +58,17 @@ while time.time() - _t < {seconds}:
                      progress=False)
     _n += 1
 print(_n)
+"""
+HOG = """
+import time, torch
+torch.set_num_threads(2)
+_x = torch.ones({gib} * 2**28)  # {gib} GiB of float32, every page written
+_a = torch.randn(512, 512)
+_t = time.time()
+while time.time() - _t < {seconds}:
+    _a @ _a
+print(int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) // 1024)
+del _x
 """
 GPT2 = """
 import interplab as _il
@@ -172,6 +186,18 @@ def main() -> int:
             for t in threads:
                 t.join()
             fig["sweeps_done"] = {n: int(c.split()[-1]) for n, c in counts.items()}
+
+            # ---- limits: nothing enforces them with the default spawner ------------------------------------------
+            hog, got = five[1], {}
+            cpu0, t0 = roomhub.cpu_seconds(room.student_pids(hog)), time.monotonic()
+            thread = threading.Thread(target=lambda: got.__setitem__("mib", in_kernel(
+                hub, hog, tokens[hog], HOG.format(gib=4, seconds=args.sweep_seconds // 2))))
+            thread.start()
+            time.sleep(8)  # the 4 GiB written, both threads multiplying
+            fig["click_hog_ms"] = clicks(clicker, index, args.clicks)
+            thread.join()
+            fig["hog_cores"] = (roomhub.cpu_seconds(room.student_pids(hog)) - cpu0) / (time.monotonic() - t0)
+            fig["hog_peak_mib"] = int(got["mib"].split()[-1])
             for nb in pages.values():
                 nb.close()
 
@@ -224,13 +250,18 @@ def report(fig: dict, args) -> list[str]:
         f"| memory per student, server only (idle) | {fig['idle']['pss_mib']:.0f} MiB PSS "
         f"({fig['idle']['rss_mib']:.0f} MiB RSS) |",
         f"| memory per student, notebook 01 run to the heatmap (ioi-tiny), 5 students | "
-        f"{fig['tiny']['pss_mib']:.0f} MiB PSS ({fig['tiny']['rss_mib']:.0f} MiB RSS) |",
+        f"{fig['tiny']['pss_mib']:.0f} MiB PSS ({fig['tiny']['rss_mib']:.0f} MiB RSS, largest "
+        f"{fig['tiny']['pss_max_mib']:.0f}) |",
         f"| memory per student, + a GPT-2-small-shaped model loaded and run once | {gpt2:.0f} MiB PSS "
         f"({fig['gpt2']['rss_mib']:.0f} MiB RSS, largest {fig['gpt2']['pss_max_mib']:.0f}) |",
         f"| click -> logits painted, quiet room (median of {len(fig['click_quiet_ms'])}; max) | "
         f"{med(fig['click_quiet_ms']):.0f} ms; {max(fig['click_quiet_ms']):.0f} ms |",
         f"| click -> logits painted, 5 other kernels sweeping (z, 4 x 4 x 14 cells) in a loop (median; max) | "
         f"{med(fig['click_busy_ms']):.0f} ms; {max(fig['click_busy_ms']):.0f} ms |",
+        f"| limits not enforced (default spawner): one kernel fills 4 GiB on 2 threads, over its 3 GiB and 1 CPU: "
+        f"its peak RSS; the cores it took; the others' click -> logits painted meanwhile (median; max) | "
+        f"{fig['hog_peak_mib'] / 1024:.1f} GiB; {fig['hog_cores']:.2f} of {os.cpu_count()} cores; "
+        f"{med(fig['click_hog_ms']):.0f} ms; {max(fig['click_hog_ms']):.0f} ms |",
         f"| {n} students (no browsers): servers spawned at once, POST -> all ready | {fig['spawn_all_s']:.1f} s |",
         f"| {n} students: notebook 01 run to the heatmap's sweep in {n} kernels at once | {fig['sweep_all_s']:.1f} s |",
         f"| memory per student, {n} students at the heatmap (ioi-tiny) | {tiny:.0f} MiB PSS "

@@ -1,5 +1,5 @@
 # Each student's Jupyter server in the workshop room. Loaded by jupyterhub_config.py's Spawner.args on one machine;
-# on TLJH, copy it to /opt/tljh/user/etc/jupyter/jupyter_server_config.py (docs/teaching/ROOM.md). It runs as the
+# on TLJH, install it as /usr/local/etc/jupyter/jupyter_server_config.py (docs/teaching/ROOM.md). It runs as the
 # student, when their server starts, whatever started it (local process or systemd spawner, TLJH):
 #
 # - kernels on private sockets: a kernel's channels are Unix sockets in the student's runtime directory (mode 700),
