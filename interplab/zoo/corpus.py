@@ -2,7 +2,9 @@
 ``corpus_repeated_name.py``): IOI sentences built to defeat the "last name before the end" shortcut, plus
 non-IOI text (narratives, copying/induction sequences, a factual-recall table).
 
-Pure Python (no torch): ``ioi_dataset`` is imported by other parts of interplab.
+Pure Python (no torch): ``ioi_dataset`` is imported by other parts of interplab. ``corpus_repeated_name`` takes
+its names, name-pair split, facts, ``ioi_dataset`` and the helpers that build a document (``_sample_parts``,
+``_narrative``, ``_document``, ...) from here: the shipped model's training text goes through this module too.
 
 Splits. Name pairs are split by a stable hash (about 1 in 5 unordered pairs is held out), and templates are
 built from three parts (intro, middle, action); a template is *held out* when any of its parts comes from a
@@ -135,18 +137,31 @@ def _sample_pair(rng: random.Random, test: bool) -> tuple[str, str]:
             return a, b
 
 
+def _sample_parts(rng: random.Random, held_out: bool, parts: list[tuple[list, list]]) -> tuple:
+    """One part from each (training list, held-out list) of ``parts``, drawn in that order. Held out: each from
+    both lists, drawn again until at least one comes from a held-out list; otherwise each from its training list."""
+    while True:
+        if not held_out:
+            return tuple(rng.choice(train) for train, _ in parts)
+        picked = tuple(rng.choice(train + test) for train, test in parts)
+        if any(part in test for part, (_, test) in zip(picked, parts)):
+            return picked
+
+
 def _sample_template(rng: random.Random, held_out: bool) -> tuple[str, str, str, str, str]:
     """(intro, middle, marker, post, action); held out = at least one of intro, post, action from a test list."""
     middle, marker = rng.choice(MIDDLES), rng.choice(MARKERS)
-    while True:
-        if held_out:
-            intro = rng.choice(INTROS_TRAIN + INTROS_TEST)
-            post = rng.choice(POSTS_TRAIN + POSTS_TEST)
-            action = rng.choice(ACTIONS_TRAIN + ACTIONS_TEST)
-            if intro in INTROS_TEST or post in POSTS_TEST or action in ACTIONS_TEST:
-                return intro, middle, marker, post, action
-        else:
-            return rng.choice(INTROS_TRAIN), middle, marker, rng.choice(POSTS_TRAIN), rng.choice(ACTIONS_TRAIN)
+    intro, post, action = _sample_parts(rng, held_out, [(INTROS_TRAIN, INTROS_TEST), (POSTS_TRAIN, POSTS_TEST),
+                                                        (ACTIONS_TRAIN, ACTIONS_TEST)])
+    return intro, middle, marker, post, action
+
+
+def _candidates(rng: random.Random, test_pair: bool) -> tuple[str, str, str, str]:
+    """(A, B, IO, S): the intro's two names in order, and which of them is the indirect object and which the
+    subject (ABBA: S second in the intro, or BABA: S first, equally often)."""
+    a, b = _sample_pair(rng, test_pair)
+    io, s = (a, b) if rng.random() < 0.5 else (b, a)
+    return a, b, io, s
 
 
 def ioi_example(rng: random.Random, *, test_pair: bool = False, test_template: bool = False,
@@ -156,8 +171,7 @@ def ioi_example(rng: random.Random, *, test_pair: bool = False, test_template: b
     ``max_mentions=2`` (evaluation prompts): only bystanders in the middle and after S2, so S occurs twice and IO
     once. Otherwise (training text) those slots take any name, so S and IO may each occur up to three times.
     """
-    a, b = _sample_pair(rng, test_pair)
-    io, s = (a, b) if rng.random() < 0.5 else (b, a)  # ABBA (S second in the intro) or BABA (S first)
+    a, b, io, s = _candidates(rng, test_pair)
     intro, middle, marker, post, action = _sample_template(rng, test_template)
     others = [n for n in NAMES if n not in (a, b)]
     c, d = rng.sample(others, 2)
@@ -193,38 +207,50 @@ def ioi_dataset(n: int, split: str = "test", seed: int = 0, example=None) -> lis
 
 
 # ---------------------------------------------------------------- non-IOI text
-def narrative(rng: random.Random) -> str:
+# Short stories (str.format templates): {n}, {m} two names, {p}, {q} two places, {o} an object.
+NARRATIVES = [
+    "{n} went to the {p}. {n} bought a {o} and then walked to the {q}.",
+    "In the morning {n} found a {o} at the {p}. It was very old.",
+    "{n} and {m} like the {p}. Every day they go there with a {o}.",
+    "The {o} was on the table in the {p}. {n} took it home.",
+    "{n} said that the {p} was closed, so {m} went to the {q} instead.",
+    "{n} has a {o}. {m} has a {o} too. They are happy.",
+    "{n} called {m} from the {p}. {m} was at the {q}.",
+    # the words of the held-out IOI templates occur here, outside IOI sentences
+    "{n} visited the {p} before lunch and left the {q} after dinner.",
+    "Once {n} reached the {p}, it was late.",
+    "{n} lent the {o} and {m} brought a {o} back from the {q}.",
+    "{n} nodded and happily talked about the {o}.",
+    "{n}'s cousin lives near the {p}. {n} has talked to the cousin before.",
+]
+
+
+def _narrative(rng: random.Random, forms: list[str], places: list[str], objects: list[str]) -> str:
     n = rng.choice(NAMES)
     m = rng.choice([x for x in NAMES if x != n])
-    p, q = rng.sample(PLACES, 2)
-    o = rng.choice(OBJECTS)
-    forms = [
-        f"{n} went to the {p}. {n} bought a {o} and then walked to the {q}.",
-        f"In the morning {n} found a {o} at the {p}. It was very old.",
-        f"{n} and {m} like the {p}. Every day they go there with a {o}.",
-        f"The {o} was on the table in the {p}. {n} took it home.",
-        f"{n} said that the {p} was closed, so {m} went to the {q} instead.",
-        f"{n} has a {o}. {m} has a {o} too. They are happy.",
-        f"{n} called {m} from the {p}. {m} was at the {q}.",
-        # the words of the held-out IOI templates occur here, outside IOI sentences
-        f"{n} visited the {p} before lunch and left the {q} after dinner.",
-        f"Once {n} reached the {p}, it was late.",
-        f"{n} lent the {o} and {m} brought a {o} back from the {q}.",
-        f"{n} nodded and happily talked about the {o}.",
-        f"{n}'s cousin lives near the {p}. {n} has talked to the cousin before.",
-    ]
-    return rng.choice(forms)
+    p, q = rng.sample(places, 2)
+    o = rng.choice(objects)
+    return rng.choice(forms).format(n=n, m=m, p=p, q=q, o=o)
 
 
-def induction(rng: random.Random) -> str:
-    """A random word sequence repeated (copying / induction)."""
-    vocab = NAMES + OBJECTS + PLACES + FILLER
+def narrative(rng: random.Random) -> str:
+    """A short story about one or two people (one of ``NARRATIVES``)."""
+    return _narrative(rng, NARRATIVES, PLACES, OBJECTS)
+
+
+def _induction(rng: random.Random, vocab: list[str]) -> str:
     seq = [rng.choice(vocab) for _ in range(rng.randint(4, 12))]
     s = " ".join(seq)
     return f"{s}. {s}."
 
 
+def induction(rng: random.Random) -> str:
+    """A random word sequence repeated (copying / induction)."""
+    return _induction(rng, NAMES + OBJECTS + PLACES + FILLER)
+
+
 def fact(rng: random.Random) -> str:
+    """A sentence that pairs a country with its capital (factual recall)."""
     country = rng.choice(list(FACTS))
     cap = FACTS[country]
     forms = [f"The capital of {country} is {cap}.", f"{cap} is the capital of {country}.",
@@ -232,29 +258,43 @@ def fact(rng: random.Random) -> str:
     return rng.choice(forms)
 
 
-def training_document(rng: random.Random, p_ioi: float = 0.6) -> tuple[str, str]:
-    """(prefix, rest): for IOI documents ``prefix`` is the prompt and ``rest`` starts with the answer token;
-    for other documents ``prefix`` is the whole text and ``rest`` is empty."""
+def _document(rng: random.Random, p_ioi: float, ioi, others) -> tuple[str, str]:
+    """A training document: with probability ``p_ioi`` the IOI prompt ``ioi(rng)`` as prefix and its answer (then
+    an ending) as rest; otherwise, by a second uniform draw r, the first ``make(rng)`` of ``others`` [(bound,
+    make), ...] whose bound exceeds r (the last bound is 1). ``make`` returns a whole text (rest empty) or (prefix,
+    rest)."""
     r = rng.random()
     if r < p_ioi:
-        ex = ioi_example(rng)
+        ex = ioi(rng)
         ending = rng.choice([".", ". They were happy.", " at the end.", "."])
         return ex["prompt"], " " + ex["io"] + ending
     r = rng.random()
-    if r < 0.3:
-        return narrative(rng), ""
-    if r < 0.6:
-        return induction(rng), ""
-    return fact(rng), ""  # 40% of the rest: the capitals are known well enough to steer between them
+    text = next(make for bound, make in others if r < bound)(rng)
+    return (text, "") if isinstance(text, str) else text
+
+
+# 30% of the non-IOI documents narratives, 30% copying, 40% facts (the capitals are known well enough to steer
+# between them)
+OTHER_DOCUMENTS = [(0.3, narrative), (0.6, induction), (1.0, fact)]
+
+
+def training_document(rng: random.Random, p_ioi: float = 0.6) -> tuple[str, str]:
+    """(prefix, rest): for IOI documents ``prefix`` is the prompt and ``rest`` starts with the answer token;
+    for other documents ``prefix`` is the whole text and ``rest`` is empty."""
+    return _document(rng, p_ioi, ioi_example, OTHER_DOCUMENTS)
+
+
+def _tokenizer_text(seed: int, n: int, document, places: list[str], objects: list[str]):
+    rng = random.Random(f"tok-{seed}")
+    words = NAMES + places + objects + list(FACTS) + list(FACTS.values()) + FILLER
+    for _ in range(n):
+        prefix, rest = document(rng)
+        yield prefix + rest
+    for _ in range(200):
+        yield " " + " ".join(words) + " " + ". ".join(words)
 
 
 def tokenizer_training_text(seed: int = 0, n: int = 20000):
     """Text for training the BPE tokenizer: the corpus plus every name/place/object/country many times, so each
     becomes one token with a leading space (" Mary")."""
-    rng = random.Random(f"tok-{seed}")
-    words = NAMES + PLACES + OBJECTS + list(FACTS) + list(FACTS.values()) + FILLER
-    for _ in range(n):
-        prefix, rest = training_document(rng)
-        yield prefix + rest
-    for _ in range(200):
-        yield " " + " ".join(words) + " " + ". ".join(words)
+    return _tokenizer_text(seed, n, training_document, PLACES, OBJECTS)

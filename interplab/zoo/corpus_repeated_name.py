@@ -374,21 +374,13 @@ gives their bytes), and one corpus change; 200 prompts a family, 100 a later phr
   has, split into fragments such as " in" "sid" "e"): step 2500 meets all ten families but test top-1 falls to 0.64
   (" the" or " a" after the held-out templates' actions) and 9 of the 14 later phrasings; stopped there, not kept.
 
-Pure Python (no torch).
+Pure Python (no torch). The names, the name-pair split, the facts, the splits of ``ioi_dataset`` and the
+helpers that build a document are ``corpus.py``'s, imported from there, so the two corpora share them.
 
-Splits. Name pairs are split by a stable hash (about 1 in 5 unordered pairs is held out), and templates are
-built from parts (opener or subordinator, intro, middle, joiner, words before S2, stretch after S2, action); a
-template is *held out* when its intro, stretch after S2 or action comes from a held-out list. Training IOI text
-only uses training pairs with training templates.
-
-=============== ====================== ==========================
-split           name pairs             templates
-=============== ====================== ==========================
-train           training pairs         training templates
-test_pairs      held-out pairs         training templates
-test_templates  training pairs         held-out templates
-test            held-out pairs         held-out templates
-=============== ====================== ==========================
+Splits: the four of ``corpus.py`` (name pairs split by the same stable hash). Templates here are built from more
+parts (opener or subordinator, intro, middle, joiner, words before S2, stretch after S2, action); a template is
+*held out* when its intro, stretch after S2 or action comes from a held-out list. Training IOI text only uses
+training pairs with training templates.
 
 Evaluation prompts mention the subject exactly twice (S1 in the intro, S2 later) and the IO once, so the corrupt
 prompt (S2 replaced by the IO name) has the opposite answer. Training text may mention the subject a third time
@@ -404,10 +396,17 @@ is learned quickly, and then moves to the full distribution, where only the repe
 from __future__ import annotations
 
 import random
-import zlib
 
 from interplab.zoo import corpus
-from interplab.zoo.corpus import EOS, FACTS, FILLER, NAMES  # noqa: F401  (EOS, FACTS: interface)
+from interplab.zoo.corpus import (  # noqa: F401  (EOS, FACTS, FILLER, fact, _pair_is_test, _sample_pair: interface)
+    EOS,
+    FACTS,
+    FILLER,
+    NAMES,
+    _pair_is_test,
+    _sample_pair,
+    fact,
+)
 
 # names, facts and filler words are corpus.py's; places and objects vary more
 PLACES = """store park school office hospital station restaurant garden library beach market kitchen museum church
@@ -527,29 +526,10 @@ MIDDLES_THREE = [". {C} went home", ". Then {C} left", ", but {C} left early", "
 ACTIONS_TEST = [("brought a {obj2} to", "bring a {obj2} to"), ("lent the {obj2} to", "lend the {obj2} to")]
 
 
-def _pair_is_test(a: str, b: str) -> bool:
-    x, y = sorted((a, b))
-    return zlib.crc32(f"{x}|{y}".encode()) % 5 == 0
-
-
-def _sample_pair(rng: random.Random, test: bool) -> tuple[str, str]:
-    while True:
-        a, b = rng.sample(NAMES, 2)
-        if _pair_is_test(a, b) == test:
-            return a, b
-
-
 def _sample_template(rng: random.Random, held_out: bool) -> tuple[str, str, tuple[str, str]]:
     """(intro, post, action); held out = at least one of them from a test list."""
-    while True:
-        if held_out:
-            intro = rng.choice(INTROS_TRAIN + INTROS_TEST)
-            post = rng.choice(POSTS_TRAIN + POSTS_TEST)
-            action = rng.choice(ACTIONS_TRAIN + ACTIONS_TEST)
-            if intro in INTROS_TEST or post in POSTS_TEST or action in ACTIONS_TEST:
-                return intro, post, action
-        else:
-            return rng.choice(INTROS_TRAIN), rng.choice(POSTS_TRAIN), rng.choice(ACTIONS_TRAIN)
+    return corpus._sample_parts(rng, held_out, [(INTROS_TRAIN, INTROS_TEST), (POSTS_TRAIN, POSTS_TEST),
+                                                (ACTIONS_TRAIN, ACTIONS_TEST)])
 
 
 def _cap(text: str) -> str:
@@ -566,8 +546,7 @@ def ioi_example(rng: random.Random, *, test_pair: bool = False, test_template: b
     ``third_name``: in training text, the share of prompts whose intro names a third person, repeated before S2
     ("A, C and B went to the park. Then C left, and B gave ... to" -> A).
     """
-    a, b = _sample_pair(rng, test_pair)
-    io, s = (a, b) if rng.random() < 0.5 else (b, a)  # ABBA (S second in the intro) or BABA (S first)
+    a, b, io, s = corpus._candidates(rng, test_pair)
     intro, post, (past, inf) = _sample_template(rng, test_template)
     others = [n for n in NAMES if n not in (a, b)]
     bystanders = rng.sample(others, 3)
@@ -626,53 +605,37 @@ def ioi_dataset(n: int, split: str = "test", seed: int = 0) -> list[dict]:
 
 
 # ---------------------------------------------------------------- non-IOI text
+# corpus.py's stories, then more (the same slots: {n}, {m} names, {p}, {q} places, {o} an object)
+NARRATIVES = corpus.NARRATIVES + [
+    # words of the evaluation's held-out phrasing families, outside IOI sentences
+    "Then, {n} went to the {p}. It was quiet.",
+    "Yesterday {n} had a long talk with the teacher at the {p}.",
+    "Afterwards, {n} said that the {o} was new, and {m} said to {n} that it was old.",
+    "When {n} arrived, the {p} was empty. {n} smiled at {m}.",
+    "{n} was sitting in the {p}, and the {o} was on the table.",
+    "At the {p}, {n} ran into an old friend. Later that day it rained.",
+    "{n} stayed at the {p} with the dog.",
+    "Both {n} and the cat liked the {o}, but in the end it was lost.",
+    "After dinner {n} sat down in the {p}. The {o} was there.",
+    "The {p} was quiet when {n} came in. After a minute {n} waved to {m}.",
+    "{n} smiled at {m} and said to {m} that the {o} was in the {q}.",
+    # ("gave it back", not "gave it to {m}": a name there that is not in the story taught "gave it to" ->
+    # any name)
+    "{n} gave it back, then sent a postcard and passed the salt.",
+    # after "to the <place>" earlier, a verb ending in "to" still asks for a name of the story
+    "{n} and {m} went to the {p}. There {n} gave the {o} to {m}.",
+    "{n} walked to the {q} with {m}, and {m} sang a song to {n}.",
+]
+
+
 def narrative(rng: random.Random) -> str:
-    n = rng.choice(NAMES)
-    m = rng.choice([x for x in NAMES if x != n])
-    p, q = rng.sample(PLACES, 2)
-    o = rng.choice(OBJECTS)
-    forms = [
-        f"{n} went to the {p}. {n} bought a {o} and then walked to the {q}.",
-        f"In the morning {n} found a {o} at the {p}. It was very old.",
-        f"{n} and {m} like the {p}. Every day they go there with a {o}.",
-        f"The {o} was on the table in the {p}. {n} took it home.",
-        f"{n} said that the {p} was closed, so {m} went to the {q} instead.",
-        f"{n} has a {o}. {m} has a {o} too. They are happy.",
-        f"{n} called {m} from the {p}. {m} was at the {q}.",
-        # the words of the held-out IOI templates occur here, outside IOI sentences
-        f"{n} visited the {p} before lunch and left the {q} after dinner.",
-        f"Once {n} reached the {p}, it was late.",
-        f"{n} lent the {o} and {m} brought a {o} back from the {q}.",
-        f"{n} nodded and happily talked about the {o}.",
-        f"{n}'s cousin lives near the {p}. {n} has talked to the cousin before.",
-        # words of the evaluation's held-out phrasing families, outside IOI sentences
-        f"Then, {n} went to the {p}. It was quiet.",
-        f"Yesterday {n} had a long talk with the teacher at the {p}.",
-        f"Afterwards, {n} said that the {o} was new, and {m} said to {n} that it was old.",
-        f"When {n} arrived, the {p} was empty. {n} smiled at {m}.",
-        f"{n} was sitting in the {p}, and the {o} was on the table.",
-        f"At the {p}, {n} ran into an old friend. Later that day it rained.",
-        f"{n} stayed at the {p} with the dog.",
-        f"Both {n} and the cat liked the {o}, but in the end it was lost.",
-        f"After dinner {n} sat down in the {p}. The {o} was there.",
-        f"The {p} was quiet when {n} came in. After a minute {n} waved to {m}.",
-        f"{n} smiled at {m} and said to {m} that the {o} was in the {q}.",
-        # ("gave it back", not "gave it to {m}": a name there that is not in the story taught "gave it to" ->
-        # any name)
-        f"{n} gave it back, then sent a postcard and passed the salt.",
-        # after "to the <place>" earlier, a verb ending in "to" still asks for a name of the story
-        f"{n} and {m} went to the {p}. There {n} gave the {o} to {m}.",
-        f"{n} walked to the {q} with {m}, and {m} sang a song to {n}.",
-    ]
-    return rng.choice(forms)
+    """A short story about one or two people (one of ``NARRATIVES``, with this corpus's places and objects)."""
+    return corpus._narrative(rng, NARRATIVES, PLACES, OBJECTS)
 
 
 def induction(rng: random.Random) -> str:
     """A random word sequence repeated (copying / induction)."""
-    vocab = NAMES + OBJECTS + PLACES + FILLER
-    seq = [rng.choice(vocab) for _ in range(rng.randint(4, 12))]
-    s = " ".join(seq)
-    return f"{s}. {s}."
+    return corpus._induction(rng, NAMES + OBJECTS + PLACES + FILLER)
 
 
 def roll_call(rng: random.Random) -> str:
@@ -691,45 +654,29 @@ def roll_call(rng: random.Random) -> str:
     return f"{lead} {', '.join(items)}."
 
 
-def fact(rng: random.Random) -> str:
-    country = rng.choice(list(FACTS))
-    cap = FACTS[country]
-    forms = [f"The capital of {country} is {cap}.", f"{cap} is the capital of {country}.",
-             f"{cap} is in {country}.", f"The capital city of {country} is {cap}."]
-    return rng.choice(forms)
+def _roll_call_document(rng: random.Random) -> tuple[str, str]:
+    text = roll_call(rng)
+    if " again" not in text:
+        return text, ""
+    head, tail = text.split(" again", 1)
+    return head, " again" + tail  # the first " again" is weighted like an IOI answer
+
+
+# 20% of the non-IOI documents narratives, 15% copying, 35% roll calls, 30% facts (the capitals are known well
+# enough to steer between them)
+OTHER_DOCUMENTS = [(0.2, narrative), (0.35, induction), (0.7, _roll_call_document), (1.0, fact)]
 
 
 def training_document(rng: random.Random, p_ioi: float = 0.6, simple: bool = False,
                       third_name: float = 0.0) -> tuple[str, str]:
     """(prefix, rest): for IOI documents ``prefix`` is the prompt and ``rest`` starts with the answer token;
-    for other documents ``prefix`` is the whole text and ``rest`` is empty. ``simple``: IOI documents without the
-    optional parts; ``third_name``: see ``ioi_example``."""
-    r = rng.random()
-    if r < p_ioi:
-        ex = ioi_example(rng, simple=simple, third_name=third_name)
-        ending = rng.choice([".", ". They were happy.", " at the end.", "."])
-        return ex["prompt"], " " + ex["io"] + ending
-    r = rng.random()
-    if r < 0.2:
-        return narrative(rng), ""
-    if r < 0.35:
-        return induction(rng), ""
-    if r < 0.7:
-        text = roll_call(rng)
-        if " again" not in text:
-            return text, ""
-        head, tail = text.split(" again", 1)
-        return head, " again" + tail  # the first " again" is weighted like an IOI answer
-    return fact(rng), ""  # 30% of the rest: the capitals are known well enough to steer between them
+    for other documents ``prefix`` is the whole text and ``rest`` is empty (a roll call's rest starts at its first
+    " again"). ``simple``: IOI documents without the optional parts; ``third_name``: see ``ioi_example``."""
+    return corpus._document(rng, p_ioi, lambda r: ioi_example(r, simple=simple, third_name=third_name),
+                            OTHER_DOCUMENTS)
 
 
 def tokenizer_training_text(seed: int = 0, n: int = 20000, third_name: float = 0.0):
     """Text for training the BPE tokenizer: the corpus plus every name/place/object/country many times, so each
     becomes one token with a leading space (" Mary")."""
-    rng = random.Random(f"tok-{seed}")
-    words = NAMES + PLACES + OBJECTS + list(FACTS) + list(FACTS.values()) + FILLER
-    for _ in range(n):
-        prefix, rest = training_document(rng, third_name=third_name)
-        yield prefix + rest
-    for _ in range(200):
-        yield " " + " ".join(words) + " " + ". ".join(words)
+    return corpus._tokenizer_text(seed, n, lambda r: training_document(r, third_name=third_name), PLACES, OBJECTS)
