@@ -26,7 +26,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 
 CHROMIUM = os.environ.get("INTERPLAB_CHROMIUM", "/usr/bin/chromium")
@@ -115,6 +114,37 @@ def _alive(pid: int) -> bool:
         return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def wait_until_serving(proc: subprocess.Popen, answers, *, name: str, timeout: float, log_tail, stop) -> None:
+    """Poll ``answers()`` every 0.3 s until it is true: the server started as ``proc`` answers. An OSError from it
+    (refused, timed out: urllib's and requests' errors are OSErrors) means not yet. Raises RuntimeError with
+    ``log_tail()`` when the process exits first; calls ``stop()`` and raises TimeoutError after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log_tail()}")
+        with contextlib.suppress(OSError):
+            if answers():
+                return
+        if time.monotonic() > deadline:
+            stop()
+            raise TimeoutError(f"{name} did not answer in {timeout:.0f} s:\n{log_tail()}")
+        time.sleep(0.3)
+
+
+def file_tail(path: pathlib.Path, n: int) -> str:
+    """The last ``n`` characters of a server's log file ("" while there is none)."""
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+def answers_200(url: str) -> bool:
+    """Whether a GET of ``url`` answers 200 within 5 s (an OSError when nothing listens yet)."""
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.status == 200
 
 
 class JupyterServer:
@@ -206,26 +236,12 @@ class JupyterServer:
         self.proc = subprocess.Popen(cmd, cwd=self.root_dir, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         self._pids.add(self.proc.pid)
-        deadline = time.monotonic() + self.start_timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"jupyter lab exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/api/status", timeout=5) as r:
-                    if r.status == 200:
-                        return self
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise TimeoutError(f"jupyter lab did not answer in {self.start_timeout:.0f} s:\n{self.log_tail()}")
-            time.sleep(0.3)
+        wait_until_serving(self.proc, lambda: answers_200(f"{self.url}/api/status"), name="jupyter lab",
+                           timeout=self.start_timeout, log_tail=self.log_tail, stop=self.stop)
+        return self
 
     def log_tail(self, n: int = 4000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
+        return file_tail(self.log_path, n)
 
     def api(self, path: str, method: str = "GET"):
         req = urllib.request.Request(f"{self.url}{path}", method=method)

@@ -19,13 +19,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.error
-import urllib.request
 
 import pytest
 from geometry import judge, measure  # tests/geometry.py
-from harness import free_port
+from harness import answers_200, file_tail, free_port, wait_until_serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -99,26 +96,12 @@ class MarimoServer:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(cmd, cwd=self.work, env=self.env(), stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
-        deadline = time.monotonic() + self.timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"marimo exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as r:
-                    if r.status == 200:
-                        return self
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise TimeoutError(f"marimo did not answer in {self.timeout:.0f} s:\n{self.log_tail()}")
-            time.sleep(0.3)
+        wait_until_serving(self.proc, lambda: answers_200(f"{self.url}/health"), name="marimo", timeout=self.timeout,
+                           log_tail=self.log_tail, stop=self.stop)
+        return self
 
     def log_tail(self, n: int = 4000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
+        return file_tail(self.log_path, n)
 
     def stop(self) -> None:
         """SIGTERM to the server's own process group (its kernels included), SIGKILL if it lingers."""

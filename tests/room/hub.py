@@ -46,7 +46,7 @@ TEACHER = "ilab-teacher"  # ROOM.md's `teacher`
 CHP_DIR = ROOT / "build" / "chp-global"  # configurable-http-proxy from npm (`npm install -g --prefix`), once
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from harness import _alive, _children, free_port  # noqa: E402
+from harness import _alive, _children, free_port, wait_until_serving  # noqa: E402
 
 
 def missing_prerequisite() -> str | None:
@@ -292,17 +292,9 @@ class Hub:
         self.proc = subprocess.Popen(["bash", "-c", command], cwd=self.room.state, env=self.env(), stdout=self._log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         self._pids.add(self.proc.pid)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"jupyterhub exited with {self.proc.returncode}:\n{self.log_tail()}")
-            with contextlib.suppress(requests.RequestException):
-                if self.request("GET", "/hub/api", timeout=5).status_code == 200:
-                    return self
-            if time.monotonic() > deadline:
-                self.stop()
-                raise TimeoutError(f"jupyterhub did not answer in {timeout:.0f} s:\n{self.log_tail()}")
-            time.sleep(0.3)
+        wait_until_serving(self.proc, lambda: self.request("GET", "/hub/api", timeout=5).status_code == 200,
+                           name="jupyterhub", timeout=timeout, log_tail=self.log_tail, stop=self.stop)
+        return self
 
     def request(self, method: str, path: str, session=None, **kw) -> requests.Response:
         with warnings.catch_warnings():  # the self-signed certificate
