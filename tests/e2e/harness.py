@@ -30,6 +30,12 @@ import urllib.request
 
 CHROMIUM = os.environ.get("INTERPLAB_CHROMIUM", "/usr/bin/chromium")
 DEFINES_EXPLORER = r"^\s*explorer\s*="  # the notebook cell whose widget the end-to-end test clicks
+# The IOI pair the e2e notebooks run (notebook 01's names, "then" before S2), and their first lines
+CLEAN = "When Mary and John went to the store, then John gave a drink to"
+CORRUPT = "When Mary and John went to the store, then Mary gave a drink to"
+LOAD_IOI = f'''import interplab as ilab
+lab = ilab.Lab.load("ioi-tiny")
+clean, corrupt = {CLEAN!r}, {CORRUPT!r}'''
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",

@@ -10,15 +10,11 @@ import json
 import re
 
 import pytest
-from harness import LabNotebook, write_notebook
+from harness import LOAD_IOI, LabNotebook, write_notebook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
-CLEAN = "When Mary and John went to the store, then John gave a drink to"
-CORRUPT = "When Mary and John went to the store, then Mary gave a drink to"
-SETUP = f'''import interplab as ilab
-lab = ilab.Lab.load("ioi-tiny")
-clean, corrupt = {CLEAN!r}, {CORRUPT!r}
+SETUP = LOAD_IOI + '''
 metric = ilab.logit_diff(" Mary", " John")
 def ld(logits):  # the logit diff of one row of logits, by hand
     return float(logits[lab.token_id(" Mary")] - logits[lab.token_id(" John")])'''

@@ -4,16 +4,12 @@ gives in the kernel, and the button shows lab.circuit's faithfulness of the draw
 from __future__ import annotations
 
 import pytest
-from harness import LabNotebook, write_notebook
+from harness import LOAD_IOI, LabNotebook, write_notebook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
-CLEAN = "When Mary and John went to the store, then John gave a drink to"
-CORRUPT = "When Mary and John went to the store, then Mary gave a drink to"
 SOURCES = [
-    f'''import interplab as ilab
-lab = ilab.Lab.load("ioi-tiny")
-clean, corrupt = {CLEAN!r}, {CORRUPT!r}
+    LOAD_IOI + '''
 metric = ilab.logit_diff(" Mary", " John")
 scores = lab.edge_attribution(clean, corrupt, metric, method="eap")''',
     "graph = scores.show(lab, clean, corrupt, metric, count=12)\ngraph",

@@ -14,16 +14,12 @@ import time
 
 import pytest
 from geometry import judge, measure  # tests/geometry.py
-from harness import LabNotebook, write_notebook
+from harness import LOAD_IOI, LabNotebook, write_notebook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
-CLEAN = "When Mary and John went to the store, then John gave a drink to"
-CORRUPT = "When Mary and John went to the store, then Mary gave a drink to"
 SOURCES = [
-    f'''import interplab as ilab
-lab = ilab.Lab.load("ioi-tiny")
-clean, corrupt = {CLEAN!r}, {CORRUPT!r}
+    LOAD_IOI + '''
 res = lab.patch_sweep(clean, corrupt, site="resid_pre", by=("layer", "pos"),
                       metric=ilab.logit_diff(" Mary", " John"), method="exact", progress=False)''',
     "explorer = res.show()\nexplorer",

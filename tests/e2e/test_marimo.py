@@ -22,7 +22,7 @@ import textwrap
 
 import pytest
 from geometry import judge, measure  # tests/geometry.py
-from harness import answers_200, file_tail, free_port, wait_until_serving
+from harness import CLEAN, CORRUPT, answers_200, file_tail, free_port, wait_until_serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -30,8 +30,6 @@ marimo = pytest.importorskip("marimo", reason="marimo is not installed (pip inst
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "artifacts" / "e2e_marimo.png"
-CLEAN = "When Mary and John went to the store, then John gave a drink to"
-CORRUPT = "When Mary and John went to the store, then Mary gave a drink to"
 
 APP = textwrap.dedent(f'''
     import marimo
