@@ -41,6 +41,17 @@ def _replace(x, new):
     return (new, *x[1:]) if isinstance(x, tuple) else new
 
 
+def _forward(model, ids, hooks):
+    """The last position's logits of a no-grad forward of ``ids`` with the hook handles ``hooks`` attached; they are
+    removed after it, also when it fails."""
+    try:
+        with torch.no_grad():
+            return model(ids).logits[0, -1]
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 def plain_loop(model, ids_clean, ids_corrupt, point, n_layers, cells, metric, n_heads=None):
     """The reference: record the clean activation, then one hooked forward of corrupt per cell."""
     path, io = point
@@ -54,10 +65,7 @@ def plain_loop(model, ids_clean, ids_corrupt, point, n_layers, cells, metric, n_
             handles.append(mod.register_forward_pre_hook(lambda m, a, l=l: saved.__setitem__(l, a[0].clone())))
         else:
             handles.append(mod.register_forward_hook(lambda m, a, o, l=l: saved.__setitem__(l, _first(o).clone())))
-    with torch.no_grad():
-        model(ids_clean)
-    for h in handles:
-        h.remove()
+    _forward(model, ids_clean, handles)
     out = {}
     for l in range(n_layers):
         for key, (pos, head) in cells.items():
@@ -76,12 +84,7 @@ def plain_loop(model, ids_clean, ids_corrupt, point, n_layers, cells, metric, n_
                 h = mod.register_forward_pre_hook(lambda m, a, edit=edit: (edit(a[0]), *a[1:]))
             else:
                 h = mod.register_forward_hook(lambda m, a, o, edit=edit: _replace(o, edit(_first(o))))
-            try:
-                with torch.no_grad():
-                    logits = model(ids_corrupt).logits[0, -1]
-            finally:
-                h.remove()
-            out[(l, *key)] = metric(logits)
+            out[(l, *key)] = metric(_forward(model, ids_corrupt, [h]))
     return out
 
 
@@ -92,10 +95,7 @@ def _plain_loop_mid(model, ids_clean, ids_corrupt, paths, n_layers, cells, metri
     saved = {}
     handles = [model.get_submodule(norm.format(l)).register_forward_pre_hook(
         lambda m, a, l=l: saved.__setitem__(l, a[0].clone())) for l in range(n_layers)]
-    with torch.no_grad():
-        model(ids_clean)
-    for h in handles:
-        h.remove()
+    _forward(model, ids_clean, handles)
     out = {}
     for l in range(n_layers):
         for key, (pos, _) in cells.items():
@@ -110,13 +110,7 @@ def _plain_loop_mid(model, ids_clean, ids_corrupt, paths, n_layers, cells, metri
                 pre["x"] = a[0] if a else kw["hidden_states"]
             hs = [model.get_submodule(block.format(l)).register_forward_pre_hook(keep, with_kwargs=True),
                   model.get_submodule(attn.format(l)).register_forward_hook(write)]
-            try:
-                with torch.no_grad():
-                    logits = model(ids_corrupt).logits[0, -1]
-            finally:
-                for h in hs:
-                    h.remove()
-            out[(l, *key)] = metric(logits)
+            out[(l, *key)] = metric(_forward(model, ids_corrupt, hs))
     return out
 
 
@@ -375,10 +369,7 @@ def test_cells_equal_in_both_runs_are_not_run(models, tokenizer):
     for name, text in (("clean", CLEAN), ("corrupt", CORRUPT)):
         hs = [model.transformer.h[l].register_forward_pre_hook(
             lambda m, a, l=l, name=name: acts.__setitem__((name, l), a[0][0].clone())) for l in range(lab.n_layers)]
-        with torch.no_grad():
-            model(tokenizer(text, return_tensors="pt")["input_ids"])
-        for h in hs:
-            h.remove()
+        _forward(model, tokenizer(text, return_tensors="pt")["input_ids"], hs)
     differ = [(l, p) for l in range(lab.n_layers) for p in range(acts["clean", 0].shape[0])
               if not torch.equal(acts["clean", l][p], acts["corrupt", l][p])]
     assert res.cells_run == len(differ) < res.values.numel() // 2
