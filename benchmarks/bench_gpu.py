@@ -77,16 +77,22 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
+def clock(device):
+    """Wall time on a GPU (synchronised); on a CPU this process's CPU time, so that other processes sharing the
+    cores do not count (every figure of a run, the floor's measured peak included, uses the same clock)."""
+    return time.perf_counter if device.type == "cuda" else time.process_time
+
+
 def timed(fn, device, repeat: int = 3) -> float:
     """Median seconds of fn() over `repeat` calls after one warm-up."""
     fn()
-    out = []
+    out, now = [], clock(device)
     for _ in range(repeat):
         sync(device)
-        t = time.perf_counter()
+        t = now()
         fn()
         sync(device)
-        out.append(time.perf_counter() - t)
+        out.append(now() - t)
     return statistics.median(out)
 
 
@@ -119,13 +125,13 @@ def make_model(shape: str, device, dtype):
 
 
 def prompts(tokenizer, n_tokens: int) -> tuple[str, str]:
-    """A clean/corrupt pair of n_tokens GPT-2 tokens: the IOI sentence repeated, the last S name swapped."""
+    """A clean/corrupt pair of about n_tokens GPT-2 tokens: the IOI sentence repeated, its first S2 name swapped
+    (early: most cells of the sweep then need a forward, the case the floor describes)."""
     text = SENTENCE
     while len(tokenizer(text)["input_ids"]) + len(tokenizer(" " + SENTENCE)["input_ids"]) <= n_tokens:
         text += " " + SENTENCE
     clean = text
-    head, _, tail = clean.rpartition(" John gave")
-    corrupt = head + " Mary gave" + tail
+    corrupt = clean.replace(" John gave", " Mary gave", 1)
     return clean, corrupt
 
 
@@ -183,11 +189,12 @@ def hook_loop_time(lab, clean, corrupt, metric, sample: int) -> tuple[float, int
             h.remove()
     one(chosen[0])
     sync(dev)
-    t0 = time.perf_counter()
+    now = clock(dev)
+    t0 = now()
     for c in chosen:
         one(c)
     sync(dev)
-    return (time.perf_counter() - t0) / len(chosen) * len(cells), len(chosen)
+    return (now() - t0) / len(chosen) * len(cells), len(chosen)
 
 
 def bench(shape: str, dtype, device, n_tokens: int, sample: int, fp32_values=None) -> dict:
@@ -218,14 +225,14 @@ def bench(shape: str, dtype, device, n_tokens: int, sample: int, fp32_values=Non
     n_layers, t = lab.n_layers, len(ids_c)
     fresh = [(layer, pos) for layer, pos in ((n_layers // 2, t - 3), (n_layers - 1, t - 2), (1, t - 4),
                                              (n_layers // 3, t - 5))]
-    clicks = []
+    clicks, now = [], clock(device)
     for layer, pos in fresh:
         edit = session.cell_edit(layer, pos)  # (its source run: memoised once, outside the timing)
         sync(device)
-        t0 = time.perf_counter()
+        t0 = now()
         session.logits_view([edit], log=False)
         sync(device)
-        clicks.append(time.perf_counter() - t0)
+        clicks.append(now() - t0)
     row["click_s"] = statistics.median(clicks)
 
     lab.engine.clear_memo()
@@ -234,10 +241,10 @@ def bench(shape: str, dtype, device, n_tokens: int, sample: int, fp32_values=Non
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
     sync(device)
-    t0 = time.perf_counter()
+    t0 = now()
     res = lab.patch_sweep(clean, corrupt, "resid_pre", ("layer", "pos"), metric, progress=False)
     sync(device)
-    row["sweep_s"] = time.perf_counter() - t0
+    row["sweep_s"] = now() - t0
     row["cells_run"] = res.cells_run
     row["peak_mib"] = ((torch.cuda.max_memory_allocated(device) - before) / 2**20) if device.type == "cuda" \
         else None
@@ -249,6 +256,11 @@ def bench(shape: str, dtype, device, n_tokens: int, sample: int, fp32_values=Non
         row["bf16_diff"] = float((res.values - fp32_values).abs().max())
         row["fp32_range"] = float(fp32_values.max() - fp32_values.min())
     return row
+
+
+def _load() -> str:
+    import os
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def fits(shape: str, dtype, device) -> bool:
@@ -281,11 +293,14 @@ def main(argv=None) -> list[str]:
                                                             or args.big else ["float32"]))]
     tokens = args.tokens or (256 if args.big else 64)
     sample = args.sample or (64 if device.type == "cuda" else 16)
-    torch.set_grad_enabled(True)
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # CPU time then counts work only (idle threads spinning would count too)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.processor() or 'x86'}, " \
         f"{torch.get_num_threads()} threads)"
     lines = [f"Device: {name}. Command: `python benchmarks/bench_gpu.py {' '.join(argv or sys.argv[1:])}`. "
-             f"Random weights in each shape; an IOI-like pair of {tokens} tokens; times are medians.", "",
+             f"Random weights in each shape; an IOI-like pair of {tokens} tokens; times are medians"
+             f"{' (wall, synchronised)' if device.type == 'cuda' else ' of this process CPU time (one thread)'}."
+             + ("" if device.type == "cuda" else f" Load average while starting: {_load()}."), "",
              "| shape | dtype | tokens | cells run | sweep s | hook loop s (est.) | loop / sweep | sweep FLOPs | "
              "peak assumed | sweep / floor | peak mem MiB | run / fwd (ms) | click / fwd (ms) | bf16 vs fp32 |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -317,6 +332,11 @@ def main(argv=None) -> list[str]:
     lines += ["", "A plain forward of the prompt is the `fwd` baseline (same run, same device); the floor is "
               "FLOPs / peak; `loop / sweep` > 1 means the sweep is that many times faster than one forward per "
               "cell."]
+    if device.type == "cpu":
+        lines += ["", "This run is on a CPU: it shows the benchmark's structure and the CPU's own ratios, with small "
+                  "stand-in shapes unless --big. The GPU table (bash scripts/gpu_check.sh on a machine with one) "
+                  "writes the section \"GPU scale\". The bf16 column compares sweeps of random weights; tests/gpu "
+                  "bounds bf16 against fp32 on ioi-tiny's trained weights."]
     if not args.no_write:
         title = "GPU scale" if device.type == "cuda" else "GPU scale (CPU run)"
         write_section(title, lines)

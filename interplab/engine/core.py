@@ -11,7 +11,7 @@ import contextlib
 import json
 import operator
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -368,8 +368,8 @@ class Engine:
         held = logits if grad else logits.detach()
         if not grad and held.device.type == "cpu":
             held = held.float()  # on the host already: fp32 once, so every read is the same tensor, as before
-        result = Run(prompts, ids, mask, lengths, held,
-                     Cache(cached, n_layers=self.n_layers), edits, [self.to_str_tokens(p) for p in prompts], grad=grad)
+        result = Run(prompts, ids, mask, lengths, held, Cache(cached, n_layers=self.n_layers), edits,
+                     _Decoded(self.tokenizer, ids, lengths), grad=grad)
         if edits and log:
             self.log.record(prompts, edits, cache_req)
         if not grad:
@@ -493,7 +493,11 @@ class Engine:
             ref = SourceRef(tuple(as_prompts(source)))
         else:
             raise InterplabError(f"patch source must be a Run, a prompt, or a tensor; got {type(source).__name__}.")
-        rerun = self.run(list(ref.prompts), [Edit.from_dict(d) for d in ref.edits], cache=[key], log=False)
+        # every layer of the site at once (a layered site): one memoised forward serves a click at any layer, and
+        # it is the run a heatmap session's source already is
+        whole = layer is not None and site in LAYERED and site in SITE_NAMES
+        rerun = self.run(list(ref.prompts), [Edit.from_dict(d) for d in ref.edits], cache=[site if whole else key],
+                         log=False)
         return self.as_hooked(site, rerun.cache[key])
 
     # ---- forwards that resume from cached state: what makes a click cheap ------------------------------------
@@ -641,6 +645,32 @@ class Engine:
         if self._bound_hooks is not None:
             self._bound_hooks.remove_all()
         self._bound_edits, self._bound_hooks = [], None
+
+
+class _Decoded(Sequence):
+    """Each prompt's tokens as strings (what to_str_tokens gives), decoded on first read: one decode per token
+    costs about as much as a small model's forward, and most runs are never read this way."""
+
+    def __init__(self, tokenizer, ids: torch.Tensor, lengths: list[int]):
+        self._args, self._rows = (tokenizer, ids, lengths), None
+
+    def _decoded(self) -> list[list[str]]:
+        if self._rows is None:
+            tokenizer, ids, lengths = self._args
+            self._rows = [[tokenizer.decode([i]) for i in ids[r, :n].tolist()] for r, n in enumerate(lengths)]
+        return self._rows
+
+    def __getitem__(self, i):
+        return self._decoded()[i]
+
+    def __len__(self) -> int:
+        return len(self._args[2])
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and self._decoded() == list(other)
+
+    def __repr__(self) -> str:
+        return repr(self._decoded())
 
 
 def _host(t: torch.Tensor) -> torch.Tensor:

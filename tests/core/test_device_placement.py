@@ -59,6 +59,7 @@ def test_runs_stay_on_the_models_device_until_read(ioi):
         with pytest.raises(DeviceMix, match="same device"):  # as it failed when the cache was on the host
             m.ln_f(run.cache["resid_post", 1].cpu())
     assert torch.equal(logits, plain.logits) and torch.equal(last, plain.last_logits)
+    assert run.str_tokens == [lab.to_str_tokens(p) for p in CLEAN]  # decoded when read
     assert torch.equal(lens.cpu(), lab.model.lm_head(m.ln_f(plain.cache["resid_post", 1])).detach())
 
 
