@@ -161,8 +161,14 @@ def test_edits_serialise_by_the_saes_folder(lab, tmp_path):
     assert json.loads(text)[0]["sae"]["__sae__"]["source"] == str((tmp_path / "sae").resolve())
     back = ilab.edits_from_json(text)
     assert torch.equal(lab.run(CLEAN, back).logits, lab.run(CLEAN, edits).logits)
-    code = lab.log.to_code()
+    fresh = ilab.Lab.load("ioi-tiny")  # a log of this run only (the module's lab logged in-memory SAEs too)
+    fresh.run(CORRUPT, edits)  # logged: the intervention log's code re-runs it from the SAE's folder
+    code = fresh.log.to_code()
     assert "edits_from_json" in code and str(tmp_path / "sae") in code
+    scope = {}
+    exec(code, scope)
+    last = max((k for k in scope if k.startswith("run_")), key=lambda k: int(k[4:]))
+    assert torch.equal(scope[last].logits, lab.run(CORRUPT, edits).logits)
     # an SAE built in memory is logged, but cannot be read back: the error says to save it
     with pytest.raises(LoadError, match="sae.save"):
         ilab.edits_from_json(ilab.edits_to_json([ilab.zero(sae, feature=1)]))
