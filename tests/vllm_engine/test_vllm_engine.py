@@ -212,6 +212,27 @@ def test_a_sweep_on_vllm_equals_the_hugging_face_sweep(lab, site, by):
     assert abs(vl.clean_value - hf.clean_value) < 1e-4 and abs(vl.corrupt_value - hf.corrupt_value) < 1e-4
 
 
+def test_a_vllm_sweep_is_patch_sweeps_own_loop(lab):
+    """The sweep's options work on vLLM as on the Hugging Face model (one loop, the backend runs the cells):
+    layers=, on_partial= (called per chunk), the cells whose activation is equal in both runs skipped (no request),
+    and the hover's top tokens per cell; attribution, which needs gradients, is refused by name."""
+    clean = ["When Mary and John went to the store, John gave a drink to"]
+    corrupt = ["When Mary and John went to the store, Mary gave a drink to"]
+    metric = ilab.logit_diff(" Mary", " John")
+    partial = []
+    vl = lab.patch_sweep(clean, corrupt, metric=metric, layers=[1], backend="vllm", progress=False,
+                         on_partial=partial.append)
+    hf = lab.patch_sweep(clean, corrupt, metric=metric, layers=[1], progress=False)
+    assert vl.raw.shape == hf.raw.shape == (1, len(lab.to_str_tokens(clean[0])))
+    assert (vl.raw - hf.raw).abs().max() < 1e-4 and partial
+    assert vl.cells_run == hf.cells_run < vl.raw.numel()  # positions before the names differ ran no request
+    last = (0, vl.raw.shape[1] - 1)
+    assert vl.top_tokens[last][0][0] == hf.top_tokens[last][0][0]
+    assert abs(vl.top_tokens[last][0][1] - hf.top_tokens[last][0][1]) < 1e-4
+    with pytest.raises(UnsupportedSiteError, match="attribution"):
+        lab.patch_sweep(clean, corrupt, metric=metric, method="attribution", backend="vllm")
+
+
 @pytest.mark.parametrize("kw,error", [
     ({"site": "resid_pre", "by": ("layer", "head")}, InterplabError),
     ({"site": "pattern", "by": ("layer", "head")}, UnsupportedSiteError),
