@@ -1,7 +1,8 @@
 """Writes the teaching notebooks (without outputs) from the cells below: `python notebooks/build.py`.
 
 Keeping the source here makes the notebooks reviewable as plain Python and keeps megabytes of widget state out of git.
-Cells starting with "# ANSWER" are collapsed in JupyterLab: the workshop answers.
+Cells starting with "# ANSWER" are the workshop answers: their input is collapsed in JupyterLab and Notebook 7, and
+their code runs only once the student sets `show = True` in the cell (so Run All and Shift-Enter leave them closed).
 """
 
 from pathlib import Path
@@ -10,22 +11,304 @@ import nbformat as nbf
 
 HERE = Path(__file__).resolve().parent
 
+# The line of every answer cell that keeps it closed; the student (or a test) sets it to True.
+CLOSED = "show = False  # set to True, then run this cell, to see the answer"
+ANSWER_HEADER = "# ANSWER (closed: Run All and Shift-Enter leave it closed until you set show = True below)"
+
+# Appended to each notebook's first code cell: what an answer cell calls to decide whether to run.
+ANSWER_GATE = """
+
+SHOW_ANSWERS = False  # True runs every answer cell too (a solved copy for the teacher)
+
+
+def opened(show):
+    \"\"\"Whether an answer cell runs: its own `show = True`, or SHOW_ANSWERS for the whole notebook.\"\"\"
+    if not (show or SHOW_ANSWERS):
+        print("Answer closed. To see it: open the cell (click the bar on its left), set show = True, run the cell.")
+    return bool(show or SHOW_ANSWERS)
+"""
+
 
 def md(text):
     return nbf.v4.new_markdown_cell(text.strip())
 
 
 def code(text):
-    cell = nbf.v4.new_code_cell(text.strip())
-    if text.strip().startswith("# ANSWER"):
+    text = text.strip()
+    if text.startswith("# ANSWER"):
+        body = text.split("\n", 1)[1] if "\n" in text else "pass"
+        indented = "\n".join(("    " + line) if line.strip() else "" for line in body.splitlines())
+        cell = nbf.v4.new_code_cell(f"{ANSWER_HEADER}\n{CLOSED}\nif opened(show):\n{indented}")
         cell.metadata["jupyter"] = {"source_hidden": True}
-    return cell
+        return cell
+    return nbf.v4.new_code_cell(text)
+
+
+def setup(text):
+    """A notebook's first code cell, with the answer gate after it."""
+    return code(text.strip() + ANSWER_GATE)
 
 
 def carry(text):
     """A cell after an answer that sets what later cells use, as the answer does: the notebook runs top to bottom
-    with every answer cell left out (a student who skips one is not stopped by a NameError)."""
+    with every answer cell closed (a student who skips one is not stopped by a NameError)."""
     return code("# Run this whether or not you opened the answer: the next exercises use these names.\n" + text.strip())
+
+
+PRIMER = [
+    md("""
+# Primer: the residual stream, heads, queries, keys and values
+
+About 15 minutes, before the workshop or at its start. The patching notebooks (01-04) use a few ideas about how a
+transformer is built; here each one comes with a cell to run and a check that says *right* or what is off. Nothing
+is assumed beyond this:
+
+- **Python**: functions, lists, dicts, f-strings.
+- **PyTorch**: a tensor's shape, indexing (`x[0, :, 2]`), `@` (matrix product), `.softmax(-1)`, `torch.allclose`.
+- **A transformer, in outline**: text is split into tokens; each token becomes a vector; layers of attention and
+  MLPs update those vectors; the last position's vector is turned into a score (a *logit*) for every possible next
+  token.
+
+The model is `ioi-tiny`, a 4-layer GPT-2 with 4 heads per layer that ships with interplab (offline, seconds).
+
+**How to work through it.** Where a cell has `...`, replace it and run the check below it. Each answer is in a
+collapsed cell after its check, and it stays closed: Run All and Shift-Enter run it without showing anything. To see
+it, open it (click the bar on its left), change `show = False` to `show = True` and run it.
+"""),
+    setup("""
+import torch
+
+import interplab as ilab
+
+lab = ilab.Lab.load("ioi-tiny")
+prompt = "When Mary and John went to the store, John gave a drink to"
+tokens = lab.to_str_tokens(prompt)
+T, L, H = len(tokens), lab.n_layers, lab.n_heads
+d_model = lab.model.config.n_embd
+d_head = d_model // H
+run = lab.run(prompt, cache=["resid_pre", "attn_out", "mlp_out", "resid_post", "q", "k", "v", "z", "pattern"])
+cache = run.cache  # cache[site, layer]: [batch, positions, ...] (here one prompt: batch index 0)
+print(f"{T} tokens: {tokens}")
+print(f"{L} layers of {H} heads; each position's vector has d_model = {d_model} numbers, a head works in "
+      f"d_head = {d_head}")
+"""),
+    md("""
+## 1. The residual stream is a sum
+
+Each position carries one vector through the model, the **residual stream**. It starts as the token's embedding
+plus its position's embedding. Each block then *reads* the stream and *adds* to it: first its attention layer
+(`attn_out`), then its MLP (`mlp_out`). Nothing is overwritten: the stream leaving the last block is the embeddings
+plus everything every layer added. (That is why one can patch, or read, what one part wrote: it is a term of a sum.)
+
+`cache["resid_pre", 0]` is the stream entering block 0 (the embeddings); `cache["resid_post", L - 1]` the stream
+leaving the last block; `cache["attn_out", layer]` and `cache["mlp_out", layer]` what each layer added. All are
+`[1, positions, d_model]`.
+
+**Predict:** will the sum match the final stream exactly, or only roughly? Then write it.
+"""),
+    code("""
+embeddings = cache["resid_pre", 0]  # token + position embeddings: what enters block 0
+final = cache["resid_post", L - 1]  # what leaves the last block
+my_sum = ...  # embeddings plus every layer's attn_out and mlp_out
+"""),
+    code("""
+def check_sum(total):
+    \"\"\"The final residual stream against your sum, position by position.\"\"\"
+    if not isinstance(total, torch.Tensor) or total.shape != final.shape:
+        print(f"not yet: my_sum should be a tensor of shape {tuple(final.shape)}, like each term")
+        return False
+    gap = float((total - final).abs().max())
+    if gap > 1e-3:
+        missing = float((total - final).norm() / final.norm())
+        print(f"not yet: your sum is off by {gap:.3f} at most ({missing:.0%} of the stream's size): "
+              "every layer, attention and MLP both?")
+        return False
+    print(f"right: the final stream is the sum of {1 + 2 * L} terms (largest difference {gap:.1e}, rounding)")
+    return True
+
+
+check_sum(my_sum)
+wte, wpe = lab.model.transformer.wte.weight, lab.model.transformer.wpe.weight
+ids = lab.tokenizer(prompt, return_tensors="pt")["input_ids"][0]
+same = torch.allclose(embeddings[0], wte[ids] + wpe[:T], atol=1e-5)
+print("the embeddings are token embedding + position embedding:", same)
+assert same
+"""),
+    code("""
+# ANSWER
+my_sum = embeddings + sum(cache["attn_out", layer] + cache["mlp_out", layer] for layer in range(L))
+assert check_sum(my_sum)
+# Exactly, up to float rounding (printed): resid_post of a block is resid_pre + attn_out + mlp_out, and resid_pre of
+# the next block is that resid_post. The final LayerNorm and the unembedding then read this sum.
+"""),
+    md("""
+## 2. What a head reads and writes
+
+An attention layer is `H` **heads** side by side. At each position a head makes a **value** vector `v` (d_head
+numbers) from that position's residual stream (after the block's LayerNorm). Then, at each query position `q`, it
+takes a weighted average of the values of positions `k <= q`; the weights are its **attention pattern**
+`pattern[q, k]` (each row sums to 1). That average is the head's output `z` at `q`. The head **writes** `z` into the
+stream through its slice of the output matrix `W_O`; the layer's `attn_out` is the sum of its heads' writes plus a
+bias.
+
+Write one head's `z` from its pattern and its values. `cache["v", layer]` and `cache["z", layer]` hold all heads
+side by side (`[1, positions, H * d_head]`, head `h` in columns `h * d_head` to `(h + 1) * d_head`);
+`cache["pattern", layer]` is `[1, H, query, key]`.
+"""),
+    code("""
+layer, head = 2, 0
+cols = slice(head * d_head, (head + 1) * d_head)  # this head's columns in q, k, v and z
+pattern = cache["pattern", layer][0, head]  # [query, key]
+v = cache["v", layer][0, :, cols]  # [key, d_head]
+my_z = ...  # [query, d_head]: at each query position, the pattern-weighted sum of the values
+"""),
+    code("""
+def check_z(z):
+    \"\"\"Your head output against the one the model computed.\"\"\"
+    want = cache["z", layer][0, :, cols]
+    if not isinstance(z, torch.Tensor) or z.shape != want.shape:
+        print(f"not yet: my_z should be a tensor of shape {tuple(want.shape)} (query positions x d_head)")
+        return False
+    if not torch.allclose(z, want, atol=1e-4):
+        print("not yet: the shape is right, the numbers are not: row q of the pattern weighs the values of every key")
+        return False
+    print(f"right: head {head} of layer {layer} outputs pattern @ v")
+    return True
+
+
+check_z(my_z)
+W_O = lab.model.transformer.h[layer].attn.c_proj.weight  # [H * d_head, d_model]: x @ W_O (GPT-2's Conv1D)
+b_O = lab.model.transformer.h[layer].attn.c_proj.bias
+z_all = cache["z", layer][0]
+writes = [z_all[:, h * d_head:(h + 1) * d_head] @ W_O[h * d_head:(h + 1) * d_head] for h in range(H)]
+same = torch.allclose(sum(writes) + b_O, cache["attn_out", layer][0], atol=1e-4)
+print("attn_out = the heads' writes added up, plus a bias:", same)
+assert same
+"""),
+    code("""
+# ANSWER
+my_z = pattern @ v
+assert check_z(my_z)
+# A head moves information between positions: what it writes at q is made of what it read at the keys it attends
+# to. Patching a head's `z` (notebooks 01 and 04) replaces exactly this vector.
+"""),
+    md("""
+## 3. Queries, keys and values; the QK and OV circuits
+
+Where does the pattern come from? At each position the head also makes a **query** `q` and a **key** `k` (d_head
+numbers each, from the same LayerNorm'd stream). The score of query position `q` for key position `k` is their dot
+product divided by `sqrt(d_head)`; keys after the query are masked out (a position cannot look ahead); a softmax over
+the keys turns each row of scores into the pattern.
+
+Write the pattern from the cached queries and keys. (`torch.tril(torch.ones(T, T, dtype=torch.bool))` is `True`
+where the key is not after the query; `scores.masked_fill(~mask, float("-inf"))` masks the rest.)
+"""),
+    code("""
+q = cache["q", layer][0, :, cols]  # [query, d_head]
+k = cache["k", layer][0, :, cols]  # [key, d_head]
+my_pattern = ...  # [query, key]: softmax over keys of q . k / sqrt(d_head), later keys masked out
+"""),
+    code("""
+def check_pattern(p):
+    \"\"\"Your pattern against the model's.\"\"\"
+    if not isinstance(p, torch.Tensor) or p.shape != pattern.shape:
+        print(f"not yet: my_pattern should be a tensor of shape {tuple(pattern.shape)} (query x key)")
+        return False
+    if not torch.allclose(p.sum(-1), torch.ones(T), atol=1e-4):
+        print("not yet: each row of a pattern sums to 1: a softmax over the keys (the last dimension)?")
+        return False
+    if not torch.allclose(p, pattern, atol=1e-4):
+        print("not yet: rows sum to 1 but the numbers differ: the mask, or the division by sqrt(d_head)?")
+        return False
+    print(f"right: the pattern of head {head}, layer {layer}, from its queries and keys")
+    return True
+
+
+check_pattern(my_pattern)
+"""),
+    code("""
+# ANSWER
+mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+my_pattern = ((q @ k.T) / d_head ** 0.5).masked_fill(~mask, float("-inf")).softmax(-1)
+assert check_pattern(my_pattern)
+"""),
+    md("""
+Both `q` and `k` are the LayerNorm'd stream `x` times a matrix (plus a bias): `q = x W_Q`, `k = x W_K`. So a score
+is `x_q W_Q W_K^T x_k^T`: one `d_model x d_model` matrix, the **QK circuit** `W_Q W_K^T`, decides *where* the head
+looks. Likewise the head writes `pattern @ (x W_V) W_O`: the matrix `W_V W_O`, the **OV circuit**, decides *what* it
+writes for whatever it reads. Two questions about a head, two matrices: notebook 04's path patching into a head's
+query, key or value asks which one a change goes through, and its copying scores read the OV circuit. The cell
+checks both identities on this head (the biases make the small extra terms).
+"""),
+    code("""
+attn = lab.model.transformer.h[layer].attn
+x = lab.model.transformer.h[layer].ln_1(cache["resid_pre", layer][0])  # the LayerNorm'd stream the head reads
+W, b = attn.c_attn.weight, attn.c_attn.bias  # [d_model, 3 * d_model]: the q | k | v projections side by side
+W_Q, W_K, W_V = (W[:, i * d_model:(i + 1) * d_model][:, cols] for i in range(3))
+b_Q, b_K, b_V = (b[i * d_model:(i + 1) * d_model][cols] for i in range(3))
+W_QK = W_Q @ W_K.T  # [d_model, d_model]
+W_OV = W_V @ W_O[cols]  # [d_model, d_model]
+scores = x @ W_QK @ x.T + ((x @ W_Q) @ b_K)[:, None] + (b_Q @ (x @ W_K).T)[None, :] + b_Q @ b_K  # + the biases
+write = pattern @ (x @ W_OV + b_V @ W_O[cols])
+same = torch.allclose(scores, q @ k.T, atol=1e-3), torch.allclose(write, writes[head], atol=1e-3)
+print("scores through the QK circuit = q . k:", same[0])
+print("the head's write through the OV circuit = its z @ W_O slice:", same[1])
+assert all(same)
+"""),
+    md("""
+## 4. The words of the patching notebooks: logit difference, denoising, noising
+
+The task: in the prompt above the next word should be *Mary*, the name that is not repeated. The **corrupt** prompt
+swaps the repeated name, so the answer flips to *John*.
+
+- **logit difference**: logit(" Mary") - logit(" John") at the last position. Above 0: the model prefers Mary.
+- **denoising**: run the *corrupt* prompt with one activation copied in from the *clean* run. If the answer comes
+  back, that activation is *sufficient* to carry it.
+- **noising**: run the *clean* prompt with one activation copied in from the *corrupt* run. If the answer breaks,
+  that activation is *necessary*.
+- Both are reported **normalised**: (value - corrupt) / (clean - corrupt), so 1 = the clean run's logit difference
+  and 0 = the corrupt run's.
+
+The two prompts differ in one token, the repeated name (S2). `ilab.patch("resid_pre", 0, pos=S2, source=...)` copies
+the residual stream entering block 0 at S2 from another run.
+
+**Predict:** denoising that one vector, and noising it: what will each give, normalised? (What else differs between
+the two runs at that point?)
+"""),
+    code("""
+corrupt = "When Mary and John went to the store, Mary gave a drink to"
+S2 = next(i for i, (a, b) in enumerate(zip(tokens, lab.to_str_tokens(corrupt))) if a != b)
+mary, john = lab.token_id(" Mary"), lab.token_id(" John")
+
+
+def logit_diff(r):
+    return float(r.last_logits[0, mary] - r.last_logits[0, john])
+
+
+clean_run, corrupt_run = lab.run(prompt), lab.run(corrupt)
+clean_ld, corrupt_ld = logit_diff(clean_run), logit_diff(corrupt_run)
+denoised = logit_diff(lab.run(corrupt, edits=[ilab.patch("resid_pre", 0, pos=S2, source=clean_run)]))
+noised = logit_diff(lab.run(prompt, edits=[ilab.patch("resid_pre", 0, pos=S2, source=corrupt_run)]))
+print(f"S2 is position {S2} ({tokens[S2]!r}); logit difference: clean {clean_ld:+.2f}, corrupt {corrupt_ld:+.2f}")
+for label, value in (("denoising", denoised), ("noising", noised)):
+    print(f"{label} resid_pre 0 at S2: {value:+.2f}, normalised {(value - corrupt_ld) / (clean_ld - corrupt_ld):+.2f}")
+"""),
+    code("""
+# ANSWER
+# Denoising gives 1 and noising 0 (printed): before block 0 the two runs differ only in the vector at S2, so
+# copying it makes the corrupt run the clean run, and the reverse. Any later layer, or any other activation, holds
+# only part of the difference: that is what the sweeps of notebook 01 map, layer by layer.
+assert abs((denoised - corrupt_ld) / (clean_ld - corrupt_ld) - 1) < 1e-3
+assert abs((noised - corrupt_ld) / (clean_ld - corrupt_ld)) < 1e-3
+"""),
+    md("""
+## Ready
+
+You have used every idea the patching notebooks rely on: a sum of layer outputs you can patch term by term, heads
+that read with a pattern and write through `W_O`, the QK and OV circuits, and the logit difference with its two
+patching directions. Next: `01_ioi_patching.ipynb`.
+"""),
+]
 
 
 IOI = [
@@ -36,23 +319,35 @@ IOI = [
 should be **Mary**, the name that is *not* repeated. We ask *where* in the model that answer is computed, by
 **activation patching**: run the model on a *corrupt* prompt (the repeated name swapped, so the answer flips), copy in
 one activation from the *clean* run, and see how much of the clean behaviour comes back. Then we look at the heads
-that matter (where they sit, where they look, what they write), name their roles, and test the circuit they form.
+that matter (where they sit, where they look, what they write) and test whether they carry the behaviour.
+
+**Before you start.** You need Python (functions, lists, dicts), a little PyTorch (indexing a tensor, `torch.allclose`)
+and the idea of a transformer: tokens, layers, attention heads. The words this notebook uses are defined, with a cell
+to run for each, in the primer `00_primer.ipynb` (about 15 minutes; do it first if the residual stream, a head's
+query / key / value or the QK and OV circuits are new to you). In short:
+
+- **logit difference**: logit(answer) - logit(wrong name) at the last position; above 0, the model prefers the answer.
+- **denoising**: patch an activation from the clean run into the corrupt run: does this piece bring the answer back
+  (is it *sufficient*)? Most of this notebook denoises.
+- **noising**: patch an activation from the corrupt run into the clean run: does the answer break without it (is it
+  *necessary*)? Exercises 8 and 9.
+- Both are reported **normalised**: 1 = the clean run's logit difference, 0 = the corrupt run's.
 
 The model is `ioi-tiny`, a 4-layer GPT-2 with 4 heads per layer, trained for this task and shipped with interplab:
 everything here runs offline, in seconds.
 
 **How to work through it: predict, then check.** Every exercise starts with a question. Write down your prediction
 *and why you expect it* before you run anything. Then run the check and compare. The answer is in the collapsed cell
-after the check (click the bar on its left to open it, then run it): open it only once you have compared. Every
-number the text relies on is printed by a cell, so the text stays true when the model is retrained.
+after the check, and it stays closed: Run All and Shift-Enter run it without showing anything. Once you have compared,
+open it (click the bar on its left), change `show = False` to `show = True` and run it. Every number the text relies
+on is printed by a cell, so the text stays true when the model is retrained.
 """),
-    code("""
+    setup("""
 import random
 
 import torch
 
 import interplab as ilab
-from interplab.widgets.controller import attention_widget
 from interplab.zoo import corpus
 
 lab = ilab.Lab.load("ioi-tiny")
@@ -71,6 +366,11 @@ for i, (a, b) in enumerate(zip(tokens, lab.to_str_tokens(corrupt))):
 
 def name(head):
     return f"L{head[0]}H{head[1]}"
+
+
+def major(scores, share=0.15):
+    \"\"\"The heads carrying at least `share` of the effect on their own, largest first ({head: score}).\"\"\"
+    return sorted((h for h in scores if scores[h] >= share), key=scores.get, reverse=True)
 """),
     md("""
 ## The metric: logit difference
@@ -167,7 +467,104 @@ assert float(res.values[-1, END]) > 0.9 and abs(float(res.values[-1, S2])) < 0.0
 assert set(torch.nonzero(res.values.abs() > 0.05)[:, 1].tolist()) == {S2, END}
 """),
     md("""
-## Exercise 2: values above 1, values below 0
+## Write it yourself: activation patching, one cell, then a row
+
+Every cell of that heatmap is one run: the corrupt prompt, with the residual stream entering block `layer` replaced
+*at one position* by the clean run's. Write that run yourself, with a PyTorch hook, then a whole row of the heatmap.
+
+- `resid_pre` at layer L is the input of block L, the module `lab.model.transformer.h[L]`. A **forward pre-hook** on
+  a module is called as `hook(module, args)` just before the module runs; `args[0]` is the residual stream,
+  `[batch, positions, d_model]`; when the hook returns a tuple, the module runs on that instead of `args`.
+- `clean_cache["resid_pre", L]` (set in the cell below) is the clean run's residual stream entering block L,
+  `[1, positions, d_model]`.
+- The value of a cell is normalised: (patched - corrupt) / (clean - corrupt); `bound(logits)` is the raw logit
+  difference, `clean_ld` and `corrupt_ld` the two runs' (the metric cell above).
+
+Replace the three `...` and run the check below: it compares your cell `(1, S2)`, then your rows, with the sweep's.
+"""),
+    code("""
+clean_cache = lab.run(clean, cache=["resid_pre"]).cache
+corrupt_ids = lab.tokenizer(corrupt, return_tensors="pt")
+
+
+def my_patch(layer, pos):
+    \"\"\"The corrupt run with the clean resid_pre at (layer, pos) patched in: its normalised logit difference.\"\"\"
+    def hook(module, args):
+        resid = args[0].clone()
+        ...  # put the clean run's vector at position `pos` into resid
+        return (resid, *args[1:])
+
+    handle = lab.model.transformer.h[layer].register_forward_pre_hook(hook)
+    try:
+        with torch.no_grad():
+            logits = lab.model(**corrupt_ids).logits[:, -1]  # [1, vocab]: the last position
+    finally:
+        handle.remove()  # always: a hook left attached would patch every later run of the model too
+    ...  # return the normalised logit difference of `logits`
+
+
+def my_row(layer):
+    ...  # my_patch(layer, pos) for every position, as a list
+"""),
+    code("""
+def check_patching(my_patch, my_row):
+    \"\"\"Your cell (1, S2), then your row of every layer, against lab.patch_sweep's values (res, exercise 1).\"\"\"
+    one, want = my_patch(1, S2), float(res.values[1, S2])
+    if one is None:
+        print("not yet: my_patch returns nothing; return the normalised logit difference")
+        return False
+    if abs(float(one) - want) > 1e-3:
+        hints = [(abs(float(one) - float(res.raw[1, S2])) < 1e-3, "that is the raw logit difference: normalise it"),
+                 (abs(float(one)) < 1e-3, "nothing changed: is the clean vector written into resid at [:, pos]?"),
+                 (abs(float(one) - 1) < 1e-3, "that is the whole clean run: replace one position, not all of them")]
+        print(f"not yet: my_patch(1, S2) = {float(one):+.3f}, the sweep's cell {want:+.3f}.",
+              next((hint for found, hint in hints if found), "Print resid[0, pos, :4] before and after your line."))
+        return False
+    print(f"one cell right: my_patch(1, S2) = {float(one):+.3f}")
+    for layer in range(lab.n_layers):
+        row = my_row(layer)
+        if row is None:
+            print("not yet: my_row returns nothing; return [my_patch(layer, pos) for each position]")
+            return False
+        got = torch.tensor([float(v) for v in row])
+        if got.shape != res.values[layer].shape or not torch.allclose(got, res.values[layer], atol=1e-3):
+            print(f"not yet: my_row({layer}) = {[round(v, 2) for v in got.tolist()]};",
+                  f"the sweep's row: {[round(v, 2) for v in res.values[layer].tolist()]}")
+            return False
+    print(f"right: your {lab.n_layers} rows are the sweep's heatmap, cell for cell")
+    return True
+
+
+check_patching(my_patch, my_row)
+"""),
+    code("""
+# ANSWER
+def my_patch(layer, pos):
+    def hook(module, args):
+        resid = args[0].clone()
+        resid[:, pos] = clean_cache["resid_pre", layer][:, pos]
+        return (resid, *args[1:])
+
+    handle = lab.model.transformer.h[layer].register_forward_pre_hook(hook)
+    try:
+        with torch.no_grad():
+            logits = lab.model(**corrupt_ids).logits[:, -1]
+    finally:
+        handle.remove()
+    return (float(bound(logits)) - corrupt_ld) / (clean_ld - corrupt_ld)
+
+
+def my_row(layer):
+    return [my_patch(layer, pos) for pos in range(len(tokens))]
+
+
+assert check_patching(my_patch, my_row)
+# lab.patch_sweep runs this loop for you (batched, and only the cells that can differ: the positions before S2 are
+# the same in both runs). interplab's edits are the same hooks: ilab.patch("resid_pre", layer, pos=pos,
+# source=clean_run) in lab.run(corrupt, edits=[...]) is the run you just wrote.
+"""),
+    md("""
+## Exercise 2 (after the workshop): values above 1, values below 0
 
 Look at the middle layers of the heatmap again (the cell prints the extremes): one cell restores **more than the
 clean run**, another **less than the corrupt run**.
@@ -249,35 +646,39 @@ head_explorer
 """),
     code("""
 # ANSWER
-readers = [h for h in HEADS if float(by_pos.values[h][S2]) > 0.05]
-movers = [h for h in HEADS if float(by_pos.values[h][END]) > 0.05]
-print("heads restoring > 0.05 at S2: ", {name(h): round(float(by_pos.values[h][S2]), 2) for h in readers})
-print("heads restoring > 0.05 at END:", {name(h): round(float(by_pos.values[h][END]), 2) for h in movers})
+print("heads restoring > 0.05 at S2: ", {name(h): round(float(by_pos.values[h][S2]), 2) for h in HEADS
+                                          if float(by_pos.values[h][S2]) > 0.05})
+print("heads restoring > 0.05 at END:", {name(h): round(float(by_pos.values[h][END]), 2) for h in HEADS
+                                          if float(by_pos.values[h][END]) > 0.05})
 print("layer-0 heads at END:         ", {name(h): round(float(by_pos.values[h][END]), 2) for h in HEADS if h[0] == 0})
 elsewhere = float(by_pos.values[..., [p for p in range(len(tokens)) if p not in (S2, END)]].abs().max())
 print(f"largest effect anywhere else: {elsewhere:.3f}")
+s2_heads = major({h: float(by_pos.values[h][S2]) for h in HEADS})
+end_heads = major({h: float(by_pos.values[h][END]) for h in HEADS})
+print("S2 heads (>= 0.15 at S2):", [name(h) for h in s2_heads], "| END heads (>= 0.15 at END):",
+      [name(h) for h in end_heads])
 # Layer-0 heads at S2, later heads at END, nothing at other positions (printed). A layer-0 head at END cannot help
 # (its cells there are about 0 or slightly negative, printed): at the end it reads the tokens as they are, before
 # anything has marked which name is the repeated one. That is worked out at S2, the one position where the two
-# prompts differ, by the layer-0 heads printed above; later heads carry it to the end. Note what this corruption
-# keeps: both prompts repeat a name at S2, so these cells trace *which* name stands there, not how the model
-# notices a repeat (a corruption without the repeat would ask that).
-assert readers and all(h[0] == 0 for h in readers) and movers and all(h[0] > 0 for h in movers)
+# prompts differ, by layer-0 heads; later heads carry it to the end. From here on the heads that carry at least
+# 0.15 on their own are called the **S2 heads** and the **END heads** (printed; notebook 04 uses the same rule).
+# Note what this corruption keeps: both prompts repeat a name at S2, so these cells trace *which* name stands
+# there, not how the model notices a repeat (a corruption without the repeat would ask that).
+assert s2_heads and all(h[0] == 0 for h in s2_heads) and end_heads and all(h[0] > 0 for h in end_heads)
 assert elsewhere < 0.05 and all(float(by_pos.values[(0, h)][END]) < 0.05 for h in range(lab.n_heads))
 """),
     carry("""
-readers = [h for h in HEADS if float(by_pos.values[h][S2]) > 0.05]  # the heads that restore > 0.05 at S2
-movers = [h for h in HEADS if float(by_pos.values[h][END]) > 0.05]  # ... and at END
-print("at S2:", [name(h) for h in readers], "| at END:", [name(h) for h in movers])
+s2_heads = major({h: float(by_pos.values[h][S2]) for h in HEADS})  # the heads carrying >= 0.15 at S2
+end_heads = major({h: float(by_pos.values[h][END]) for h in HEADS})  # ... and at END
+print("S2 heads:", [name(h) for h in s2_heads], "| END heads:", [name(h) for h in end_heads])
 """),
     md("""
-## Exercise 5: where do these heads look?
+## Exercise 5 (after the workshop): where do these heads look?
 
 **Predict:** from END, which token will the END heads of exercise 4 attend to: the first name (IO), the intro's
-second name (S1) or S2? And the S2 heads of layer 0, from S2? GPT-2 small has **duplicate-token heads**: from S2
-they look back at the earlier copy of the same name, S1. Will some head of ioi-tiny do that? And how would you tell
-a head that looks at *the copy of its name* from one that looks at *a place in the sentence* that happens to hold
-it?
+second name (S1) or S2? And the S2 heads, from S2? GPT-2 small has **duplicate-token heads**: from S2 they look back
+at the earlier copy of the same name, S1. Will some head of ioi-tiny do that? And how would you tell a head that
+looks at *the copy of its name* from one that looks at *a place in the sentence* that happens to hold it?
 """),
     code("""
 cached = lab.run(clean, cache=["pattern"])
@@ -289,14 +690,14 @@ def attn_prob(head, q, k):
 
 
 print(f"head    from  ->IO   ->S1   ->{tokens[S2 - 1]!r} (before S2)   ->S2   ->itself")
-for h in readers + movers:
-    q = S2 if h in readers else END
+for h in s2_heads + end_heads:
+    q = S2 if h in s2_heads else END
     print(f"{name(h)}   {'S2 ' if q == S2 else 'END'}   {attn_prob(h, q, IO):.2f}   {attn_prob(h, q, S1):.2f}   "
           f"{attn_prob(h, q, S2 - 1):.2f}             {attn_prob(h, q, S2):.2f}   {attn_prob(h, q, q):.2f}")
 print("from S2, every head (-> S1, -> IO):", {name(h): (round(attn_prob(h, S2, S1), 2), round(attn_prob(h, S2, IO), 2))
                                               for h in HEADS})
-top_mover = max(movers, key=lambda h: float(by_pos.values[h][END]))
-attention_widget(lab, clean, layer=top_mover[0], head=top_mover[1])  # pick other heads in the widget
+top_end = max(end_heads, key=lambda h: float(by_pos.values[h][END]))
+lab.attention(clean, layer=top_end[0], head=top_end[1])  # pick other heads in the view
 """),
     code("""
 # ANSWER
@@ -317,21 +718,21 @@ print("the same heads, intro swapped (-> S1, now first; -> IO, now second):",
 both_orders = max(HEADS, key=lambda h: min(attn_prob(h, S2, S1), attn_swapped(h, S1_swapped)))
 print(f"most on S1 in both orders: {name(both_orders)}, {attn_prob(both_orders, S2, S1):.2f} and "
       f"{attn_swapped(both_orders, S1_swapped):.2f}")
-# The END heads look at S2: they read there which name is the subject. The layer-0 heads at S2 look mostly at S2
-# itself, more than at either intro name: they pass the name on, in the form MLP0 reads. In our prompt a later head
-# looks from S2 back at S1, as a duplicate-token head would. Swap the intro and it stays on the intro's *second*
-# slot, now holding the other name: it looks at a place, not at the copy of its name. No head follows the copy in
-# both orders (printed). Averaged over prompts of both orders, such a head gives S1 a third or more of its
-# attention and looks like a duplicate-token head; only the swap tells them apart (the model card's attention table
-# has the two orders apart). Where ioi-tiny notices the repetition, attention patterns do not show; patching says
-# only that what decides the answer is written at S2 by layer 0 and MLP0 (exercises 1, 3 and 4).
-assert all(attn_prob(h, END, S2) > max(attn_prob(h, END, IO), attn_prob(h, END, S1)) for h in movers)
-assert all(attn_prob(h, S2, S2) > max(attn_prob(h, S2, IO), attn_prob(h, S2, S1)) for h in readers)
+# The END heads look at S2, where the repeated name stands: most of their attention (printed). The S2 heads give S2
+# itself more attention than either intro name, but less than half of it (printed): the rest is spread over the
+# sentence. In our prompt a later head looks from S2 back at S1, as a duplicate-token head would. Swap the intro and
+# it stays on the intro's *second* slot, now holding the other name: it looks at a place, not at the copy of its
+# name. No head follows the copy in both orders (printed). Averaged over prompts of both orders, such a head gives S1
+# a third or more of its attention and looks like a duplicate-token head; only the swap tells them apart (the model
+# card's attention table has the two orders apart). Where ioi-tiny notices the repetition, attention patterns do not
+# show; patching says only that what decides the answer is written at S2 by layer 0 and MLP0 (exercises 1, 3, 4).
+assert all(attn_prob(h, END, S2) > 0.5 for h in end_heads)
+assert all(max(attn_prob(h, S2, IO), attn_prob(h, S2, S1)) < attn_prob(h, S2, S2) < 0.5 for h in s2_heads)
 assert looks_at_s1 and all(attn_swapped(h, IO_swapped) > 0.3 > 0.1 > attn_swapped(h, S1_swapped) for h in looks_at_s1)
 assert min(attn_prob(both_orders, S2, S1), attn_swapped(both_orders, S1_swapped)) < 0.3
 """),
     md("""
-## Exercise 6: who writes the answer directly?
+## Exercise 6 (after the workshop): who writes the answer directly?
 
 **Direct logit attribution** (`lab.direct_logit_attribution`) splits the last residual stream into what each part
 wrote (embeddings, every head, every MLP) and reads each part through the unembedding; the parts add up to the
@@ -350,94 +751,43 @@ dla_clean.show()
 # ANSWER
 push = {who: lab.direct_logit_attribution(clean, ilab.logit_diff(token, " the")) for who, token in
         (("IO", answer), ("S", wrong))}  # each name's logit against a neutral token
-for h in readers + movers:
+for h in s2_heads + end_heads:
     print(f"{name(h)}: direct on the logit diff {float(dla_clean.heads[h][END]):+.2f} | on logit(IO) - logit(the) "
           f"{float(push['IO'].heads[h][END]):+.2f}, on logit(S) - logit(the) {float(push['S'].heads[h][END]):+.2f}")
 # The S2 heads write almost nothing directly: their effect reaches the logits through later parts. The END heads
-# write most of the logit difference: together they put the S name far below the IO name. How each does it is in
-# the two printed columns (each name's logit against ' the'): read the signs there. Against another reference
-# token those signs can change, since a logit difference is always relative to something; the gap IO - S cannot.
-# Yet all of them look at S2, where the S name stands: so what they read there is not only "this name" but also
-# which is the other one.
-first, latest = ([h for h in movers if h[0] == layer] for layer in (movers[0][0], movers[-1][0]))
-assert all(abs(float(dla_clean.heads[h][END])) < 0.5 for h in readers)
-assert sum(float(dla_clean.heads[h][END]) for h in movers) > 0.5 * clean_ld
-assert sum(float(push["S"].heads[h][END]) for h in movers) < min(0, sum(float(push["IO"].heads[h][END]) for h in movers))
+# write most of the logit difference. How, is in the two printed columns (each name's logit against ' the'): the
+# layer-1 END heads push *both* names down, the S name by more; the layer-2 ones push IO up and S down. Either way
+# S ends far below IO. Against another reference token a single column can change sign (a logit difference is
+# always relative to something); the gap IO - S cannot.
+first, latest = ([h for h in end_heads if h[0] == layer] for layer in (min(h[0] for h in end_heads),
+                                                                        max(h[0] for h in end_heads)))
+assert all(abs(float(dla_clean.heads[h][END])) < 0.5 for h in s2_heads)
+assert sum(float(dla_clean.heads[h][END]) for h in end_heads) > 0.5 * clean_ld
 assert all(float(push["S"].heads[h][END]) < float(push["IO"].heads[h][END]) < 0 for h in first)
 assert all(float(push["IO"].heads[h][END]) > 0 > float(push["S"].heads[h][END]) for h in latest)
 """),
-    carry("""
-push = {who: lab.direct_logit_attribution(clean, ilab.logit_diff(token, " the")) for who, token in
-        (("IO", answer), ("S", wrong))}  # each name's logit against a neutral token
-"""),
     md("""
-## Roles, and ioi-tiny vs GPT-2
+## What these heads are called here, and what this notebook cannot show
 
-Now, and only now, we can name roles (the cell prints which heads take them in this checkpoint):
+The heads are named by *where* patching finds them: the **S2 heads** (layer 0, working at S2) and the **END heads**
+(later layers, working at END). Names for what a head *does*, such as Wang et al.'s duplicate-token, S-inhibition
+and name-mover heads in GPT-2 small, rest on evidence this notebook does not collect: which head's output reaches
+which other head's query, key or value (**path patching**), and what a head's OV circuit writes for a name it reads
+(**copying scores**). Notebook 04 collects that evidence and only then asks which of those roles, if any, these
+heads play.
 
-- **S2 readers** (layer 0, at S2): read the name at S2 and pass it, through MLP0, to the later layers. They matter
-  a lot, but not directly.
-- **Movers** (later layers, at END): attend from the end to S2 and write the answer directly to the logits, the
-  S name far below the other one. What a head writes is its OV circuit's business: the cell prints each mover's
-  *copying score* (Wang et al.'s test for a name mover: fed a name, does its OV output rank that name in the top
-  5?) and its *negative* copying score (the same with the output negated). The cell asserts which of the two it
-  is, and the answer is not the paper's: these movers write the name they read *negated*, so reading S2 they push
-  the subject down. They move information, but they are not name movers in the paper's sense.
-"""),
-    code("""
-print("S2 readers:", [name(h) for h in readers], "| movers:", [name(h) for h in movers])
-earlier = [h for h in HEADS if h[0] < min(m[0] for m in movers)]
-into = {site: lab.path_patch(clean, corrupt, metric, senders=earlier, receivers=[(*m, site) for m in movers])
-        for site in ("q", "v")}
-reach = {site: float(r.values.nan_to_num().abs().max()) for site, r in into.items()}
-print("path patching, senders -> the movers' queries: largest |effect|", round(reach["q"], 3))
-print("path patching, senders -> the movers' values: ",
-      {name(h): round(into["v"].value(*h), 2) for h in earlier if abs(into["v"].value(*h)) > 0.05})
-copy = {h: (float(push["IO"].heads[h][END]), float(push["S"].heads[h][END])) for h in HEADS if h[0] == lab.n_layers - 1}
-print("last layer, direct on logit(IO) / logit(S) vs ' the':", {name(h): (round(a, 2), round(b, 2))
-                                                                  for h, (a, b) in copy.items()})
-scores = lab.copying_scores(clean, [IO, S1])  # the two intro names
-print("copying score / negative copying score:", {name(h): (float(scores.positive[h]), float(scores.negative[h]))
-                                                  for h in movers})
-assert reach["q"] < 0.05 < reach["v"] and all(into["v"].value(*h) > 0.05 for h in readers)
-assert all(float(scores.positive[h]) == 0 and float(scores.negative[h]) == 1 for h in movers)
-"""),
-    md("""
-> **ioi-tiny vs GPT-2.** Wang et al. 2022, *Interpretability in the Wild* ([arXiv:2211.00593](https://arxiv.org/abs/2211.00593)),
-> found the IOI circuit of GPT-2 small: duplicate-token and induction heads detect at S2 that the name is repeated;
-> **S-inhibition heads** move that to the end and steer the **name movers'** *queries* away from S, so the name movers
-> attend to IO and copy it to the logits; negative name movers and backup name movers adjust the result.
->
-> - **What matches.** ioi-tiny learned from text in which only the repetition marks the subject. The information
->   is computed at S2 and moved to the end by later heads that attend to S2; heads at the end write the answer
->   directly to the logits, the IO name up and the S name down.
-> - **What differs.** It has **no duplicate-token head**: the head that looks from S2 at S1 looks at a place in the
->   sentence (exercise 5); what decides the answer is written at S2 by layer 0 and MLP0. It has **no
->   S-inhibition heads** in the paper's sense: path patching into the movers'
->   queries finds about nothing (printed above); the S2 signal enters through the movers' *values*, from the
->   layer-0 heads (and MLP0 between them: notebook 04 measures that edge). Its movers do not look at IO, they look
->   at S2 and read there which name is the other one; and the heads that look at one intro name pick
->   it by its position, whichever name stands there (notebook 03). No earlier head's output steers where the movers
->   look (the path into their queries, printed above); whether the repeat itself does is a different question,
->   which this corruption (a repeated name in both runs) cannot ask.
-> - **What transfers.** The methods: position sweeps, head x position patching, attention, direct effects, path
->   patching, sufficiency and necessity tests. And the questions they answer: *where* the task's information is
->   computed (at S2, early), *where* it is moved (to the end, by attention that reads S2), and *who* writes it to
->   the logits. The last section loads GPT-2 small where it is at hand; the answer cells here check ioi-tiny's
->   facts and are not expected to hold there.
+## Exercise 7 (after the workshop): is that the circuit? Sufficiency
 
-## Exercise 7: is that the circuit? Sufficiency
-
-If the story is right, the readers' outputs at S2 and the movers' outputs at END should carry the clean behaviour
+If the story is right, the S2 heads' outputs at S2 and the END heads' outputs at END should carry the clean behaviour
 into the corrupt run by themselves. In the head x position heatmap above, **shift-click** those cells (each head at
 its position) and watch the logit panel; the cell below does the same from code, as several edits in one run.
 
-**Predict:** patched together, will they restore about 1, less, or more? What about the readers alone, or the
-movers alone? (Remember exercises 2 and 4: what did the layer-0 heads write at END?)
+**Predict:** patched together, will they restore about 1, less, or more? What about the S2 heads alone, or the
+END heads alone? (Remember exercises 2 and 4: what did the layer-0 heads write at END?)
 """),
     code("""
 T = len(tokens)
-circuit = [(h, S2) for h in readers] + [(h, END) for h in movers]
+circuit = [(h, S2) for h in s2_heads] + [(h, END) for h in end_heads]
 head_explorer.heatmap.selected = [[h[0], h[1] * T + pos] for h, pos in circuit]  # head-major columns
 head_explorer.queue.join()
 print("selected in the heatmap:", len(head_explorer.edits), "edits ->",
@@ -448,26 +798,26 @@ def patches(cells, source=clean_run):
     return [ilab.patch("z", h[0], pos=pos, head=h[1], source=source) for h, pos in cells]
 
 
-end0 = [(h, END) for h in HEADS if h[0] == 0 and h in readers]
-suff = {"readers at S2": restored(patches(circuit[:len(readers)])),
-        "movers at END": restored(patches(circuit[len(readers):])),
+end0 = [(h, END) for h in s2_heads]
+suff = {"S2 heads at S2": restored(patches(circuit[:len(s2_heads)])),
+        "END heads at END": restored(patches(circuit[len(s2_heads):])),
         "both": restored(patches(circuit)),
-        "both + the readers at END": restored(patches(circuit + end0))}
+        "both + the S2 heads at END": restored(patches(circuit + end0))}
 for label, value in suff.items():
     print(f"denoising {label:26} restores {value:+.2f}")
 """),
     code("""
 # ANSWER
-# The movers alone restore about as much as the readers and the movers together (printed). That is no evidence for
-# the readers: the movers are the last writers before the logits, so patching their clean output is sufficient
-# almost by definition, whatever feeds them. The readers alone restore only part of it: MLP0 at S2 still reads the
-# corrupt name's own embedding (exercise 3), so what the movers find at S2 is only partly clean. Whether the readers
-# are *needed* is a question for necessity (exercise 8), not for this test.
-assert suff["movers at END"] > 0.9 and 0.1 < suff["readers at S2"] < suff["movers at END"]
-assert suff["both"] > 0.9 and abs(suff["both + the readers at END"] - 1) < 0.1
+# The END heads alone restore about as much as the S2 and END heads together (printed). That is no evidence for the
+# S2 heads: the END heads are the last writers before the logits, so patching their clean output is sufficient
+# almost by definition, whatever feeds them. The S2 heads alone restore only part of it: MLP0 at S2 still reads the
+# corrupt name's own embedding (exercise 3), so what the END heads find at S2 is only partly clean. Whether the S2
+# heads are *needed* is a question for necessity (exercise 8), not for this test.
+assert suff["END heads at END"] > 0.9 and 0.1 < suff["S2 heads at S2"] < suff["END heads at END"]
+assert suff["both"] > 0.9 and abs(suff["both + the S2 heads at END"] - 1) < 0.1
 """),
     md("""
-## Exercise 8: necessity, by noising and by mean ablation
+## Exercise 8 (after the workshop): necessity, by noising and by mean ablation
 
 Sufficiency is half the test: is the circuit also *needed*? Two ways to take a part out of the **clean** run:
 
@@ -476,9 +826,9 @@ Sufficiency is half the test: is the circuit also *needed*? Two ways to take a p
   other, random names (Wang et al. use such an "ABC" distribution: three different names, no name repeated). The
   part keeps its average behaviour for this template and loses the information specific to this prompt.
 
-**Predict:** noising the movers at END, or mean-ablating them: which hurts more, and will either *flip* the answer
-(logit difference below 0)? And mean-ablating every head **outside** the circuit (every head at every position
-except the readers at S2 and the movers at END): how much of the clean logit difference will survive?
+**Predict:** noising the END heads at END, or mean-ablating them: which hurts more, and will either *flip* the
+answer (logit difference below 0)? And mean-ablating every head **outside** the circuit (every head at every position
+except the S2 heads at S2 and the END heads at END): how much of the clean logit difference will survive?
 """),
     code("""
 rng = random.Random(0)
@@ -499,9 +849,9 @@ def logit_diff(edits):
 
 
 others = [(h, [p for p in range(T) if (h, p) not in circuit]) for h in HEADS]  # everything but the circuit's cells
-need = {"noising the movers at END": logit_diff(patches(circuit[len(readers):], source=corrupt_run)),
-        "mean-ablating the movers at END": logit_diff(ablate(circuit[len(readers):])),
-        "mean-ablating the readers at S2": logit_diff(ablate(circuit[:len(readers)])),
+need = {"noising the END heads at END": logit_diff(patches(circuit[len(s2_heads):], source=corrupt_run)),
+        "mean-ablating the END heads at END": logit_diff(ablate(circuit[len(s2_heads):])),
+        "mean-ablating the S2 heads at S2": logit_diff(ablate(circuit[:len(s2_heads)])),
         "mean-ablating all but the circuit": logit_diff(ablate(others))}
 print(f"clean logit diff {clean_ld:+.2f}, corrupt {corrupt_ld:+.2f}")
 for label, value in need.items():
@@ -509,20 +859,20 @@ for label, value in need.items():
 """),
     code("""
 # ANSWER
-# Noising puts the *other* subject into the movers: the answer flips, about as far as the corrupt run (printed).
-# Mean ablation removes what the movers know instead: the logit difference falls below 0 (the lean towards the
-# repeated name is left, exercise 2), without the full flip. Mean-ablating the readers at S2 hurts, but the answer
-# survives: MLP0 at S2 still reads the name itself (exercise 3), so the readers are a part of the S2 step, not all
+# Noising puts the *other* subject into the END heads: the answer flips, about as far as the corrupt run (printed).
+# Mean ablation removes what the END heads know instead: the logit difference falls below 0 (the lean towards the
+# repeated name is left, exercise 2), without the full flip. Mean-ablating the S2 heads at S2 hurts, but the answer
+# survives: MLP0 at S2 still reads the name itself (exercise 3), so the S2 heads are a part of the S2 step, not all
 # of it. Mean-ablating everything outside the circuit keeps most of the behaviour (printed): the circuit is
 # sufficient, in the clean run too. Note what mean ablation leaves alone: the MLPs (recomputed from their ablated
 # inputs) and the embeddings.
-assert need["noising the movers at END"] < 0 and need["mean-ablating the movers at END"] < 0.3 * clean_ld
-assert need["mean-ablating the movers at END"] > need["noising the movers at END"]
-assert 0 < need["mean-ablating the readers at S2"] < 0.8 * clean_ld
+assert need["noising the END heads at END"] < 0 and need["mean-ablating the END heads at END"] < 0.3 * clean_ld
+assert need["mean-ablating the END heads at END"] > need["noising the END heads at END"]
+assert 0 < need["mean-ablating the S2 heads at S2"] < 0.8 * clean_ld
 assert need["mean-ablating all but the circuit"] > 0.7 * clean_ld
 """),
     md("""
-## Exercise 9: noising vs denoising on the residual stream
+## Exercise 9 (after the workshop): noising vs denoising on the residual stream
 
 Denoising patches clean into corrupt (is this cell *sufficient*?); noising patches corrupt into clean (is it
 *necessary*?). Both report on the same scale: 1 = clean behaviour. For noising the plot's scale still says
@@ -548,7 +898,7 @@ noise.figure()
 assert float(gap.max()) < 0.1
 """),
     md("""
-## Exercise 10: attribution patching, one forward and one backward pass
+## Exercise 10 (after the workshop): attribution patching, one forward and one backward pass
 
 Attribution patching estimates every cell at once, from the gradient: the change of the metric if the activation
 moved by (clean - corrupt), to first order.
@@ -566,8 +916,8 @@ for layer, pos in ((0, S2), (1, S2), (2, S2), (lab.n_layers - 1, END)):
 heads_attr = lab.patch_sweep(clean, corrupt, site="z", by=("layer", "head"), metric=metric, method="attribution",
                              progress=False)
 heads_exact = lab.patch_sweep(clean, corrupt, site="z", by=("layer", "head"), metric=metric, progress=False)
-print("readers' outputs, exact:", {name(h): round(float(heads_exact.values[h]), 2) for h in readers},
-      "| estimate:", {name(h): round(float(heads_attr.values[h]), 2) for h in readers})
+print("S2 heads' outputs, exact:", {name(h): round(float(heads_exact.values[h]), 2) for h in s2_heads},
+      "| estimate:", {name(h): round(float(heads_attr.values[h]), 2) for h in s2_heads})
 """),
     code("""
 # ANSWER
@@ -577,11 +927,11 @@ print("readers' outputs, exact:", {name(h): round(float(heads_exact.values[h]), 
 # hides that. Use the estimate to find where to look, exact patching to measure.
 assert corr > 0.8
 assert float(attr.values[0, S2]) < 0.8 * float(res.values[0, S2])
-big = [h for h in readers if float(heads_exact.values[h]) > 0.15]
+big = [h for h in s2_heads if float(heads_exact.values[h]) > 0.15]
 assert big and all(float(heads_attr.values[h]) < 0.8 * float(heads_exact.values[h]) for h in big)
 """),
     md("""
-## Exercise 11: one prompt can mislead, a dataset of pairs
+## Exercise 11 (after the workshop): one prompt can mislead, a dataset of pairs
 
 The IOI papers average over many pairs with different names and templates; each pair has its own answer. A
 **head** sweep patches a head at every position at once, so pairs of different lengths can share it; a **position**
@@ -618,7 +968,7 @@ assert similar > 0.7 and all(avg.values[h] > 0.05 for h in one_prompt)
     md("## Everything you clicked, as code"),
     code("""
 script = lab.log.to_code()  # every run with edits of this session, clicks included, as runnable Python
-print(len(script.splitlines()), "lines; it starts:", *script.splitlines()[:8], sep="\\n")
+print(f"{len(script.splitlines())} lines; it starts:", *script.splitlines()[:8], sep="\\n")
 """),
     md("## The dashboard\n\nEverything together: heatmap + logits, a steering slider, the logit lens and attention."),
     code("""
@@ -644,15 +994,21 @@ with a property minus the mean on prompts without it. Adding `alpha * v` at one 
 the property; **projecting it out** tests whether the model *uses* that direction. Each exercise below has a
 surprise in it, if you predict first.
 
+**Optional: after the workshop.** This notebook steers another behaviour than the IOI task of notebooks 01, 03 and
+04: the capital of a country. Steering is a second method, taught here on the simplest contrast the model knows,
+where "more France" has one right answer to check against; an IOI quantity (which name is the subject) has no
+single direction to add at one position, and finding one is a research question of its own. The workshop's core
+path (docs/teaching/RUN_SHEET.md) leaves this notebook out.
+
 **How to work through it: predict, then check.** Write down your prediction *and why you expect it* before you run
-the check. The answer is in the collapsed cell after the check (click the bar on its left to open it): open it only
-once you have compared. Every number the text relies on is printed by a cell.
+the check. The answer is in the collapsed cell after the check, and it stays closed: Run All and Shift-Enter run it
+without showing anything. Once you have compared, open it (click the bar on its left), change `show = False` to
+`show = True` and run it. Every number the text relies on is printed by a cell.
 """),
-    code("""
+    setup("""
 import torch
 
 import interplab as ilab
-from interplab.widgets.controller import steering_panel
 
 lab = ilab.Lab.load("ioi-tiny")
 positive = ["The capital of France is", "The capital city of France is"]
@@ -733,7 +1089,7 @@ is the Spain prompt's activation plus exactly `1 * v`, given how `v` was made? W
 copying the France prompt's activation in its place (`ilab.patch`)? Drag the slider to check.
 """),
     code("""
-panel = steering_panel(lab, spain, positive, negative, site="resid_post", layer=layer)
+panel = lab.steering(spain, positive, negative, site="resid_post", layer=layer)
 panel
 """),
     code("""
@@ -861,13 +1217,13 @@ The **logit lens** reads each layer's residual stream through the model's final 
 the model predict if it stopped here? Attention patterns show where each head looks.
 
 **How to work through it: predict, then check.** Write down your prediction *and why you expect it* before you run
-the check. The answer is in the collapsed cell after the check (click the bar on its left to open it): open it only
-once you have compared. Every number the text relies on is printed by a cell.
+the check. The answer is in the collapsed cell after the check, and it stays closed: Run All and Shift-Enter run it
+without showing anything. Once you have compared, open it (click the bar on its left), change `show = False` to
+`show = True` and run it. Every number the text relies on is printed by a cell.
 """),
-    code("""
+    setup("""
 import interplab as ilab
 from interplab.lens import logit_lens
-from interplab.widgets.controller import attention_widget, lens_widget
 
 lab = ilab.Lab.load("ioi-tiny")
 prompt = "When Mary and John went to the store, John gave a drink to"   # IO = Mary, S = John (ABBA)
@@ -887,7 +1243,7 @@ name will the final position predict, if any? After which layer is ' Mary' on to
 did notebook 01, its exercise 4 (what a layer-0 head at the end can see) is a clue.
 """),
     code("""
-lens_widget(lab, prompt)  # hover a cell for its top-5
+lab.lens(prompt)  # hover a cell for its top-5
 """),
     code("""
 res = logit_lens(lab, prompt)
@@ -923,6 +1279,23 @@ def my_lens(resid):
 import torch
 
 
+def lens_hint(got, resid, layer):
+    \"\"\"What a lens that is not yet right most likely missed.\"\"\"
+    vocab = lab.model.lm_head.out_features
+    if got.shape != (vocab,):
+        return (f"your lens returns shape {tuple(got.shape)}; the logits have shape ({vocab},): the unembedding "
+                f"lab.model.lm_head maps the {resid.shape[-1]} numbers of the residual stream to one per token")
+    with torch.no_grad():
+        unnormed = lab.model.lm_head(resid).float()
+    if torch.allclose(got, unnormed, atol=1e-3):
+        return "that is the unembedding without the final LayerNorm: apply lab.model.transformer.ln_f first"
+    if got.min() >= 0 and abs(float(got.sum()) - 1) < 1e-3:
+        return "those look like probabilities: return the logits (the check applies the softmax itself)"
+    return (f"your top token is {lab.tokenizer.decode([int(got.argmax())])!r}, the library's "
+            f"{res.top_tokens[layer][-1][0]!r}; the lens is two modules, in order: the final LayerNorm "
+            "(lab.model.transformer.ln_f), then the unembedding (lab.model.lm_head)")
+
+
 def check_lens(fn):
     \"\"\"Compare fn's next-token probabilities with the library's lens after every layer, at the last position.\"\"\"
     run = lab.run(prompt, cache=["resid_post"])
@@ -932,10 +1305,10 @@ def check_lens(fn):
         if got is None:
             print("not yet: my_lens returns nothing; write it above and run both cells again")
             return False
-        probs = torch.as_tensor(got).float().softmax(-1)
+        got = torch.as_tensor(got).float()
+        probs = got.softmax(-1)
         if probs.shape != res.probs[layer, -1].shape or not torch.allclose(probs, res.probs[layer, -1], atol=1e-4):
-            print(f"not yet: after layer {layer} your lens's top token is "
-                  f"{lab.tokenizer.decode([int(probs.argmax())])!r}, the library's {res.top_tokens[layer][-1][0]!r}")
+            print(f"not yet, after layer {layer}: {lens_hint(got, run.cache['resid_post', layer][0, -1], layer)}")
             return False
     print(f"right: your lens gives the library's probabilities after all {res.n_layers} layers")
     return True
@@ -972,7 +1345,7 @@ names = {"first intro name": FIRST, "second intro name": SECOND, "S2": S2}
 last = lab.n_layers - 1
 opening = max(range(lab.n_heads), key=lambda h: max(att(run, last, h, k) for k in names.values()))
 print(f"the widget opens on L{last}H{opening}")
-attention_widget(lab, prompt, layer=last, head=opening)
+lab.attention(prompt, layer=last, head=opening)
 """),
     code("""
 print("head   " + "  ".join(f"END->{label}" for label in names))
@@ -1010,22 +1383,22 @@ the second slot.
 """),
     code("""
 run_swapped = lab.run(swapped, cache=["pattern"])
-copiers = [h for h in later if max(att(run, *h, k) for k in (FIRST, SECOND)) > 0.5]
+slot_heads = [h for h in later if max(att(run, *h, k) for k in (FIRST, SECOND)) > 0.5]
 print(f"head     {'ABBA (Mary first)':>20}     {'BABA (Mary second)':>20}")
-for h in copiers:
+for h in slot_heads:
     cells = [f"first {att(r, *h, FIRST):.2f} second {att(r, *h, SECOND):.2f}" for r in (run, run_swapped)]
     print(f"L{h[0]}H{h[1]}   " + "     ".join(cells))
 """),
     code("""
 # ANSWER
-slot = {h: ("first" if att(run, *h, FIRST) > att(run, *h, SECOND) else "second") for h in copiers}
+slot = {h: ("first" if att(run, *h, FIRST) > att(run, *h, SECOND) else "second") for h in slot_heads}
 print("each head's slot, in both orders:", {f"L{h[0]}H{h[1]}": s for h, s in slot.items()})
 # They stay: each head attends to one *position* of the intro, the first or the second name, in both orders
 # (printed). Attention says where a head reads, not what it writes: whether these heads copy the name they read
 # would take their OV circuit (or their direct effect on each name) to show. What their attention does show is that
 # they cannot be choosing between the names: they look at a slot, whichever name fills it. The choice is made by the
 # heads that read S2 from the end (notebook 01). (GPT-2's name movers instead attend to the IO itself.)
-for h in copiers:
+for h in slot_heads:
     k = FIRST if slot[h] == "first" else SECOND
     assert att(run, *h, k) > 0.8 and att(run_swapped, *h, k) > 0.8
 assert {"first", "second"} <= set(slot.values())
@@ -1045,18 +1418,18 @@ the circuit you end up with keeps the behaviour.
 
 **How to work through it: predict, then check.** Every exercise starts with a question. Write down your prediction
 *and why you expect it* before you run anything. Then run the check and compare. The answer is in the collapsed cell
-after the check (click the bar on its left to open it): open it only once you have compared.
+after the check, and it stays closed: Run All and Shift-Enter run it without showing anything. Once you have
+compared, open it (click the bar on its left), change `show = False` to `show = True` and run it.
 
 At the end you compare what you found with the model's card, which was written from plain-PyTorch figures when the
 model was trained, and see where the two disagree.
 """),
-    code("""
+    setup("""
 import re
 
 import torch
 
 import interplab as ilab
-from interplab.widgets.controller import attention_widget
 from interplab.zoo import EMBEDDED
 from interplab.zoo.evaluate_ioi_tiny import fixed_template_dataset
 
@@ -1121,6 +1494,81 @@ reach = {site: float(sweeps[site].values.abs().max()) for site in ("q", "k", "pa
 assert max(reach["q"], reach["k"], reach["pattern"]) < 0.25 * reach["v"], reach
 """),
     md("""
+## Write it yourself: path patching, one sender into one receiver
+
+Exercise 1 found a layer-0 head whose output matters, and later heads that matter through their **value** input.
+Does the layer-0 head's output reach a later head's value *directly*, or only through other heads? **Path patching**
+(Wang et al. 2022) asks exactly that, for one **sender** (a head's output) and one **receiver** (a later head's
+query, key or value). As the paper does, it *noises*: it takes the clean run and asks how much of the corruption's
+effect passes along that one path.
+
+1. Run the clean prompts with the sender's output (`z`) taken from the corrupt run, and **every other head's output
+   frozen** at its clean value (MLPs are recomputed). What changes in this run, changes because of the sender.
+2. Run the clean prompts again with *only* the receiver's input (here its `v`) taken from run 1. Everything else is
+   clean, so the only thing that differs is what reached the receiver from the sender.
+3. Normalise: (metric of run 2 - clean) / (corrupt - clean): 1 = the whole effect of the corruption, 0 = none.
+
+The lab's edits do the hooks for you: `ilab.patch("z", layer, head=h, source=some_run)` copies head h's output from
+`some_run` (a `lab.run(...)`) at every position; `lab.run(prompts, edits=[...])` runs with a list of them;
+`float(bound(run.last_logits).mean())` is a run's mean logit difference over the pairs; `clean_ld` and `corrupt_ld`
+are the two runs'. The cell picks the sender and the receiver from exercise 1's sweeps. Replace the three `...`.
+"""),
+    code("""
+sender = max([h for h in HEADS if h[0] == 0], key=lambda h: float(sweeps["z"].values[h]))  # layer 0's strongest
+receiver = max([h for h in HEADS if h[0] > 0], key=lambda h: float(sweeps["v"].values[h]))  # the strongest value
+print(f"sender {name(sender)}'s output -> receiver {name(receiver)}'s value")
+clean_run, corrupt_run = lab.run(clean), lab.run(corrupt)
+
+
+def my_path_patch(sender, receiver):
+    \"\"\"The normalised effect of the corruption through sender -> receiver's value only (noising, as the paper).\"\"\"
+    frozen = ...  # step 1a: a list of patches, every head but the sender, its z from clean_run
+    sent = lab.run(clean, edits=frozen + [...])  # step 1b: and the sender's z from corrupt_run
+    final = lab.run(clean, edits=[...])  # step 2: only the receiver's v, from `sent`
+    return (float(bound(final.last_logits).mean()) - clean_ld) / (corrupt_ld - clean_ld)  # step 3
+"""),
+    code("""
+def check_path_patch(my_path_patch):
+    \"\"\"Your path patch against lab.path_patch, for this sender and receiver.\"\"\"
+    want = lab.path_patch(clean, corrupt, metric, senders=[sender], receivers=[(*receiver, "v")]).value(*sender)
+    try:
+        got = my_path_patch(sender, receiver)
+    except (TypeError, ilab.InterplabError) as err:  # a `...` still in place, or an edit that does not fit
+        print(f"not yet: {type(err).__name__}: {str(err).splitlines()[0]}")
+        return False
+    if abs(got - want) > 1e-3:
+        free = lab.run(clean, edits=[ilab.patch("z", sender[0], head=sender[1], source=corrupt_run)])
+        unfrozen = lab.run(clean, edits=[ilab.patch("v", receiver[0], head=receiver[1], source=free)])
+        loose = (float(bound(unfrozen.last_logits).mean()) - clean_ld) / (corrupt_ld - clean_ld)
+        hint = ("that is the sender's effect with the other heads left free: freeze every other head's z at the clean "
+                "run" if abs(got - loose) < 1e-3 else "check each step: which run each patch copies from, and that the "
+                "last run patches only the receiver's v")
+        print(f"not yet: yours {got:+.3f}, lab.path_patch {want:+.3f}: {hint}")
+        return False
+    print(f"right: {name(sender)} -> {name(receiver)}.v carries {got:+.3f} of the corruption's effect "
+          f"(lab.path_patch: {want:+.3f})")
+    return True
+
+
+check_path_patch(my_path_patch)
+"""),
+    code("""
+# ANSWER
+def my_path_patch(sender, receiver):
+    frozen = [ilab.patch("z", layer, head=head, source=clean_run) for layer, head in HEADS if (layer, head) != sender]
+    sent = lab.run(clean, edits=frozen + [ilab.patch("z", sender[0], head=sender[1], source=corrupt_run)])
+    final = lab.run(clean, edits=[ilab.patch("v", receiver[0], head=receiver[1], source=sent)])
+    return (float(bound(final.last_logits).mean()) - clean_ld) / (corrupt_ld - clean_ld)
+
+
+assert check_path_patch(my_path_patch)
+# Part of the corruption's effect (printed) passes from the layer-0 head into this one later head's value, with
+# every other head held clean: the path exists. (MLPs are recomputed, so a path through MLP0 counts as this head's
+# path.) lab.path_patch runs the same two steps for many senders at once, one row per sender in a batch; exercise 6
+# uses it for every earlier head into all the END heads' values together.
+assert check_path_patch(my_path_patch) and my_path_patch(sender, receiver) > 0.05
+"""),
+    md("""
 ## Exercise 2: at which position?
 
 **Predict:** for each head you found in exercise 1, at which position does patching its output matter: at S2, at the
@@ -1138,20 +1586,20 @@ for h in HEADS:
     if row.abs().max() > 0.05:
         p = int(row.abs().argmax())
         print(f"{name(h)}: largest effect {float(row[p]):+.2f} at position {p} ({tokens[p]!r})")
-at_s2 = major({h: float(by_pos.values[h][S2]) for h in HEADS})
+s2_heads = major({h: float(by_pos.values[h][S2]) for h in HEADS})
 at_end = major({h: float(by_pos.values[h][END]) for h in HEADS})
-print("S2 readers (>= 0.15 at S2):", [name(h) for h in at_s2])
+print("S2 heads (>= 0.15 at S2):", [name(h) for h in s2_heads])
 print("at END (>= 0.15):          ", [name(h) for h in at_end])
 # The heads that matter at S2 are first-layer heads working at S2 itself; the heads that matter at END sit in later
 # layers. A first-layer head at END sees the tokens one by one: nothing there says which name is the subject. What
 # this corruption changes is *which* name stands at S2 (both runs repeat a name there), so these cells trace that
 # name's identity from S2 to the end, not how the model notices the repeat: exercise 11 asks that.
-assert all(h[0] == 0 for h in at_s2) and all(h[0] > 0 for h in at_end)
+assert all(h[0] == 0 for h in s2_heads) and all(h[0] > 0 for h in at_end)
 """),
     carry("""
-at_s2 = major({h: float(by_pos.values[h][S2]) for h in HEADS})  # the heads carrying >= 0.15 at S2
+s2_heads = major({h: float(by_pos.values[h][S2]) for h in HEADS})  # the heads carrying >= 0.15 at S2
 at_end = major({h: float(by_pos.values[h][END]) for h in HEADS})  # ... and at END
-print("at S2:", [name(h) for h in at_s2], "| at END:", [name(h) for h in at_end])
+print("at S2:", [name(h) for h in s2_heads], "| at END:", [name(h) for h in at_end])
 """),
     md("""
 ## Exercise 3: where do they look?
@@ -1172,7 +1620,7 @@ print("head   END->IO  END->S1  END->S2   S2->S2")
 for h in HEADS:
     print(f"{name(h)}    {attn(h, END, IO):.2f}     {attn(h, END, S1):.2f}     {attn(h, END, S2):.2f}      "
           f"{attn(h, S2, S2):.2f}")
-attention_widget(lab, clean[0], layer=at_end[0][0], head=at_end[0][1])  # pick other heads in the widget
+lab.attention(clean[0], layer=at_end[0][0], head=at_end[0][1])  # pick other heads in the view
 """),
     code("""
 # ANSWER
@@ -1248,7 +1696,7 @@ patching runs the clean prompt with one sender's output taken from the corrupt r
 its clean value (MLPs are recomputed), so only the sender's own path reaches the logits. The default,
 `direction="noise"`, is the paper's; 1 = the whole effect of the corruption, 0 = none.
 
-**Predict:** the S2 readers had the largest effects in exercises 1 and 2. How large is their *direct* path to the
+**Predict:** the S2 heads had the largest effects in exercises 1 and 2. How large is their *direct* path to the
 logits? Which heads carry it, and how will this list compare with exercise 4?
 """),
     code("""
@@ -1260,14 +1708,16 @@ to_logits.show()
     code("""
 # ANSWER
 end_heads = major(paths)
+writers = sorted(HEADS, key=lambda h: -float(dla.heads[h][END]))[:len(end_heads)]  # exercise 4's largest
 print("heads with a direct path to the logits >= 0.15:", [name(h) for h in end_heads])
-print("S2 readers' own direct path:", {name(h): round(paths[h], 2) for h in at_s2})
-# The S2 readers matter a lot, but not directly: their effect reaches the logits through later heads. The heads with
+print("the same number of largest direct writers (exercise 4):", [name(h) for h in writers])
+print("S2 heads' own direct path:", {name(h): round(paths[h], 2) for h in s2_heads})
+# The S2 heads matter a lot, but not directly: their effect reaches the logits through later heads. The heads with
 # the direct path are the ones exercise 4 found writing the answer: path patching and direct logit attribution agree.
 # They are the heads that look at S2 from END. Are they name movers? Not yet shown: a name mover copies the name
 # it reads (exercise 5b tests that), and these read S2, the subject.
 assert set(end_heads) == set(writers)
-assert all(abs(paths[h]) < min(paths[m] for m in end_heads) for h in at_s2)
+assert all(abs(paths[h]) < min(paths[m] for m in end_heads) for h in s2_heads)
 """),
     carry("""
 end_heads = major(paths)  # the heads whose path to the logits carries >= 0.15
@@ -1332,13 +1782,13 @@ into["v"].show()
 feeders = major({h: into["v"].value(*h) for h in earlier})
 reach = {site: float(into[site].values.nan_to_num().abs().max()) for site in ("q", "k", "v")}
 print("senders into the END heads' values (>= 0.15):", [name(h) for h in feeders],
-      "| S2 readers:", [name(h) for h in at_s2])
+      "| S2 heads:", [name(h) for h in s2_heads])
 print("largest |path| into the queries, keys, values:", {s: round(v, 3) for s, v in reach.items()})
-# The S2 readers feed the END heads' *values*: what they wrote at S2 is what the END heads read there. Nothing of note
+# The S2 heads feed the END heads' *values*: what they wrote at S2 is what the END heads read there. Nothing of note
 # reaches the queries from an earlier head (printed): no head's output steers where the END heads look, which is what
 # S-inhibition heads do in GPT-2 small, so by the paper's evidence these are not S-inhibition heads either: with
 # exercise 5b, each reads the subject at S2 and writes it negated.
-assert set(feeders) == set(at_s2)
+assert set(feeders) == set(s2_heads)
 assert max(reach["q"], reach["k"]) < 0.3 * reach["v"], reach
 """),
     carry("""
@@ -1349,17 +1799,17 @@ feeders = major({h: into["v"].value(*h) for h in earlier})  # the senders into t
 (as GPT-2's S-inhibition heads steer the name movers), path patching into their queries would show it. Will it?
 """),
     code("""
-into_copiers = lab.path_patch(clean, corrupt, metric,
+into_slot_readers = lab.path_patch(clean, corrupt, metric,
                               senders=[h for h in HEADS if h[0] < min(c[0] for c in slot_readers)],
                               receivers=[(*h, s) for h in slot_readers for s in ("q", "k", "v")])
 print("largest |path| into the intro readers' q, k, v together:",
-      round(float(into_copiers.values.nan_to_num().abs().max()), 3))
+      round(float(into_slot_readers.values.nan_to_num().abs().max()), 3))
 """),
     code("""
 # ANSWER
 # Next to nothing: each of them looks at its intro slot, whichever name stands there, whatever the END heads did. Their
 # work is real (exercise 4, with another metric), but this corruption, which changes only S2, does not touch it.
-assert float(into_copiers.values.nan_to_num().abs().max()) < 0.05
+assert float(into_slot_readers.values.nan_to_num().abs().max()) < 0.05
 """),
     md("""
 ## Exercise 7: every edge at once (EAP-IG)
@@ -1386,11 +1836,11 @@ for edge in top:
     print(f"  {edge:20} EAP-IG {edges[edge]:+6.2f}   exact {exact[edge]:+6.2f}")
 mlps = sorted({part for edge in top for part in edge.split(" -> ") if part.startswith("MLP")})
 print("MLPs among the top edges:", mlps)
-# An MLP sits in the middle of the strongest chain: the S2 readers write into it, and it writes into the END heads'
+# An MLP sits in the middle of the strongest chain: the S2 heads write into it, and it writes into the END heads'
 # values. The head-level tools cannot show it as a step of its own: path patching recomputes the MLPs, so a sender
 # is credited with its path through them.
 mlp = mlps[0]
-assert any(f"{name(r)} -> {mlp}" in top for r in at_s2) and any(f"{mlp} -> {name(m)}.v" in top for m in end_heads)
+assert any(f"{name(r)} -> {mlp}" in top for r in s2_heads) and any(f"{mlp} -> {name(m)}.v" in top for m in end_heads)
 assert torch.corrcoef(torch.tensor([[edges[e] for e in top], [exact[e] for e in top]]))[0, 1] > 0.8
 """),
     carry("""
@@ -1401,16 +1851,19 @@ mlp = sorted({part for edge in top for part in edge.split(" -> ") if part.starts
 ## Exercise 8: is that the circuit? Faithfulness
 
 `lab.circuit(clean, corrupt, metric, edges)` runs the clean prompt with every edge *outside* your list carrying the
-corrupt run instead, as Wang et al. evaluate their circuit: faithfulness 1 = the whole clean logit difference kept,
-0 = none of it.
+corrupt run instead (the IO-swap prompts of this notebook): faithfulness 1 = the whole clean logit difference kept,
+0 = none of it. This is the edge-level test of the edge-attribution papers (EAP, EAP-IG). Wang et al. test their
+GPT-2 circuit another way: they mean-ablate every *head* outside it over the ABC distribution (exercise 8 of
+notebook 01 does that for ioi-tiny's heads) and compare the metric with and without the ablation, F(C) / F(M).
+The two numbers answer related questions and need not agree.
 
 ### Write it yourself: the circuit's edges
 
 Write your circuit as a list of edges, in the names `edges.top` prints (these examples are the format, not the
 answer): `"embed -> L0H1.v"` (the token embeddings into a head's value input), `"L1H3 -> MLP2"`, `"MLP2 -> L3H1.v"`,
 `"L3H1 -> logits"`. Build it from what you found,
-with the names the earlier cells set: `at_s2` (the S2 readers), `mlp` (the MLP of exercise 7), `end_heads` and
-`name(head)`. The chain: S2's token → the S2 readers' values → ... → the END heads' values → the logits, with S2's
+with the names the earlier cells set: `s2_heads` (the S2 heads), `mlp` (the MLP of exercise 7), `end_heads` and
+`name(head)`. The chain: S2's token → the S2 heads' values → ... → the END heads' values → the logits, with S2's
 token also straight into the MLP (edge attribution ranks that edge high).
 
 **Predict:** how much of the behaviour will your circuit keep? And the same circuit with the MLP left out (the S2
@@ -1418,7 +1871,7 @@ readers straight into the END heads' values)?
 """),
     code("""
 my_circuit = [
-    # your edges here, e.g. f"embed -> {name(at_s2[0])}.v", ...
+    # your edges here, e.g. f"embed -> {name(s2_heads[0])}.v", ...
 ]
 """),
     code("""
@@ -1439,7 +1892,7 @@ check_circuit(my_circuit)
 """),
     code("""
 # ANSWER
-my_circuit = ([f"embed -> {name(r)}.v" for r in at_s2] + [f"embed -> {mlp}"] + [f"{name(r)} -> {mlp}" for r in at_s2]
+my_circuit = ([f"embed -> {name(r)}.v" for r in s2_heads] + [f"embed -> {mlp}"] + [f"{name(r)} -> {mlp}" for r in s2_heads]
               + [f"{mlp} -> {name(m)}.v" for m in end_heads] + [f"{name(m)} -> logits" for m in end_heads])
 assert check_circuit(my_circuit)
 """),
@@ -1449,11 +1902,11 @@ attribution.
 """),
     code("""
 def chain(middle):
-    readers_in = [f"embed -> {name(r)}.v" for r in at_s2]
+    readers_in = [f"embed -> {name(r)}.v" for r in s2_heads]
     out = [f"{name(m)} -> logits" for m in end_heads]
     if middle is None:
-        return readers_in + [f"{name(r)} -> {name(m)}.v" for r in at_s2 for m in end_heads] + out
-    return (readers_in + [f"embed -> {middle}"] + [f"{name(r)} -> {middle}" for r in at_s2]
+        return readers_in + [f"{name(r)} -> {name(m)}.v" for r in s2_heads for m in end_heads] + out
+    return (readers_in + [f"embed -> {middle}"] + [f"{name(r)} -> {middle}" for r in s2_heads]
             + [f"{middle} -> {name(m)}.v" for m in end_heads] + out)
 
 
@@ -1514,13 +1967,13 @@ later = [h for h in HEADS if h[0] > 0]
 print("later heads' output: correlation of the estimate with exact",
       round(corr(torch.tensor([float(estimates["z"].values[h]) for h in later]),
                  torch.tensor([float(sweeps["z"].values[h]) for h in later])), 2))
-print("S2 readers' output, exact:", {name(h): round(float(sweeps["z"].values[h]), 2) for h in at_s2},
-      "| estimate:", {name(h): round(float(estimates["z"].values[h]), 2) for h in at_s2},
-      "| with grad_drop:", {name(h): round(float(estimates["z, grad_drop"].values[h]), 2) for h in at_s2})
+print("S2 heads' output, exact:", {name(h): round(float(sweeps["z"].values[h]), 2) for h in s2_heads},
+      "| estimate:", {name(h): round(float(estimates["z"].values[h]), 2) for h in s2_heads},
+      "| with grad_drop:", {name(h): round(float(estimates["z, grad_drop"].values[h]), 2) for h in s2_heads})
 """),
     code("""
 # ANSWER
-# The estimate finds the later heads (in the right order, a little low) but underestimates the S2 readers, by
+# The estimate finds the later heads (in the right order, a little low) but underestimates the S2 heads, by
 # about half or more: their effect runs through nonlinear steps (an MLP, the final norm) to a logit difference
 # that flips sign, far outside the range where one gradient is a good guide. grad_drop does not rescue them: it
 # catches effects that cancel, not this. qk_fix brings the query and key estimates closer to exact (they are
@@ -1528,7 +1981,7 @@ print("S2 readers' output, exact:", {name(h): round(float(sweeps["z"].values[h])
 # measure.
 assert corr(torch.tensor([float(estimates["z"].values[h]) for h in later]),
             torch.tensor([float(sweeps["z"].values[h]) for h in later])) > 0.8
-for h in at_s2:
+for h in s2_heads:
     assert abs(float(estimates["z"].values[h])) < 0.6 * float(sweeps["z"].values[h])
     assert abs(float(estimates["z, grad_drop"].values[h])) < 0.6 * float(sweeps["z"].values[h])
 for site in ("q", "k"):
@@ -1587,7 +2040,7 @@ patching one of them changes little: exercises 3, 4 and 6 agree.
 - The card calls the END heads neither name movers nor S-inhibition heads (printed above), with this notebook's
   evidence: they write the name they read negated (exercise 5b), and nothing reaches their queries (exercise 6).
   The card finds no duplicate-token head: the head that looks from S2 at S1 looks at a place in the sentence
-  (notebook 01, exercise 5); if it is in these lists, it is for its other job, at END. The S2 readers carry the
+  (notebook 01, exercise 5); if it is in these lists, it is for its other job, at END. The S2 heads carry the
   difference.
 - The card's sentence on the MLPs (printed above): they add little at the final position, where notebook 01 looked;
   at S2, one MLP is a link the circuit cannot do without: its output patched at S2 alone restores most of the
@@ -1675,12 +2128,15 @@ dropped = [h for h, (a, b) in to_s2.items() if a - b > 0.15]
 reach = {site: float(res.values.abs().max()) for site, res in abc_sweeps.items()}
 print("END heads whose attention to S2 falls by more than 0.15 without the repeat:", [name(h) for h in dropped])
 print("largest restored by one head's z, q, k, v:", {site: round(v, 2) for site, v in reach.items()})
+print("each END head's value restores, ABC / IO swap (exercise 1):",
+      {name(h): (round(float(abc_sweeps["v"].values[h]), 2), round(float(sweeps["v"].values[h]), 2)) for h in at_end})
 # Without the repeat, some END heads look at S2 less (printed): the repeat does steer where they look. Yet restoring
-# their queries or keys brings back next to nothing, while their values (and their outputs) bring back as much as
-# under the other corruption (printed): the answer rides on what they read at S2, not on how hard they look there.
-# Where ioi-tiny registers the repeat, these tools do not put in one head's query or key; its effect on the
-# answer goes through the values, from S2.
+# their queries or keys brings back next to nothing, while their values still bring back a clear share (printed,
+# next to the same head under the IO swap: for some heads less than there): what the answer needs from these heads
+# still comes in through their values, from S2, not through how hard they look there. Where ioi-tiny registers the
+# repeat, these tools do not put in one head's query or key.
 assert dropped and max(reach["q"], reach["k"]) < 0.1 < 0.3 < reach["z"]
+assert all(float(abc_sweeps["v"].values[h]) > 0.1 for h in at_end)
 """),
     md("""
 ## Exercise 12 (after the workshop): the same cells on GPT-2 small
@@ -1689,8 +2145,9 @@ Wang et al.'s roles in GPT-2 small are defined by the evidence you used here: na
 logits, attend from the end to IO and copy it (copying score); S-inhibition heads are the senders into the name
 movers' *queries*. The cells below run that evidence on GPT-2 small where it is at hand (downloaded once, or a
 folder named by `INTERPLAB_GPT2`; docs/teaching/CHECKLIST.md) and put the heads it finds next to the paper's list.
-ioi-tiny uses GPT-2's tokenizer, so the pairs and positions are the same. Without the model the cells say so and
-skip.
+ioi-tiny has a vocabulary of its own, much smaller than GPT-2's (the cell prints both sizes), so the pairs can be
+reused only if GPT-2's tokenizer splits them into the same tokens: the cell checks that before using them. Without
+the model the cells say so and skip.
 
 **Predict:** will path patching and copying scores name the paper's name movers? And the senders into their queries:
 the paper's S-inhibition heads?
@@ -1703,6 +2160,13 @@ try:
 except ilab.LoadError as err:
     big = None
     print("GPT-2 small is not at hand, so the cells of this exercise skip:", str(err).splitlines()[0])
+if big is not None:
+    print(f"vocabulary: ioi-tiny {len(lab.tokenizer)} tokens, this model {len(big.tokenizer)}")
+    if [big.to_str_tokens(p) for p in clean + corrupt] != [lab.to_str_tokens(p) for p in clean + corrupt]:
+        big = None
+        print("this model's tokenizer splits the pairs into other tokens than ioi-tiny's: the cells skip")
+    else:
+        print("its tokenizer splits the pairs into the same tokens as ioi-tiny's: same positions")
 PAPER = {"name movers": [(9, 6), (9, 9), (10, 0)], "S-inhibition heads": [(7, 3), (7, 9), (8, 6), (8, 10)]}
 if big is not None:
     big_heads = [(layer, head) for layer in range(big.n_layers) for head in range(big.n_heads)]
@@ -1740,7 +2204,7 @@ if big is not None:
 ]
 
 
-NOTEBOOKS = {"01_ioi_patching.ipynb": IOI, "02_steering.ipynb": STEERING, "03_logit_lens.ipynb": LENS,
+NOTEBOOKS = {"00_primer.ipynb": PRIMER, "01_ioi_patching.ipynb": IOI, "02_steering.ipynb": STEERING, "03_logit_lens.ipynb": LENS,
              "04_circuit.ipynb": CIRCUIT}
 
 

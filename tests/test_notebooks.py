@@ -1,4 +1,5 @@
-"""Every teaching notebook runs top to bottom in a real kernel, with no error output; notebooks stay small."""
+"""Every teaching notebook runs top to bottom in a real kernel with its answers closed, each answer runs on its own
+after the non-answer cells before it, the solved copy runs too; notebooks stay small."""
 
 import importlib.util
 from pathlib import Path
@@ -10,8 +11,8 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 
 
 def test_notebooks_exist():
-    assert [p.name for p in NOTEBOOKS] == ["01_ioi_patching.ipynb", "02_steering.ipynb", "03_logit_lens.ipynb",
-                                         "04_circuit.ipynb"]
+    assert [p.name for p in NOTEBOOKS] == ["00_primer.ipynb", "01_ioi_patching.ipynb", "02_steering.ipynb",
+                                         "03_logit_lens.ipynb", "04_circuit.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -24,9 +25,7 @@ def test_notebook_is_committed_small_and_without_outputs(path):
 def test_committed_notebooks_are_what_build_py_writes(tmp_path):
     """The cells are edited in notebooks/build.py; a notebook edited by hand, or a build.py change not rebuilt,
     would teach something else than the reviewed source (cell ids are fixed, so the bytes must match)."""
-    spec = importlib.util.spec_from_file_location("notebook_build", NOTEBOOKS[0].parent / "build.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
+    build = _build_module()
     assert sorted(build.NOTEBOOKS) == [p.name for p in NOTEBOOKS]
     for path in NOTEBOOKS:
         build.write(path.name, build.NOTEBOOKS[path.name], tmp_path)
@@ -34,43 +33,111 @@ def test_committed_notebooks_are_what_build_py_writes(tmp_path):
             f"{path.name} differs from what notebooks/build.py writes: run python notebooks/build.py"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("answers", ["with the answers", "every answer cell removed"])
+def _build_module():
+    spec = importlib.util.spec_from_file_location("notebook_build", NOTEBOOKS[0].parent / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    return build
+
+
+def _is_answer(cell) -> bool:
+    return cell.cell_type == "code" and cell.source.startswith("# ANSWER")
+
+
+CLOSED_MESSAGE = "Answer closed."
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_executes(path, answers, tmp_path, monkeypatch):
-    """Top to bottom with no error, as the teacher runs it, and as a student who skips every answer does (the later
-    cells use only what non-answer cells define)."""
+def test_answers_are_collapsed_closed_and_come_after_their_check(path):
+    """A workshop answer ("# ANSWER" cell) is collapsed, runs its code only under `if opened(show):` with
+    `show = False` in the cell (so Run All and Shift-Enter leave it closed), compiles once opened, and follows a code
+    cell (the check), never the question."""
+    build = _build_module()
+    cells = nbformat.read(path, as_version=4).cells
+    answers = [i for i, c in enumerate(cells) if _is_answer(c)]
+    assert answers
+    first_code = next(c for c in cells if c.cell_type == "code")
+    assert "SHOW_ANSWERS = False" in first_code.source and "def opened(show)" in first_code.source
+    for i in answers:
+        lines = cells[i].source.splitlines()
+        assert cells[i].metadata.get("jupyter", {}).get("source_hidden") is True
+        assert lines[1] == build.CLOSED and lines[2] == "if opened(show):", lines[:3]
+        assert all(line.startswith("    ") or not line.strip() for line in lines[3:]), "the whole answer is guarded"
+        compile(cells[i].source.replace(build.CLOSED, "show = True"), f"{path.name} cell {i}", "exec")
+        assert cells[i - 1].cell_type == "code" and not _is_answer(cells[i - 1]), i
+
+
+ALONE = """
+_answer_ns = dict(get_ipython().user_ns)  # a copy: what the answer defines does not reach the next cells
+exec(compile({source!r}, "<answer cell {index}>", "exec"), _answer_ns)
+del _answer_ns
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_run_all_leaves_the_answers_closed_and_each_answer_runs_alone(path, tmp_path, monkeypatch):
+    """One kernel per notebook, as a student who never opens an answer runs it (Run All): every non-answer cell in
+    order, without error, and each answer cell as shipped, which prints only that it is closed. Right after each
+    closed answer, the same answer opened (`show = True`, the student's edit) runs in a copy of the kernel's
+    namespace, so it sees only what the non-answer cells before it defined, as it would for a student who opens
+    only that one."""
+    from nbclient import NotebookClient
+
+    build = _build_module()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    nb = nbformat.read(path, as_version=4)
+    cells, checks = [], []  # checks: (kind, answer cell index, position in `cells`)
+    for i, cell in enumerate(nb.cells):
+        cells.append(cell)
+        if _is_answer(cell):
+            checks.append(("closed", i, len(cells) - 1))
+            opened = cell.source.replace(build.CLOSED, "show = True")
+            cells.append(nbformat.v4.new_code_cell(ALONE.format(source=opened, index=i)))
+            checks.append(("alone", i, len(cells) - 1))
+    nb.cells = cells
+    NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [(j, o.ename, o.evalue) for j, c in enumerate(nb.cells) if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.output_type == "error"]
+    located = {j: (kind, i) for kind, i, j in checks}
+    assert not errors, [(located.get(j, ("non-answer cell", j)), name, value) for j, name, value in errors]
+    for kind, i, j in checks:
+        outputs = nb.cells[j].get("outputs", [])
+        text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+        if kind == "closed":
+            assert text.startswith(CLOSED_MESSAGE) and len(outputs) == 1, (i, outputs)
+        else:
+            assert CLOSED_MESSAGE not in text, i
+    printed = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                        if o.output_type == "stream")
+    assert "Traceback" not in printed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_solved_copy_runs_top_to_bottom(path, tmp_path, monkeypatch):
+    """The teacher's solved copy: SHOW_ANSWERS = True in the first cell, then top to bottom with no error (answers
+    and later cells share one namespace here, as they do for a student who opens every answer in order)."""
     from nbclient import NotebookClient
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     nb = nbformat.read(path, as_version=4)
-    if answers.startswith("every"):
-        n = len(nb.cells)
-        nb.cells = [c for c in nb.cells if not (c.cell_type == "code" and c.source.startswith("# ANSWER"))]
-        assert len(nb.cells) < n
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    first.source = first.source.replace("SHOW_ANSWERS = False", "SHOW_ANSWERS = True")
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                      if o.output_type == "stream")
-    assert "Traceback" not in text
+    assert "Traceback" not in text and CLOSED_MESSAGE not in text
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_answers_are_collapsed_and_come_after_their_check(path):
-    """A workshop answer ("# ANSWER" cell) is collapsed and follows a code cell (the check), never the question."""
-    cells = nbformat.read(path, as_version=4).cells
-    answers = [i for i, c in enumerate(cells) if c.cell_type == "code" and c.source.startswith("# ANSWER")]
-    assert answers
-    for i in answers:
-        assert cells[i].metadata.get("jupyter", {}).get("source_hidden") is True
-        assert cells[i - 1].cell_type == "code" and not cells[i - 1].source.startswith("# ANSWER"), i
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS[:3], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.name[:2] in ("00", "01", "02", "03")],
+                         ids=lambda p: p.stem)
 def test_prose_states_no_measured_numbers_or_head_names(path):
     """The text cannot drift from a retrained model: no head name (L2H3) and no measured-looking number (0.87) in
-    the markdown of notebooks 01-03; cells print or assert them instead."""
+    the markdown of notebooks 00-03; cells print or assert them instead."""
     import re
 
     for cell in nbformat.read(path, as_version=4).cells:
@@ -78,6 +145,14 @@ def test_prose_states_no_measured_numbers_or_head_names(path):
             text = re.sub(r"\[arXiv:[^\]]*\]\([^)]*\)", "", cell.source)
             assert not re.findall(r"\bL\d+H\d+\b|\d\.\d\d", text), cell.source[:200]
             assert "What you should see" not in text
+
+
+def test_the_notebooks_open_their_views_from_the_lab():
+    """The notebooks use lab.lens / lab.attention / lab.steering, never the widget classes (interplab.widgets is
+    not the notebooks' API)."""
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            assert "interplab.widgets" not in cell.source, (path.name, cell.source[:200])
 
 
 def _exercise_cells(nb, title: str) -> list:
@@ -104,7 +179,7 @@ def test_the_gpt2_cells_of_notebook_04_run_where_a_gpt2_is_at_hand(tmp_path, mon
     folder = tmp_path / "gpt2-shaped"
     torch_model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    nb = nbformat.read(NOTEBOOKS[3], as_version=4)
+    nb = nbformat.read(NOTEBOOKS[0].parent / "04_circuit.ipynb", as_version=4)
     setup = next(c for c in nb.cells if c.cell_type == "code")
     cells = _exercise_cells(nb, "## Exercise 12")
     assert len(cells) == 2 and "copying_scores" in cells[0].source and "path_patch" in cells[1].source
