@@ -1216,6 +1216,9 @@ LENS = [
 The **logit lens** reads each layer's residual stream through the model's final norm and unembedding: what would
 the model predict if it stopped here? Attention patterns show where each head looks.
 
+**After the workshop** (or for a room ahead of schedule): the workshop's core path (docs/teaching/RUN_SHEET.md) runs
+through notebooks 00, 01 and 04; this notebook looks at the same prompt from another side.
+
 **How to work through it: predict, then check.** Write down your prediction *and why you expect it* before you run
 the check. The answer is in the collapsed cell after the check, and it stays closed: Run All and Shift-Enter run it
 without showing anything. Once you have compared, open it (click the bar on its left), change `show = False` to
@@ -1569,7 +1572,7 @@ assert check_path_patch(my_path_patch)
 assert check_path_patch(my_path_patch) and my_path_patch(sender, receiver) > 0.05
 """),
     md("""
-## Exercise 2: at which position?
+## Exercise 2 (after the workshop): at which position?
 
 **Predict:** for each head you found in exercise 1, at which position does patching its output matter: at S2, at the
 final position (END), or elsewhere? Could a head of the first layer do its job at END? (What can a first-layer head
@@ -1602,7 +1605,7 @@ at_end = major({h: float(by_pos.values[h][END]) for h in HEADS})  # ... and at E
 print("at S2:", [name(h) for h in s2_heads], "| at END:", [name(h) for h in at_end])
 """),
     md("""
-## Exercise 3: where do they look?
+## Exercise 3 (after the workshop): where do they look?
 
 **Predict:** from END, which name do the heads that matter at END attend to: IO, S1 or S2? And the heads after layer 0
 that no sweep has shown so far: where do they look from END?
@@ -1649,7 +1652,7 @@ intro_readers = [h for h in HEADS if attn(h, END, IO) >= 0.2 and attn(h, END, S1
 slot_readers = [h for h in intro_readers if h[0] > 0 and h not in at_end]
 """),
     md("""
-## Exercise 4: who writes the answer directly?
+## Exercise 4 (after the workshop): who writes the answer directly?
 
 **Direct logit attribution** splits the last residual stream into what each part wrote (embeddings, every head, every
 MLP) and reads each part through the unembedding, the final norm's scale frozen at its value on the run: the parts
@@ -1689,7 +1692,7 @@ assert all(push["S"][h] < 0 for h in at_end) and any(v < -1 for _, v in dla.top(
 assert all(abs(direct[h]) < 0.1 * max(direct.values()) for h in slot_readers)
 """),
     md("""
-## Exercise 5: path patching, senders → logits
+## Exercise 5 (after the workshop): path patching, senders → logits
 
 Wang et al. found GPT-2's **name movers** as the heads whose *direct path to the logits* carries the effect. Path
 patching runs the clean prompt with one sender's output taken from the corrupt run and every other head frozen at
@@ -1723,7 +1726,7 @@ assert all(abs(paths[h]) < min(paths[m] for m in end_heads) for h in s2_heads)
 end_heads = major(paths)  # the heads whose path to the logits carries >= 0.15
 """),
     md("""
-## Exercise 5b: what do they write? Copying scores
+## Exercise 5b (after the workshop): what do they write? Copying scores
 
 Attention says where a head reads; its **OV circuit** says what it writes there. Wang et al. call a head a *name
 mover* only when, fed a name, its OV output read through the unembedding ranks that same name among the top 5
@@ -1759,7 +1762,7 @@ assert set(suppressors) == set(end_heads)
 assert set(slot_copiers) == set(slot_readers)
 """),
     md("""
-## Exercise 6: what feeds the END heads? senders → their queries, keys, values
+## Exercise 6 (after the workshop): what feeds the END heads? senders → their queries, keys, values
 
 In GPT-2 small the **S-inhibition heads** were found this way: path patching with the *name movers' queries* as the
 receivers. The sender's path now reaches only the receivers (here all the END heads' queries, or keys, or values);
@@ -1812,7 +1815,7 @@ print("largest |path| into the intro readers' q, k, v together:",
 assert float(into_slot_readers.values.nan_to_num().abs().max()) < 0.05
 """),
     md("""
-## Exercise 7: every edge at once (EAP-IG)
+## Exercise 7 (after the workshop): every edge at once (EAP-IG)
 
 Path patching asks about one sender and chosen receivers. **Edge attribution** estimates *every* edge writer → reader
 (the embeddings, heads and MLPs → each head's query, key and value, each MLP, the logits) from gradients; EAP-IG
@@ -1848,7 +1851,7 @@ top = [edge for edge, _ in edges.top(12)]
 mlp = sorted({part for edge in top for part in edge.split(" -> ") if part.startswith("MLP")})[0]  # in the top edges
 """),
     md("""
-## Exercise 8: is that the circuit? Faithfulness
+## Exercise 8 (after the workshop): is that the circuit? Faithfulness
 
 `lab.circuit(clean, corrupt, metric, edges)` runs the clean prompt with every edge *outside* your list carrying the
 corrupt run instead (the IO-swap prompts of this notebook): faithfulness 1 = the whole clean logit difference kept,
@@ -1941,7 +1944,7 @@ assert faith[f"through {mlp}"] > 0.5 and faith["heads only"] < 0.2
 assert edges[wrong_way] < 0 and with_it < faith[f"through {mlp}"]
 """),
     md("""
-## Exercise 9: estimates against exact patching (AtP and AtP*)
+## Exercise 9 (after the workshop): estimates against exact patching (AtP and AtP*)
 
 Attribution patching estimates every cell of a sweep from one forward and one backward pass. AtP* (Kramár et al.
 2024) adds two fixes: `qk_fix` computes the attention pattern exactly for query and key cells (a linear step through
@@ -2050,7 +2053,7 @@ patching one of them changes little: exercises 3, 4 and 6 agree.
   patching tool can test it with this corruption, which leaves both intro names in place. A direct logit attribution
   with another metric (exercise 4) supports it; a corruption that changes the intro names would test it causally.
 
-## Exercise 10: one template can mislead
+## Exercise 10 (after the workshop): one template can mislead
 
 Everything above used one template. **Predict:** on pairs from mixed held-out templates (of one token length, as path
 patching needs), will path patching name the same END heads, and the same heads feeding their values? Why might it not?
@@ -2092,7 +2095,7 @@ assert set(end_heads) <= set(major(mixed_direct)) and set(mixed_feeders) == set(
 assert all(to_s2[h] > 0.5 for h in HEADS if mixed_direct[h] > 0.05)
 """),
     md("""
-## Exercise 11: a corruption without the repeat (ABC)
+## Exercise 11 (after the workshop): a corruption without the repeat (ABC)
 
 Every corruption so far kept a repeated name: the clean prompts repeat S at S2, the corrupt ones repeat IO there. So
 every result above traced *which* name stands at S2, never *how the model notices* that a name is repeated. Wang et

@@ -106,7 +106,8 @@ def test_run_all_leaves_the_answers_closed_and_each_answer_runs_alone(path, tmp_
         outputs = nb.cells[j].get("outputs", [])
         text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
         if kind == "closed":
-            assert text.startswith(CLOSED_MESSAGE) and len(outputs) == 1, (i, outputs)
+            assert text.startswith(CLOSED_MESSAGE) and text.count("\n") == 1, (i, outputs)
+            assert all(o.output_type == "stream" for o in outputs), (i, outputs)  # nothing displayed either
         else:
             assert CLOSED_MESSAGE not in text, i
     printed = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])

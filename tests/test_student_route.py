@@ -275,15 +275,47 @@ def test_interplab_lab_serves_notebook_01(student):
 
 
 COLAB_RUNNER = """
+import json
 import sys
 
 import nbformat
 from nbclient import NotebookClient
 
-# the cell in a real kernel of the student's environment, as a notebook's one cell (raises on an error)
-nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(open(sys.argv[1]).read())])
-NotebookClient(nb, timeout=900, kernel_name="python3").execute()
-print("\\n".join(o.get("text", "") for o in nb.cells[0].outputs if o.output_type == "stream"))
+# the cell in a real kernel of the student's environment, as a notebook's one cell, then a cell that lists every
+# widget still alive whose `error` trait is set (a view whose job failed says so in its frame)
+WIDGET_ERRORS = (
+    "import json\\n"
+    "from ipywidgets.widgets import widget\\n"
+    "print('WIDGET ERRORS', json.dumps([[type(w).__name__, str(w.error)[:300]]"
+    " for w in list(widget._instances.values()) if getattr(w, 'error', '')]))\\n")
+nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(open(sys.argv[1]).read()),
+                                     nbformat.v4.new_code_cell(WIDGET_ERRORS)])
+NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=True).execute()
+outputs = nb.cells[0].outputs
+views = [o for o in outputs if o.output_type in ("display_data", "execute_result")
+         and "application/vnd.jupyter.widget-view+json" in o.data]
+colab = [o for o in views if o.get("metadata", {}).get("application/vnd.jupyter.widget-view+json", {})
+         .get("colab", {}).get("custom_widget_manager", {}).get("url")]
+listed = "".join(o.get("text", "") for o in nb.cells[1].outputs if o.output_type == "stream")
+print("\\n".join(o.get("text", "") for o in outputs if o.output_type == "stream"))
+print("COLAB SUMMARY", json.dumps({
+    "errors": [o.ename + ": " + o.evalue for c in nb.cells for o in c.outputs if o.output_type == "error"],
+    "views": len(views), "colab_manager": len(colab),
+    "widget_errors": json.loads(listed.split("WIDGET ERRORS", 1)[1]) if "WIDGET ERRORS" in listed else ["not listed"],
+}))
+"""
+
+# google.colab.output as Colab has it, as far as widgets go: enable_custom_widget_manager() installs the manager and
+# sets _widgets._installed_url, which anywidget reads into every view's display metadata.
+COLAB_OUTPUT_STUB = """
+import types
+
+MANAGER_URL = "https://ssl.gstatic.com/colaboratory-static/widgets/colab-cdn-widget-manager/manager.min.js"
+_widgets = types.SimpleNamespace(_installed_url=None)
+
+
+def enable_custom_widget_manager():
+    _widgets._installed_url = MANAGER_URL
 """
 
 
@@ -292,24 +324,37 @@ def test_the_colab_cell_runs_notebook_01_without_its_answers(student, tmp_path):
     """COLAB.md's one cell, as written, in the student's fresh environment (the wheel installed offline; its own
     `!pip install` of the uploaded wheel then finds everything in place): it runs notebook 01 from the wheel cell by
     cell with the answer cells left out, and no cell fails. Colab itself cannot be reached from here: its module
-    `google.colab.output` is the one thing provided, a function that does nothing (on Colab it loads the widget
-    manager; anywidget calls it too)."""
+    `google.colab.output` is a stub with what anywidget uses of it (enable_custom_widget_manager and the manager's
+    URL), so every view is displayed as on Colab. The test fails on any error output (a display that raises
+    included), on a view whose `error` trait is set, and when interplab's views do not reach the display with
+    Colab's widget-manager metadata."""
     block = (ROOT / "docs/teaching/COLAB.md").read_text().split("```python\n", 1)[1].split("```", 1)[0]
     assert "!pip install -q ./interplab-0.1.0-py3-none-any.whl" in block and "# ANSWER" in block
     shutil.copy(student.wheel, tmp_path / "interplab-0.1.0-py3-none-any.whl")
-    colab = tmp_path / "stubs" / "google" / "colab"  # a namespace package `google`: protobuf's stays importable
+    res, seconds, summary = run_colab_cell(block, student.python, {**student.env, "MPLBACKEND": "Agg"}, tmp_path)
+    assert not summary["errors"], summary["errors"]
+    assert not summary["widget_errors"], summary["widget_errors"]
+    # interplab's five views (two heatmaps, attention, direct attribution, the dashboard), each with Colab's manager;
+    # a progress bar (a plain ipywidget, which Colab draws itself) may add a view without it
+    assert summary["colab_manager"] >= 5, summary
+    assert "Traceback" not in res.stdout, res.stdout[-3000:]
+    assert "<- S2: differs" in res.stdout  # notebook 01's first code cell printed its table
+    print(f"\nCOLAB.md's cell: notebook 01 without its answers in {seconds:.0f} s, {summary['views']} views")
+
+
+def run_colab_cell(block: str, python, env: dict, work: Path):
+    """COLAB.md's cell in a kernel of `python`, with the google.colab.output stub first on the path: the run, its
+    seconds and the runner's summary (errors, views, views with Colab's manager, widgets with an error)."""
+    colab = work / "stubs" / "google" / "colab"  # a namespace package `google`: protobuf's stays importable
     colab.mkdir(parents=True)
     (colab / "__init__.py").write_text("")
-    (colab / "output.py").write_text("def enable_custom_widget_manager():\n    pass\n")
-    cell = tmp_path / "colab_cell.py"
+    (colab / "output.py").write_text(COLAB_OUTPUT_STUB)
+    cell = work / "colab_cell.py"
     # each notebook cell's error is reported by run_cell, not raised: fail the outer cell on the first one
     cell.write_text(block.replace("get_ipython().run_cell(source)",
                                   "assert get_ipython().run_cell(source).success, source[:300]"))
-    runner = tmp_path / "runner.py"
+    runner = work / "runner.py"
     runner.write_text(COLAB_RUNNER)
-    env = {**student.env, "PYTHONPATH": str(tmp_path / "stubs"), "MPLBACKEND": "Agg"}
-    res, seconds = _run([str(student.python), str(runner), str(cell)], cwd=tmp_path, env=env, timeout=900,
-                        what="COLAB.md's cell")
-    assert "Traceback" not in res.stdout, res.stdout[-3000:]
-    assert "<- S2: differs" in res.stdout  # notebook 01's first code cell printed its table
-    print(f"\nCOLAB.md's cell: notebook 01 without its answers in {seconds:.0f} s")
+    res, seconds = _run([str(python), str(runner), str(cell)], cwd=work,
+                        env={**env, "PYTHONPATH": str(work / "stubs")}, timeout=900, what="COLAB.md's cell")
+    return res, seconds, json.loads(res.stdout.split("COLAB SUMMARY", 1)[1])
