@@ -392,7 +392,7 @@ def restored(edits, base=corrupt):
     return (float(bound(lab.run(base, edits=edits).last_logits)) - corrupt_ld) / (clean_ld - corrupt_ld)
 """),
     md("""
-## Write it yourself: the metric
+## Write it yourself (after the workshop): the metric
 
 Every number in this notebook is a **logit difference**: the answer's logit minus the wrong name's, at the last
 position. `ilab.logit_diff` computes it for you; write it yourself first. `logits` is a tensor `[rows, vocab]` (one
@@ -1037,7 +1037,7 @@ for prompt in (spain, france, italy):
     print(f"{prompt!r:28} -> {top(prompt)}")
 """),
     md("""
-## Write it yourself: the steering vector
+## Write it yourself (after the workshop): the steering vector
 
 `v` above is the mean residual stream of the positive prompts minus that of the negative ones, at `resid_post` of
 `layer`, at each prompt's last position. Build it yourself from cached activations: `lab.run(prompt,
@@ -1080,7 +1080,7 @@ def my_vector(positive, negative):
 assert check_vector(my_vector)
 """),
     md("""
-## Exercise 1: steer Spain towards France
+## Exercise 1 (after the workshop): steer Spain towards France
 
 `ilab.steer("resid_post", layer, v, alpha=alpha, pos=-1)` adds `alpha * v` to the last position's residual stream.
 
@@ -1114,7 +1114,7 @@ patched = p_paris(spain, [ilab.patch("resid_post", layer, pos=-1, source=france_
 assert abs(steer_1 - patched) < 0.05 and top(spain, [ilab.steer("resid_post", layer, v, alpha=1.0, pos=-1)])[0][0] == " Paris"
 """),
     md("""
-## Exercise 2: more is better?
+## Exercise 2 (after the workshop): more is better?
 
 **Predict:** if alpha 1 turns Spain into France, will alpha 6 make ' Paris' *more* likely than alpha 1.5? And on the
 France prompt itself, `ilab.project(site, layer, v, coeff=10)` multiplies the component along `v` by ten (coeff 1
@@ -1139,7 +1139,7 @@ coeffs = {c: p_paris(france, [ilab.project("resid_post", layer, v, coeff=c)]) fo
 assert alphas[6.0] < alphas[1.5] and coeffs[10.0] < coeffs[1.0]
 """),
     md("""
-## Exercise 3: the same vector on Italy
+## Exercise 3 (after the workshop): the same vector on Italy
 
 **Predict:** steer *"The capital of Italy is"* with the same `v` at alpha 1. Does it say ' Paris'? What is Italy's
 activation + v, written as a sum of the activations you know?
@@ -1164,7 +1164,7 @@ assert top(italy, at_1)[0][0] == top(italy)[0][0] == " Rome" and p_paris(italy) 
 assert steered[italy] < steered[spain]
 """),
     md("""
-## Exercise 4: does the model use this direction? Project it out
+## Exercise 4 (after the workshop): does the model use this direction? Project it out
 
 `ilab.project(site, layer, v, coeff=0)` removes the component along `v` from every position. If `v` were "the
 country" direction, removing it should leave the model unsure which capital to name.
@@ -1239,7 +1239,7 @@ mary, john = lab.token_id(" Mary"), lab.token_id(" John")
 print(f"intro names at positions {FIRST} and {SECOND}, S2 at {S2}, END at {END}")
 """),
     md("""
-## Exercise 1: what does the end predict, layer by layer?
+## Exercise 1 (after the workshop): what does the end predict, layer by layer?
 
 **Predict** (with your reasoning): after layer 0 (before any head could have moved what S2 means to the end), which
 name will the final position predict, if any? After which layer is ' Mary' on top, and when near-certain? If you
@@ -1266,7 +1266,7 @@ assert res.top_tokens[0][-1][0] == " John" and 0 < first_mary < res.n_layers - 1
 assert res.prob_of(mary)[-1, -1] > 0.5
 """),
     md("""
-## Write it yourself: the lens
+## Write it yourself (after the workshop): the lens
 
 The logit lens reads the residual stream after a layer as if it were the last: the model's **final LayerNorm**, then
 its **unembedding**. In ioi-tiny (a GPT-2) they are the modules `lab.model.transformer.ln_f` and `lab.model.lm_head`.
@@ -1328,7 +1328,7 @@ def my_lens(resid):
 assert check_lens(my_lens)
 """),
     md("""
-## Exercise 2: where do the heads look from the end?
+## Exercise 2 (after the workshop): where do the heads look from the end?
 
 Pick a layer and head in the widget: queries on the vertical axis, keys on the horizontal. It opens on the last
 layer's head that attends most from the end to a name (the cell chooses it).
@@ -1375,7 +1375,7 @@ assert any(max(att(run, *h, FIRST), att(run, *h, SECOND)) > 0.9 for h in later)
 later = [(layer, h) for layer in range(1, lab.n_layers) for h in range(lab.n_heads)]  # the heads after layer 0
 """),
     md("""
-## Exercise 3: heads on one intro name, answer or position?
+## Exercise 3 (after the workshop): heads on one intro name, answer or position?
 
 The heads after layer 0 that look from the end at one intro name could read the *answer* (the name that is not
 repeated), or read a *slot* of the intro (the first name, or the second) whatever it holds. Swap the order of the
@@ -1860,7 +1860,7 @@ GPT-2 circuit another way: they mean-ablate every *head* outside it over the ABC
 notebook 01 does that for ioi-tiny's heads) and compare the metric with and without the ablation, F(C) / F(M).
 The two numbers answer related questions and need not agree.
 
-### Write it yourself: the circuit's edges
+### Write it yourself (after the workshop): the circuit's edges
 
 Write your circuit as a list of edges, in the names `edges.top` prints (these examples are the format, not the
 answer): `"embed -> L0H1.v"` (the token embeddings into a head's value input), `"L1H3 -> MLP2"`, `"MLP2 -> L3H1.v"`,

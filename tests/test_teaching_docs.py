@@ -45,3 +45,79 @@ def test_the_script_prints_what_the_page_shows(tmp_path):
     assert run.stdout.strip() == output.strip(), (
         "docs/teaching/QUESTIONS.md shows another output than its script prints now (a retrained model, or changed "
         "code): run the script, paste its output and check the answers' numbers.\n" + run.stdout)
+
+
+RUN_SHEET = ROOT / "docs/teaching/RUN_SHEET.md"
+NOTEBOOK_FILES = {n: next((ROOT / "notebooks").glob(f"{n}_*.ipynb")) for n in ("00", "01", "02", "03", "04")}
+
+
+def _table_rows(text: str, header: str) -> list[list[str]]:
+    """The rows of the markdown table whose header line starts with `header`, cells stripped."""
+    lines = text[text.index(header):].splitlines()[2:]  # after the header line and the |---| line
+    rows = []
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def _exercise_headings(number: str) -> dict[str, bool]:
+    """Each exercise heading of a notebook ("## Exercise ...", "## Write it yourself...", the primer's "## 1. ...")
+    and whether it is on the core path (not marked "(after the workshop)")."""
+    import nbformat
+
+    out = {}
+    for cell in nbformat.read(NOTEBOOK_FILES[number], as_version=4).cells:
+        if cell.cell_type != "markdown":
+            continue
+        for line in cell.source.splitlines():
+            if re.match(r"#{2,3} (Exercise|Write it yourself|\d\. )", line):
+                out[line.lstrip("#").strip()] = "(after the workshop)" not in line
+    return out
+
+
+def test_the_run_sheet_core_path_is_the_notebooks_core_exercises_and_fits_its_slots():
+    """The core table lists exactly the exercises the notebooks do not mark "after the workshop", in the notebooks
+    of the core path (00, 01, 04; 02 and 03 have no core exercise); each notebook's minutes add up to its "in all"
+    row, and the slots of the 90- and 60-minute plans add up to 90 and 60, with the notebooks' slots holding their
+    timed minutes."""
+    text = RUN_SHEET.read_text()
+    rows = _table_rows(text, "| notebook | core exercise")
+    listed: dict[str, dict[str, float]] = {}
+    in_all: dict[str, float] = {}
+    for number, what, minutes in rows:
+        if what.startswith("*"):
+            in_all[number] = float(minutes.strip("*"))
+        else:
+            listed.setdefault(number, {})[what] = float(minutes)
+    assert set(listed) == {"00", "01", "04"}
+    for number in NOTEBOOK_FILES:
+        core = {title for title, on_path in _exercise_headings(number).items() if on_path}
+        exercises = {what for what in listed.get(number, {}) if not what.startswith("opening text")}
+        assert exercises == core, (number, sorted(exercises ^ core))
+    for number, minutes in listed.items():
+        assert abs(sum(minutes.values()) - in_all[number]) <= 0.5 + 1e-9, (number, minutes, in_all[number])
+    plan = _table_rows(text, "| time | min | what | the teacher")
+    assert sum(int(r[1]) for r in plan) == 90 and plan[-1][0].endswith("-90")
+    slots = {r[2].strip("*").split(":")[0]: int(r[1]) for r in plan}
+    assert slots["00"] >= in_all["00"] and slots["01"] >= in_all["01"] and slots["04"] >= in_all["04"], slots
+    short = _table_rows(text, "| time | min | what |\n")
+    assert sum(int(r[1]) for r in short) == 60 and short[-1][0].endswith("-60")
+    assert {r[2].split(":")[0]: int(r[1]) for r in short}["01"] >= in_all["01"] - 3  # the primer done before
+
+
+def test_the_run_sheet_discusses_only_core_exercises():
+    """Every exercise a discussion prompt names is on the core path of its notebook."""
+    text = RUN_SHEET.read_text()
+    prompts = text.split("## Discussion prompts", 1)[1].split("**Wrap-up", 1)[0]
+    for block, number in (("**Discuss 01.**", "01"), ("**Discuss 04.**", "04")):
+        part = prompts.split(block, 1)[1].split("**Discuss", 1)[0]
+        headings = _exercise_headings(number)
+        named = set(re.findall(r"^- Exercise (\d+)", part, re.M))
+        assert named, block
+        for n in named:
+            title = next(t for t in headings if t.startswith(f"Exercise {n}:") or t.startswith(f"Exercise {n} ("))
+            assert headings[title], f"{block} discusses {title}, which is after the workshop"
+        if "by hand" in part:  # the write-it-yourself exercise of that notebook
+            assert any(t.startswith("Write it yourself") and on for t, on in headings.items())
