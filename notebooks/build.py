@@ -1364,7 +1364,7 @@ for layer in range(lab.n_layers):
           if max(att(run, layer, h, k) for k in names.values()) > 0.5}
     print(f"layer {layer}, heads with > 0.5 on one name, and which:", on)
 # Layer 0 spreads its attention over the names, never mostly on S2. Later layers have two kinds of heads: some look
-# at S2, where they read which name is the subject (notebook 01's movers); others put almost all their attention
+# at S2, where the repeated name stands (notebook 01's END heads); others put almost all their attention
 # on *one* intro name each, in the last layer too. Which one, and why?
 later = [(layer, h) for layer in range(1, lab.n_layers) for h in range(lab.n_heads)]
 assert all(att(run, 0, h, S2) < 0.5 for h in range(lab.n_heads))
@@ -1399,8 +1399,9 @@ print("each head's slot, in both orders:", {f"L{h[0]}H{h[1]}": s for h, s in slo
 # They stay: each head attends to one *position* of the intro, the first or the second name, in both orders
 # (printed). Attention says where a head reads, not what it writes: whether these heads copy the name they read
 # would take their OV circuit (or their direct effect on each name) to show. What their attention does show is that
-# they cannot be choosing between the names: they look at a slot, whichever name fills it. The choice is made by the
-# heads that read S2 from the end (notebook 01). (GPT-2's name movers instead attend to the IO itself.)
+# they cannot be choosing between the names by where they look: they look at a slot, whichever name fills it.
+# Notebook 01 (exercise 6) finds the logit difference written by the heads that look at S2 from the end.
+# (GPT-2's name movers instead attend to the IO itself.)
 for h in slot_heads:
     k = FIRST if slot[h] == "first" else SECOND
     assert att(run, *h, k) > 0.8 and att(run_swapped, *h, k) > 0.8
@@ -1635,7 +1636,8 @@ print("heads attending from END to IO and S1 alike, on average over the pairs (>
 FIRST, SECOND = torch.minimum(IO, S1), torch.maximum(IO, S1)  # the intro names by position, whichever is IO
 print("the same heads, by intro position (first name / second name):",
       {name(h): (round(attn(h, END, FIRST), 2), round(attn(h, END, SECOND), 2)) for h in intro_readers})
-# The END heads look at S2: that is where they read which name is the subject (through their values, exercise 1).
+# The END heads look at S2, where the repeated name (the subject) stands; exercise 1 found them reading it through
+# their values.
 # Some heads (printed) look at IO and S1 alike on average, but split by position each of the later ones looks
 # mostly at ONE intro slot, the first name or the second, whatever name stands there (the pairs mix both orders,
 # so the averages come out about equal): positional heads, by their attention (what they write, an OV check would
