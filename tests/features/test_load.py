@@ -122,6 +122,24 @@ def test_hub_without_network_says_how_to_use_a_local_folder(monkeypatch, tmp_pat
         ilab.SAE.load("someone/some-saes")
 
 
+def test_hub_sae_from_the_cache_without_network(monkeypatch, tmp_path):
+    """A hub SAE downloaded once is read from huggingface_hub's cache (its own layout, written here) with no network."""
+    import huggingface_hub
+
+    commit = "0" * 40
+    repo = tmp_path / "hub" / "models--someone--some-saes"
+    random_sae("topk").save(repo / "snapshots" / commit / "blocks.2.hook_resid_pre")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    sae = ilab.SAE.load("someone/some-saes", path="blocks.2.hook_resid_pre")
+    assert (sae.site, sae.layer, sae.architecture) == ("resid_pre", 2, "topk")
+    assert sae.source == {"source": "someone/some-saes", "path": "blocks.2.hook_resid_pre"}
+    again = ilab.SAE.load("hf://someone/some-saes/blocks.2.hook_resid_pre")
+    assert torch.equal(again.W_enc, sae.W_enc)
+
+
 def test_bad_folders_get_typed_errors(tmp_path):
     sae = random_sae("jumprelu")
     good = {"architecture": "jumprelu", "d_in": 128, "d_sae": 64, "metadata": {"hook_name": "blocks.2.hook_resid_pre"}}
