@@ -37,8 +37,9 @@ def _check(lab: Engine, sae) -> SAE:
     return sae
 
 
-def _key(sae: SAE) -> tuple:
-    return (sae.site, sae.layer)
+def _key(sae: SAE):
+    """The SAE's site as a cache request and key: (site, layer), or the bare name of a layerless site (embed)."""
+    return sae.site if sae.layer is None else (sae.site, sae.layer)
 
 
 def _k(k, limit: int, what: str = "k") -> int:

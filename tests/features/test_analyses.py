@@ -105,3 +105,14 @@ def test_top_contexts_equal_a_brute_force_scan(lab, sae):
     assert one["acts"][one["pos"]] == pytest.approx(one["value"], abs=1e-4)
     assert ex["acts"][ex["pos"]] == pytest.approx(ex["value"], abs=1e-4) and len(ex["tokens"]) == len(ex["acts"])
     assert lab.hooks() == []
+
+
+@pytest.mark.parametrize("site, layer", [("embed", None), ("resid_mid", 1), ("z", 3), ("attn_out", 0),
+                                         ("mlp_out", 2), ("resid_post", 3)])
+def test_top_contexts_and_acts_on_every_site(lab, site, layer):
+    sae = random_sae("standard", site, layer)
+    prompts = ["When Mary and John went to the store, John gave a drink to", "After Tom and Sue left, Sue called"]
+    top = ilab.features.top_contexts(lab, prompts, sae, [1, 2], k=3, progress=False)
+    acts = lab.feature_acts(prompts, sae)
+    assert float(top.values[0, 0]) == pytest.approx(float(acts[..., 1].max()), abs=1e-4)
+    assert lab.hooks() == []

@@ -46,6 +46,10 @@ def hand(lab, prompt, where, fn, generate=0):
             fn(out[0]), *out[1:]))
     elif kind == "mlp":
         handle = h.mlp.register_forward_hook(lambda m, a, out: fn(out))
+    elif kind == "attn":
+        handle = h.attn.register_forward_hook(lambda m, a, out: (fn(out[0]), *out[1:]))
+    elif kind == "wte":  # the token embedding (interplab's embed: GPT-2 adds positions after it)
+        handle = lab.model.transformer.wte.register_forward_hook(lambda m, a, out: fn(out))
     else:  # z: the input of the attention's output projection
         handle = h.attn.c_proj.register_forward_pre_hook(lambda m, args: (fn(args[0]), *args[1:]))
     try:
@@ -80,10 +84,11 @@ def test_unchanged_splice_gives_the_models_own_logits(lab):
 
 @pytest.mark.parametrize("arch", ["standard", "topk", "jumprelu"])
 @pytest.mark.parametrize("site, where", [("resid_pre", "pre"), ("resid_post", "post"), ("mlp_out", "mlp"),
-                                         ("z", "z")])
+                                         ("z", "z"), ("attn_out", "attn"), ("embed", "wte")])
 def test_feature_edits_equal_hand_written_hooks(lab, arch, site, where):
-    sae = random_sae(arch, site, 1, seed=3)
-    x = lab.run(CLEAN, cache=[(site, 1)]).cache[site, 1]
+    layer = None if site == "embed" else 1
+    sae = random_sae(arch, site, layer, seed=3)
+    x = lab.run(CLEAN, cache=[(site, layer)]).cache[site, layer]
     acts = sae.encode(x)[0]
     live = int((acts > 0).sum(0).argmax())  # a feature that fires somewhere: its edits change something
     pos = int(acts[:, live].argmax())
@@ -100,7 +105,7 @@ def test_feature_edits_equal_hand_written_hooks(lab, arch, site, where):
         f[..., [live, 0]] = torch.tensor([2.5, 1.0], dtype=f.dtype)
         return f
 
-    src = hand_encode(sae, lab.run(CORRUPT, cache=[(site, 1)]).cache[site, 1])
+    src = hand_encode(sae, lab.run(CORRUPT, cache=[(site, layer)]).cache[site, layer])
     moved = int((src[0] - acts.double()).abs().sum(0).argmax())  # the feature the corrupt prompt changes most
 
     def patched(f, x):
@@ -116,7 +121,7 @@ def test_feature_edits_equal_hand_written_hooks(lab, arch, site, where):
     own = lab.run(CLEAN).logits
     for e, fn in cases:
         got = lab.run(CLEAN, [e]).logits
-        want = hand(lab, CLEAN, (1, where), fn)
+        want = hand(lab, CLEAN, (1, where), fn)  # (the block is not read for embed)
         assert (got - want).abs().max() <= 1e-4, e.describe()
         assert (got - own).abs().max() > 1e-3, f"{e.describe()} changed nothing: the comparison proves nothing"
     assert lab.hooks() == []
