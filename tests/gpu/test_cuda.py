@@ -118,7 +118,8 @@ def _execute(path, tmp_path, cuda: bool) -> list[str]:
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
     cells = nb.cells[1:] if cuda else nb.cells
-    return ["".join(o.get("text", "") for o in c.get("outputs", []) if o.output_type == "stream")
+    return ["".join(o.get("text", "") for o in c.get("outputs", []) if o.output_type == "stream"
+                    and o.get("name") == "stdout")  # (stderr: progress bars, with their rates)
             for c in cells if c.cell_type == "code"]
 
 
