@@ -164,8 +164,13 @@ def main() -> int:
             t0 = time.monotonic()
             for nb in pages.values():  # pressed in every page before any finishes (the page runs it on its own)
                 nb.page.evaluate("([c, i]) => window.__il.run(c, i)", ["notebook:run-all-above", index + 1])
-            for nb in pages.values():
-                nb.wait_heatmap(index, timeout=600)
+            for name, nb in pages.items():
+                try:
+                    nb.wait_heatmap(index, timeout=600)
+                except Exception as e:  # what the page's run of the cells came to
+                    raise RuntimeError(f"{name}: no heatmap; the run: " + nb.page.evaluate(
+                        "() => JSON.stringify([window.__il_run, window.__il.errors()])")
+                        + f"; JS errors {nb.page_errors}; console {nb.console[-5:]}") from e
             fig["draw5_s"] = time.monotonic() - t0
             fig["cpu_to_heatmap_s"] = statistics.mean(roomhub.cpu_seconds(room.student_pids(n)) for n in five)
             fig["tiny"] = per_student(room, five)
