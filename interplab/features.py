@@ -54,7 +54,8 @@ def feature_acts(lab: Engine, prompts, sae: SAE) -> torch.Tensor:
     sae = _check(lab, sae)
     run = lab.run(as_prompts(prompts), cache=[_key(sae)], log=False)
     acts = sae.encode(run.cache[_key(sae)].float())
-    return acts * run.attention_mask[..., None].to(acts.dtype)
+    # (the run's cache is on the model's device; the result on the host, as documented)
+    return (acts * run.attention_mask[..., None].to(acts.device, acts.dtype)).cpu()
 
 
 @dataclass

@@ -635,7 +635,7 @@ def _feature_sources(lab: Engine, sae: SAE, rows: list[int], base_run, source_ru
     base = lab.as_hooked(sae.site, base_run.cache[key]).float()
     df = sae.encode(lab.as_hooked(sae.site, source_run.cache[key]).float())[..., rows] - sae.encode(base)[..., rows]
     scale = sae.out_scale(base)
-    directions = sae.direction(rows).float()
+    directions = sae.direction(rows).float().to(df.device)  # (the SAE's weights may sit elsewhere than the run)
 
     def source(row: int, base_act: torch.Tensor) -> torch.Tensor:
         delta = df[..., row:row + 1] * directions[row] * scale

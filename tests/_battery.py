@@ -124,12 +124,32 @@ def cases(lab) -> dict:
     c["circuit"] = lambda: [lab.circuit(clean, corrupt, metric, pick).value,
                             lab.circuit(clean, corrupt, metric, pick).faithfulness]
 
+    # features: the shipped SAE of ioi-tiny
+    if lab.model_id == "ioi-tiny":
+        sae = ilab.SAE.load("ioi-tiny-sae")
+        c["feature acts"] = lambda: lab.feature_acts(clean, sae)
+        c["feature sweep exact"] = lambda: lab.patch_sweep(one_c, one_k, sae, ("feature", "pos"), one_metric,
+                                                           progress=False).values
+        c["feature sweep attribution"] = lambda: lab.patch_sweep(clean, corrupt, sae, ("feature", "pos"), metric,
+                                                                 method="attribution", progress=False).values
+        c["feature logit effects"] = lambda: _numbers(ilab.features.feature_logit_effects(lab, sae, 321))
+        c["feature top contexts"] = lambda: _numbers(ilab.features.top_contexts(lab, clean + corrupt, sae,
+                                                                                features=[321, 5], k=2))
+        c["run with feature edits"] = lambda: lab.run(clean, [ilab.zero(sae, feature=321, pos=6),
+                                                              ilab.steer(sae, feature=5, alpha=4.0)],
+                                                      log=False).last_logits
+
     # generation with edits (greedy: the same ids)
     c["generate"] = lambda: lab.generate(one_c, [ilab.steer("resid_post", 1, torch.ones(lab.d_model), alpha=0.5)],
                                          max_new_tokens=6, greedy=True).ids.float()
     c["steering vector"] = lambda: ilab.vectors.diff_of_means(lab, [clean[0]], [corrupt[0]], "resid_post", 1)
     c["residual norm"] = lambda: lab.residual_norm("resid_post", 1, prompts=clean)
     return c
+
+
+def _numbers(res) -> list:
+    """The tensors and numbers of a result object's fields."""
+    return [v for v in vars(res).values() if isinstance(v, (torch.Tensor, float, int)) and not isinstance(v, bool)]
 
 
 def _dla(res) -> torch.Tensor:
