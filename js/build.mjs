@@ -1,4 +1,4 @@
-// Bundles js/src/index.js (+ plotly cartesian) into ONE ESM: interplab/static/widgets.js.
+// Bundles js/src/index.js (+ plotly's core and heatmap, js/src/plotly.js) into ONE ESM: interplab/static/widgets.js.
 // The bundle starts with a hash of the sources so a Python test can tell when it is stale:
 //   sha256 over, for each file in sorted(js/src/** relative posix paths), "package-lock.json", then
 //   "../interplab/widgets/protocol.json" (the request declaration, bundled by js/src/protocol.js):
@@ -70,6 +70,7 @@ const result = await esbuild.build({
   legalComments: "external",
   logLevel: "info",
   plugins: [viewsPlugin],
+  define: { global: "globalThis" }, // plotly's sources read node's `global` (its dist builds shim it)
 });
 const out = (ext) => result.outputFiles.find((f) => f.path.endsWith(ext))?.text ?? "";
 const code = out(".js").trimEnd();

@@ -41,7 +41,6 @@ import traitlets as t
 
 from ..edits import steer
 from ..engine import Engine, engine_of
-from ..served import generate
 from ..vectors import diff_of_means
 from ..widgets.base import (
     MAX_NAME,
@@ -186,7 +185,7 @@ def steering_generate(lab: Engine, prompt: str, vector: torch.Tensor | None, sit
     if vector is not None:
         pos = {"all": None, "last": "newest", "prompt": "prompt"}[positions]
         edits.append(steer(site, layer, vector, alpha=alpha, pos=pos))
-    return generate(lab, prompt, edits, max_new_tokens=max_new_tokens, cancel=cancel).text
+    return engine_of(lab).generate(prompt, edits, max_new_tokens=max_new_tokens, cancel=cancel).text
 
 
 # ---- the wiring: requests become jobs on the lab's worker --------------------------------------------------------

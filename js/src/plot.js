@@ -1,7 +1,7 @@
 // Shared helpers for every interplab widget: plotly, text escaping, DOM building, the widget shell.
 // Rule: anything that comes from data (tokens, prompts, labels) is TEXT. DOM gets it through textContent;
 // plotly gets it through esc(), because plotly parses pseudo-HTML (<b>, <br>, <a>) inside its strings.
-import Plotly from "plotly.js-cartesian-dist-min";
+import Plotly from "./plotly.js";
 import { checkRequest } from "./protocol.js";
 
 export { Plotly };
