@@ -16,9 +16,9 @@ handler.
 
 The widget code (static/widgets.js, 1.2 MB with plotly's core and heatmap) is synced once per kernel, not once per
 widget: every view's ``_esm`` is the small static/loader.js, and its ``_bundle`` trait references one shared
-``BundleHolder`` model that holds the code; the loader imports it once per page. An executed notebook stores the holder's state
-once (notebook 01: 14.4 MB -> under 2 MB). Frontends without ipywidgets' widget manager (marimo) get the whole
-bundle as ``_esm`` (``esm_mode()``).
+``BundleHolder`` model that holds the code; the loader imports it once per page. An executed notebook stores the
+holder's state once (notebook 01: 14.4 MB -> under 2 MB). Frontends without ipywidgets' widget manager (marimo) get
+the whole bundle as ``_esm`` (``esm_mode()``).
 """
 
 from __future__ import annotations
