@@ -89,9 +89,13 @@ def link_packages(venv: pathlib.Path) -> None:
     from importlib.metadata import entry_points
 
     python = venv / "bin" / "python"
-    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    target = pathlib.Path(subprocess.run([str(python), "-c", purelib], capture_output=True, text=True,
-                                         check=True).stdout.strip())
+    purelib = "import sys, sysconfig; print(sys.version_info[:2], sysconfig.get_paths()['purelib'])"
+    version, target = subprocess.run([str(python), "-c", purelib], capture_output=True, text=True,
+                                     check=True).stdout.strip().split(") ")
+    if version + ")" != str(sys.version_info[:2]):  # compiled packages are built for one Python version
+        sys.exit(f"the room's venv is Python {version}), this environment's is {sys.version_info[:2]}: make this "
+                 f"environment with the system's Python (/usr/bin/python3) to run the room test")
+    target = pathlib.Path(target)
     site = pathlib.Path(sysconfig.get_paths()["purelib"])
     (target / "interplab-room.pth").write_text(f"import site; site.addsitedir({str(site)!r})\n")
     for d in ("share", "etc"):

@@ -534,6 +534,7 @@ def test_the_helm_values_parse_and_hold_what_room_md_names(tmp_path):
     gpu = next(p for p in su["profileList"] if p["display_name"] == "GPU")["kubespawner_override"]
     assert gpu["extra_resource_limits"] == {"nvidia.com/gpu": "1"} and gpu["node_selector"] and gpu["tolerations"]
     assert values["cull"] == {"enabled": True, "timeout": 3600, "every": 300}
+    assert values["proxy"]["https"]["enabled"] is True and values["proxy"]["https"]["hosts"]
     # kernels on Unix sockets: the chart writes `data` as JSON at mountPath, a system config folder of Jupyter's;
     # a Jupyter server reading that file gets the transport
     from jupyter_core.paths import SYSTEM_CONFIG_PATH
