@@ -11,7 +11,7 @@ repaints the logits with the patched run's numbers; a student's token cannot rea
 kernel, and the operating system keeps their homes apart; the teacher is the hub's admin; a second kernel is refused;
 the limits and the shared model cache reach the kernel, unenforced; `interplab check` as a student; the idle culler
 queries the hub; students.sh remove leaves nothing in /tmp, /var/tmp, /dev/shm.
-Needs root (the accounts are removed at the end, pass or fail). About 6 minutes on two shared cores.
+Needs root (the accounts are removed at the end, pass or fail). 3-6 minutes on two shared cores.
 """
 
 from __future__ import annotations
