@@ -35,7 +35,7 @@ from ..sites import HEADED, IN_ATTENTION, LAYERED, SITE_NAMES, Site, SiteMap
 from ..worker import Worker
 from . import attention, backends, hooks, resume
 from . import generate as gen
-from .memo import Memo, tensor_bytes
+from .memo import Memo
 
 
 class Cache(dict):
@@ -95,10 +95,6 @@ class Run:
         idx = torch.tensor(self.lengths, device=held.device) - 1
         out = held[torch.arange(len(self.lengths), device=held.device), idx]
         return out if self.grad else _host(out)
-
-    def nbytes(self) -> dict:
-        """Bytes this run holds, per device (the memo's size of it)."""
-        return tensor_bytes((self.held_logits, self.cache, self.input_ids, self.attention_mask))
 
     def source_ref(self) -> SourceRef:
         return SourceRef(tuple(self.prompts), tuple(e.to_dict() for e in self.edits))
