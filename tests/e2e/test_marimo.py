@@ -46,7 +46,7 @@ APP = textwrap.dedent(f'''
         clean, corrupt = {CLEAN!r}, {CORRUPT!r}
         res = lab.patch_sweep(clean, corrupt, site="resid_pre", by=("layer", "pos"),
                               metric=ilab.logit_diff(" Mary", " John"), method="exact", progress=False)
-        return clean, corrupt, lab, mo, res
+        return clean, corrupt, ilab, lab, mo, res
 
 
     @app.cell
@@ -61,6 +61,13 @@ APP = textwrap.dedent(f'''
         dash = mo.ui.anywidget(lab.show(clean, corrupt, " Mary", " John"))
         dash
         return (dash,)
+
+
+    @app.cell
+    def _(clean, corrupt, ilab, lab):
+        features = lab.features(clean, ilab.SAE.load("ioi-tiny-sae")).show(contexts=[clean, corrupt])
+        features
+        return (features,)
 
 
     if __name__ == "__main__":
@@ -342,6 +349,30 @@ def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
             "() => (window.__m.views()[1].querySelector('.interplab-attention .gtitle')?.textContent ?? '')"
             ".endsWith('L0 H2')", timeout=60_000)
         assert page.evaluate("() => window.__m.views()[1].getRootNode() instanceof ShadowRoot")
+
+        # (5) the feature view, in its own shadow root: a token click paints that token's top features at once (the
+        # page holds them), a feature click its panel; the slider's keyboard steps reach the kernel, whose bars come
+        fv = page.locator(".interplab-features")
+        fv.wait_for(timeout=120_000)
+        assert page.evaluate("() => window.__m.all('.interplab-features')[0].getRootNode() instanceof ShadowRoot")
+        fv.locator(".il-fprompt .il-ftok[data-pos='3']").click()
+        title = fv.locator(".il-ftop .il-bars-title").inner_text()
+        assert "(position 3)" in title, title
+        rows = fv.locator(".il-frow")
+        assert rows.count() >= 1
+        feature = rows.first.get_attribute("data-feature")
+        rows.first.click()
+        assert fv.locator(".il-fpanel .il-bars-title").first.inner_text().startswith(f"F{feature}:")
+        fv.locator(".il-falpha").focus()
+        for _ in range(3):
+            page.keyboard.press("ArrowRight")
+        try:
+            page.wait_for_function(
+                "(f) => [...window.__m.all('.interplab-features')[0].querySelectorAll('.il-series-name')]"
+                ".some((d) => d.textContent === `F${f} steered alpha 0.3`)", arg=feature, timeout=60_000)
+        except Exception as e:
+            raise AssertionError(f"no steered bars in the feature view; JS errors {errors}; server log:\n"
+                                 f"{marimo_server.log_tail()}") from e
 
         SCREENSHOT.parent.mkdir(exist_ok=True)
         page.locator(".interplab-composite").first.screenshot(path=str(SCREENSHOT))

@@ -135,9 +135,9 @@ def test_clicks_paint_at_once_and_the_bars_are_the_numbers(page, mount, lab, sae
     lab.engine.worker.join()
     b = Bridge(view, mount, monkeypatch)
     w = b.w
-    page.wait_for_function("() => document.querySelectorAll('.il-ftokens .il-ftok').length > 0")
+    page.wait_for_function("() => document.querySelectorAll('.il-fprompt .il-ftok').length > 0")
     # the prompt's tokens, left to right in reading order
-    boxes = w.js("(w) => [...w.el.querySelector('.il-ftokens').children].map((s) => { const r = "
+    boxes = w.js("(w) => [...w.el.querySelector('.il-fprompt .il-ftokens').children].map((s) => { const r = "
                  "s.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })")
     assert len(boxes) == len(view.tokens)
     assert all((b2[1] > b1[1] + 1) or (abs(b2[1] - b1[1]) < 1 and b2[0] >= b1[0] + b1[2] - 0.5)
@@ -163,7 +163,7 @@ def test_clicks_paint_at_once_and_the_bars_are_the_numbers(page, mount, lab, sae
     row.click()
     title = w.js("(w) => w.el.querySelector('.il-fpanel .il-bars-title').textContent")
     assert title.startswith(f"F{second}:")
-    shades = w.js("(w) => [...w.el.querySelector('.il-ftokens').children].map((s) => Number(s.dataset.act))")
+    shades = w.js("(w) => [...w.el.querySelector('.il-fprompt .il-ftokens').children].map((s) => Number(s.dataset.act))")
     assert shades == pytest.approx(view.panels[str(second)]["acts"], abs=1e-6)
     b.pump(lab)
     assert view.feature == second

@@ -79,7 +79,7 @@ export function render({ model, el }) {
   });
   ablate.addEventListener("change", () => request("ablate", { on: ablate.checked }));
   const titleBox = h("div", { class: "il-bars-title" });
-  const tokBox = h("div");
+  const tokBox = h("div", { class: "il-fprompt" }); // the prompt's tokens (the contexts' rows are .il-fcontexts)
   const topBox = h("div", { class: "il-fcol il-ftop" });
   const panelBox = h("div");
   const controls = h("div", { class: "il-fcontrols" }, h("label", {}, "steer ", slider, " ", alphaText),
