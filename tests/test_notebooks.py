@@ -12,7 +12,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 
 def test_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == ["00_primer.ipynb", "01_ioi_patching.ipynb", "02_steering.ipynb",
-                                         "03_logit_lens.ipynb", "04_circuit.ipynb"]
+                                         "03_logit_lens.ipynb", "04_circuit.ipynb", "05_features.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -134,11 +134,11 @@ def test_the_solved_copy_runs_top_to_bottom(path, tmp_path, monkeypatch):
     assert "Traceback" not in text and CLOSED_MESSAGE not in text
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.name[:2] in ("00", "01", "02", "03")],
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.name[:2] in ("00", "01", "02", "03", "05")],
                          ids=lambda p: p.stem)
 def test_prose_states_no_measured_numbers_or_head_names(path):
     """The text cannot drift from a retrained model: no head name (L2H3) and no measured-looking number (0.87) in
-    the markdown of notebooks 00-03; cells print or assert them instead."""
+    the markdown of notebooks 00-03 and 05; cells print or assert them instead."""
     import re
 
     for cell in nbformat.read(path, as_version=4).cells:
