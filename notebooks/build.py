@@ -2394,7 +2394,7 @@ slider and an ablate toggle with the logits they give.
 wherever it appears, or one that fires only at this position?
 """),
     code("""
-features = lab.features(clean, sae, k=3)
+features = lab.features(clean, sae)  # the top 5 at each token, as the view shows them
 view = features.show()
 view
 """),

@@ -1,0 +1,71 @@
+"""Notebook 05 (Features) in a real JupyterLab driven by Chromium: its feature view renders under the cell that opens
+it, and a real mouse click on the S2 token paints that token's top features at once, the ones the kernel computes,
+and reaches the kernel (the view's `pos`)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import pytest
+from harness import JupyterServer, LabNotebook
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+NOTEBOOK = ROOT / "notebooks" / "05_features.ipynb"
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+
+@pytest.fixture(scope="module")
+def features_server(tmp_path_factory, chromium_browser):
+    root = tmp_path_factory.mktemp("features-root")
+    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
+    server = JupyterServer(root, tmp_path_factory.mktemp("features-work"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_the_feature_view_renders_and_a_token_click_paints_its_top_features(features_server, chromium_browser):
+    nb = LabNotebook.open(chromium_browser, features_server, NOTEBOOK.name)
+    try:
+        i = nb.find_cell(r"^view = features\.show\(\)")
+        nb.run_through(i)
+        assert nb.has_widget(i, "features"), f"no feature view under cell {i}"
+        nb.page.wait_for_function("(i) => window.__il.cellNode(i).querySelectorAll('.il-ftokens .il-ftok').length > 0",
+                                  arg=i, timeout=120000)
+        nb.exec("lab.engine.worker.join()", timeout=120)  # the view's first jobs (its logit bars) are done
+        kernel = json.loads(nb.exec("import json as _j; print(_j.dumps([S2, tokens, [f for f, _ in features.at(S2)],"
+                                    " view.pos]))").strip().splitlines()[-1])
+        s2, tokens, want, pos0 = kernel
+        assert pos0 != s2  # the view opens on the last token, so the click below changes what is shown
+        shown = nb.page.evaluate("(i) => [...window.__il.cellNode(i).querySelector('.il-ftokens').children]"
+                                 ".map((s) => s.textContent)", i)
+        assert len(shown) == len(tokens)
+        # a real mouse click on the S2 token, in pixels
+        box = nb.page.evaluate("""([i, p]) => { const s = window.__il.cellNode(i).querySelector('.il-ftokens')
+            .children[p]; s.scrollIntoView({block: 'center'}); const r = s.getBoundingClientRect();
+            return {x: r.left + r.width / 2, y: r.top + r.height / 2}; }""", [i, s2])
+        t_click = nb.page.evaluate("() => performance.now()")
+        nb.page.mouse.click(box["x"], box["y"])
+        nb.wait_paint("features", t_click, timeout=10)
+        rows = nb.page.evaluate("(i) => [...window.__il.cellNode(i).querySelectorAll('.il-frow')]"
+                                ".map((r) => Number(r.dataset.feature))", i)
+        title = nb.page.evaluate("(i) => [...window.__il.cellNode(i).querySelectorAll('.il-bars-title')]"
+                                 ".map((e) => e.textContent).join(' | ')", i)
+        assert rows == want, (rows, want)
+        assert f"(position {s2})" in title, title
+        # the click reached the kernel: the view's pos is S2 there too
+        got = None
+        for _ in range(100):
+            got = int(nb.exec("print(view.pos)").strip().splitlines()[-1])
+            if got == s2:
+                break
+            nb.page.wait_for_timeout(100)
+        assert got == s2, got
+        assert not nb.page_errors, nb.page_errors
+    finally:
+        nb.close()
