@@ -2407,9 +2407,11 @@ print(f"feature {s2_top} at every position:", {f"{p}:{t!r}": round(float(a), 1) 
 """),
     code("""
 # ANSWER
-print(f"feature {s2_top}: {float(acts[S2]):.1f} at S2, at most {float(acts[torch.arange(len(tokens)) != S2].max()):.1f}"
-      f" at any other position of this prompt; at S2 in the corrupt prompt {float(lab.feature_acts(corrupt, sae)[0, S2, s2_top]):.1f}")
-assert float(acts[S2]) > 1.5 * float(acts[torch.arange(len(tokens)) != S2].max())
+others = float(acts[torch.arange(len(tokens)) != S2].max())
+in_corrupt = float(lab.feature_acts(corrupt, sae)[0, S2, s2_top])
+print(f"feature {s2_top}: {float(acts[S2]):.1f} at S2, at most {others:.1f} at any other position of this prompt; "
+      f"at S2 in the corrupt prompt {in_corrupt:.1f}")
+assert float(acts[S2]) > 1.5 * others
 # It fires most at S2, more than at the first John (position 3; both printed).
 # And it fires as strongly at S2 of the corrupt prompt, where the repeated name is Mary. One prompt says little:
 # exercise 3 asks whether the model uses it, exercise 4 looks at a dataset.

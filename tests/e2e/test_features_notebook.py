@@ -35,19 +35,20 @@ def test_the_feature_view_renders_and_a_token_click_paints_its_top_features(feat
         i = nb.find_cell(r"^view = features\.show\(\)")
         nb.run_through(i)
         assert nb.has_widget(i, "features"), f"no feature view under cell {i}"
-        nb.page.wait_for_function("(i) => window.__il.cellNode(i).querySelectorAll('.il-ftokens .il-ftok').length > 0",
+        nb.page.wait_for_function("(i) => window.__il.cellNode(i).querySelectorAll('.il-fprompt .il-ftok').length > 0",
                                   arg=i, timeout=120000)
         nb.exec("lab.engine.worker.join()", timeout=120)  # the view's first jobs (its logit bars) are done
         kernel = json.loads(nb.exec("import json as _j; print(_j.dumps([S2, tokens, [f for f, _ in features.at(S2)],"
                                     " view.pos]))").strip().splitlines()[-1])
         s2, tokens, want, pos0 = kernel
         assert pos0 != s2  # the view opens on the last token, so the click below changes what is shown
-        shown = nb.page.evaluate("(i) => [...window.__il.cellNode(i).querySelector('.il-ftokens').children]"
+        shown = nb.page.evaluate("(i) => [...window.__il.cellNode(i).querySelector('.il-fprompt .il-ftokens').children]"
                                  ".map((s) => s.textContent)", i)
         assert len(shown) == len(tokens)
         # a real mouse click on the S2 token, in pixels
-        box = nb.page.evaluate("""([i, p]) => { const s = window.__il.cellNode(i).querySelector('.il-ftokens')
-            .children[p]; s.scrollIntoView({block: 'center'}); const r = s.getBoundingClientRect();
+        box = nb.page.evaluate("""([i, p]) => {
+            const s = window.__il.cellNode(i).querySelector('.il-fprompt .il-ftokens').children[p];
+            s.scrollIntoView({block: 'center'}); const r = s.getBoundingClientRect();
             return {x: r.left + r.width / 2, y: r.top + r.height / 2}; }""", [i, s2])
         t_click = nb.page.evaluate("() => performance.now()")
         nb.page.mouse.click(box["x"], box["y"])
