@@ -2214,19 +2214,16 @@ FEATURES = [
 # Features: a sparse autoencoder on the IOI circuit
 
 About 20 minutes, after the workshop (optional). Notebooks 01 and 04 found *where* the model decides the answer of
-*"When Mary and John went to the store, John gave a drink to"*: at the repeated name (S2) and at the end, through
-heads. Here we ask *what* the model represents at S2, in the vocabulary researchers use today: **features** of a
-**sparse autoencoder** (SAE), a dictionary of directions trained to rebuild the residual stream from a few of them at
-a time. You will encode by hand, splice the SAE into the model exactly (and see why the error term matters), find a
-feature the IOI task uses, then ablate and steer it.
+*"When Mary and John went to the store, John gave a drink to"*: at the repeated name (S2) and at the end. Here we
+ask *what* it represents at S2, in **features** of a **sparse autoencoder** (SAE): you will encode by hand, see why
+feature edits keep an error term, find a feature the IOI task uses, then ablate and steer it.
 
-interplab ships one SAE for `ioi-tiny`: `ilab.SAE.load("ioi-tiny-sae")`, a TopK SAE on the residual stream entering
-layer 2 (`resid_pre`, layer 2), trained by a seeded script in `interplab/zoo/`, with a card of its figures
-(`interplab/zoo/ioi_tiny_sae/card.json`). Everything runs offline, in seconds.
+The SAE ships with interplab: `ilab.SAE.load("ioi-tiny-sae")`, a TopK SAE on the residual stream entering layer 2,
+with a card of its figures (`interplab/zoo/ioi_tiny_sae/card.json`). Everything runs offline, in seconds.
 
-**How to work through it.** As in 01-04: predict (with your reason) in the box under each question, then run the
-check. Where a cell has `...`, replace it and run the check under it. Each answer is in a collapsed cell that stays
-closed under Run All and Shift-Enter: open it (click the bar on its left), set `show = True` and run it.
+**How to work through it**, as in 01-04: write your prediction in the box under each question, then run the check;
+replace each `...` and run the check under it. The answers stay closed under Run All: open one (click the bar on its
+left), set `show = True` and run it.
 """),
     setup("""
 import torch
@@ -2261,18 +2258,17 @@ print(f"S2 = position {S2} ({tokens[S2]!r}), END = position {END}; clean logit d
     md("""
 ## 1. What an SAE is
 
-An SAE reads one activation `x` (here the residual stream entering layer 2, `d_model` numbers per position) and
-writes it as a sum of a few **features**:
+An SAE reads one activation `x` (here `d_model` numbers per position) and writes it as a sum of a few **features**:
 
-- **encode**: `f = act(W_enc x + b_enc)`, one number per feature (`d_sae` of them). `act` keeps most of them at 0:
-  a ReLU, or a threshold (JumpReLU), or, for this **TopK** SAE, only the `k` largest at each position. (SAELens's
-  convention, which interplab follows, also subtracts `b_dec` from `x` first.)
+- **encode**: `f = act(W_enc x + b_enc)`, one number per feature (`d_sae` of them). `act` keeps most at 0: a ReLU,
+  a threshold (JumpReLU), or, for this **TopK** SAE, only the `k` largest at each position. (An SAE saved with
+  SAELens's `apply_b_dec_to_input`, as this one is, subtracts `b_dec` from `x` first.)
 - **decode**: `x_hat = f W_dec + b_dec`: each active feature adds its activation times its **decoder direction**, a
   row of `W_dec`.
 
-It is **overcomplete** (more features than `d_model`: directions for more concepts than the stream has dimensions)
-and **sparse** (few are active at once), and it is trained so that `x_hat` is close to `x`. The cell prints the
-sizes, how many features are active at each position, and how much of `x`'s variance `x_hat` explains (FVE).
+It is **overcomplete** (more features than `d_model`) and **sparse** (few active at once), trained so that `x_hat`
+is close to `x`. The cell prints the sizes, the active features per position, and the fraction of `x`'s variance
+that `x_hat` explains (FVE).
 """),
     code("""
 f = sae.encode(x)  # [1, positions, d_sae]
@@ -2579,15 +2575,15 @@ lab.feature(sae, ioi_feature).show(clean, metric=metric, alpha_range=(-2 * act_s
     md("""
 ## Caveats
 
-- **The reconstruction is not perfect.** The FVE (printed below, on this prompt and on the card's held-out
-  documents) is below 1, and section 2 showed that the missing part moves the logit difference. Feature edits keep the
-  error term for that reason; claims about "what the model computes" in terms of features hold only up to it.
-- **A feature's label is a hypothesis.** "Fires at the repeated name" is what we saw on IOI prompts. The cell below
-  tests it on a prompt whose second name is *new* (nothing repeated): if the feature still fires, the label is wrong
-  or too narrow, and the top contexts in the view are where to look next.
-- **The SAE sits at one site.** It sees the residual stream entering layer 2, nothing else: the heads that read this
-  feature in layers 2 and 3, and whatever layers 0 and 1 computed to make it, are described by other sites (notebooks
-  01 and 04), or by other SAEs.
+- **The reconstruction is not perfect**: the FVE (printed below) is below 1, and section 2 showed that the missing
+  part moves the logit difference. Feature edits keep the error term for that reason.
+- **A feature's label is a hypothesis.** "Fires at the repeated name" is what we saw on IOI prompts; the cell below
+  tests it on a prompt where nothing is repeated.
+- **The SAE sits at one site**, the residual stream entering layer 2. What reads the feature in layers 2 and 3, and
+  what made it in layers 0 and 1, other sites describe (notebooks 01 and 04), or other SAEs.
+
+**Predict:** on *"When Mary and John went to the store, Tom gave a drink to"* (the second name is new), will the
+feature fire at that name, and how strongly compared with the repeated *John*?
 """),
     code("""
 import json
