@@ -59,9 +59,9 @@ PRIMER = [
     md("""
 # Primer: the residual stream, heads, queries, keys and values
 
-About 15 minutes, before the workshop or at its start. The patching notebooks (01-04) use a few ideas about how a
-transformer is built; here each one comes with a cell to run and a check that says *right* or what is off. Nothing
-is assumed beyond this:
+About 20 minutes (the run sheet's estimate for a student new to the subject), before the workshop or at its
+start. The patching notebooks (01-04) use a few ideas about how a transformer is built; here each one comes with a
+cell to run and a check that says *right* or what is off. Nothing is assumed beyond this:
 
 - **Python**: functions, lists, dicts, f-strings.
 - **PyTorch**: a tensor's shape, indexing (`x[0, :, 2]`), `@` (matrix product), `.softmax(-1)`, `torch.allclose`.
@@ -323,7 +323,7 @@ that matter (where they sit, where they look, what they write) and test whether 
 
 **Before you start.** You need Python (functions, lists, dicts), a little PyTorch (indexing a tensor, `torch.allclose`)
 and the idea of a transformer: tokens, layers, attention heads. The words this notebook uses are defined, with a cell
-to run for each, in the primer `00_primer.ipynb` (about 15 minutes; do it first if the residual stream, a head's
+to run for each, in the primer `00_primer.ipynb` (about 20 minutes; do it first if the residual stream, a head's
 query / key / value or the QK and OV circuits are new to you). In short:
 
 - **logit difference**: logit(answer) - logit(wrong name) at the last position; above 0, the model prefers the answer.
