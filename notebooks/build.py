@@ -1289,7 +1289,7 @@ def lens_hint(got, resid, layer):
         return (f"your lens returns shape {tuple(got.shape)}; the logits have shape ({vocab},): the unembedding "
                 f"lab.model.lm_head maps the {resid.shape[-1]} numbers of the residual stream to one per token")
     with torch.no_grad():
-        unnormed = lab.model.lm_head(resid).float()
+        unnormed = lab.model.lm_head(resid).float().cpu()
     if torch.allclose(got, unnormed, atol=1e-3):
         return "that is the unembedding without the final LayerNorm: apply lab.model.transformer.ln_f first"
     if got.min() >= 0 and abs(float(got.sum()) - 1) < 1e-3:
@@ -1308,7 +1308,7 @@ def check_lens(fn):
         if got is None:
             print("not yet: my_lens returns nothing; write it above and run both cells again")
             return False
-        got = torch.as_tensor(got).float()
+        got = torch.as_tensor(got).float().cpu()  # (the lens is on the host; a GPU model's cache is not)
         probs = got.softmax(-1)
         if probs.shape != res.probs[layer, -1].shape or not torch.allclose(probs, res.probs[layer, -1], atol=1e-4):
             print(f"not yet, after layer {layer}: {lens_hint(got, run.cache['resid_post', layer][0, -1], layer)}")
