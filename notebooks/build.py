@@ -2570,7 +2570,8 @@ slider adds `alpha` times the decoder direction at every position, its toggle ze
 and the bars show the logits that gives.
 """),
     code("""
-lab.feature(sae, ioi_feature).show(clean, metric=metric, alpha_range=(-2 * act_s2, 2 * act_s2))
+steer_view = lab.feature(sae, ioi_feature).show(clean, metric=metric, alpha_range=(-2 * act_s2, 2 * act_s2))
+steer_view
 """),
     md("""
 ## Caveats

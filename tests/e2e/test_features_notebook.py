@@ -1,6 +1,7 @@
 """Notebook 05 (Features) in a real JupyterLab driven by Chromium: its feature view renders under the cell that opens
 it, and a real mouse click on the S2 token paints that token's top features at once, the ones the kernel computes,
-and reaches the kernel (the view's `pos`)."""
+and reaches the kernel (the view's `pos`); the steering view on the feature the notebook finds shows its panel, and a
+click on its ablate toggle gives the logit difference of a run with the feature zeroed."""
 
 from __future__ import annotations
 
@@ -67,6 +68,29 @@ def test_the_feature_view_renders_and_a_token_click_paints_its_top_features(feat
                 break
             nb.page.wait_for_timeout(100)
         assert got == s2, got
+
+        # the steering view further down, on the feature the notebook found: its panel, and a real click on its
+        # ablate toggle paints the kernel's ablated logit difference, the one a run with the feature zeroed gives
+        j = nb.find_cell(r"^steer_view = lab\.feature\(sae, ioi_feature\)\.show\(")
+        nb.run_through(j)
+        ioi = int(nb.exec("print(ioi_feature)").strip().splitlines()[-1])
+        nb.page.wait_for_function("([j, f]) => [...window.__il.cellNode(j).querySelectorAll("
+                                  "'.il-fpanel .il-bars-title')].some((e) => e.textContent.startsWith(`F${f}:`))",
+                                  arg=[j, ioi], timeout=120000)
+        nb.exec("lab.engine.worker.join()", timeout=120)
+        toggle = nb.page.evaluate("""(j) => { const c = window.__il.cellNode(j).querySelector('.il-fablate');
+            c.scrollIntoView({block: 'center'}); const r = c.getBoundingClientRect();
+            return {x: r.left + r.width / 2, y: r.top + r.height / 2}; }""", j)
+        nb.page.mouse.click(toggle["x"], toggle["y"])
+        metric_line = "(j) => window.__il.cellNode(j).querySelector('.il-fmetric')?.textContent ?? ''"
+        nb.page.wait_for_function(f"(j) => ({metric_line})(j).includes('ablated')", arg=j, timeout=60000)
+        got = json.loads(nb.exec("lab.engine.worker.join(); import json as _j; print(_j.dumps([steer_view.ablate, "
+                                 "steer_view.metric['values'], logit_diff(edits=[ilab.zero(sae, feature=ioi_feature)])"
+                                 "]))").strip().splitlines()[-1])
+        ablate_on, values, want = got
+        assert ablate_on is True
+        shown = [v for k, v in values.items() if "ablated" in k]
+        assert shown == [pytest.approx(want, abs=1e-4)], (values, want)
         assert not nb.page_errors, nb.page_errors
     finally:
         nb.close()
