@@ -2533,6 +2533,8 @@ print(f"the card's IOI feature: {card['feature']} (chosen the same way, by ablat
       f"one template); found here on one prompt: {ioi_feature}; on the dataset: {data_ranked[0]}")
 assert ioi_feature == data_ranked[0] == card["feature"]
 assert data_drops[data_ranked[0]] > 1.5 * data_drops[data_ranked[1]]
+at_s2_share = float((a[rows, torch.tensor(s2s)] > 0).float().mean())
+assert at_s2_share > 0.9 and float((a[elsewhere] > 0).float().mean()) < 0.3
 # Yes: on held-out pairs it fires at S2 in (nearly) every pair and on few other tokens, and ablating it at S2 costs
 # more than ablating any other feature, by the margin printed. That is the kind of evidence a feature claim needs:
 # where it fires, over a dataset, and a causal effect compared with the alternatives.
