@@ -4,8 +4,9 @@
 // Tokens are text (textContent), never HTML.
 import { SERIES_COLORS, fmt, h, recordPaint, visible } from "./plot.js";
 
-/** [{name, tokens, probs}] -> a fresh `.il-bars` element. Every series shares one scale: bars compare across
- * columns (clean vs patched), and the printed value is exact. */
+/** [{name, tokens, probs}] -> a fresh `.il-bars` element. Probabilities on one absolute scale, the track being 1:
+ * bars compare across columns (clean vs patched) and across panels (the logit panel, steering, features), so one
+ * distribution is the same bars wherever it is shown; the printed value is exact. */
 export function barsElement(series) {
   const list = Array.isArray(series) ? series : [];
   const clean = list.map((s) => {
@@ -13,7 +14,6 @@ export function barsElement(series) {
     const probs = (Array.isArray(s?.probs) ? s.probs : []).map((p) => (Number.isFinite(p) ? p : 0));
     return { name: String(s?.name ?? ""), tokens, probs };
   });
-  const top = Math.max(1e-9, ...clean.flatMap((s) => s.probs));
   return h(
     "div",
     { class: "il-bars" },
@@ -33,7 +33,7 @@ export function barsElement(series) {
               { class: "il-track" },
               h("span", {
                 class: "il-fill",
-                style: { width: `${(100 * Math.max(p, 0)) / top}%`, background: SERIES_COLORS[i % SERIES_COLORS.length] },
+                style: { width: `${100 * Math.min(Math.max(p, 0), 1)}%`, background: SERIES_COLORS[i % SERIES_COLORS.length] },
               }),
             ),
             h("span", { class: "il-val", text: fmt(p) }),

@@ -289,8 +289,9 @@ export function baseLayout(extra = {}) {
 
 /** Numeric axis with token tick labels (tokens repeat, so never a categorical axis). With `maxTicks`, every
  * k-th label only (long prompts: labels that overlap are unreadable and their layout is a plot's costliest part;
- * the hover names every cell's token); the indices in `keep` are labelled all the same (the last token, where the
- * prompts differ: where patching matters), first come first, and the regular labels too near them are left out. */
+ * the hover names every cell's token); the indices in `keep` and the last one are labelled all the same (where the
+ * prompts differ, the last token: where patching matters), first come first, and the regular labels too near them
+ * are left out. */
 export function tokenAxis(labels, extra = {}, { maxTicks = Infinity, keep = [] } = {}) {
   const shown = tickIndices(labels.length, maxTicks, keep);
   const step = labels.length > maxTicks ? Math.ceil(labels.length / Math.max(1, maxTicks)) : 1;
@@ -307,15 +308,16 @@ export function tokenAxis(labels, extra = {}, { maxTicks = Infinity, keep = [] }
   };
 }
 
-/** Which of n labels to show: every one, or every step-th with the `keep` indices (each at least a step from the
- * others shown, so no two labels overlap), in increasing order. */
+/** Which of n labels to show: every one, or every step-th with the `keep` indices and the last one (each at least
+ * a step from the others shown, so no two labels overlap), in increasing order. The last token is where the model
+ * predicts: every view labels it, however long the prompt. */
 export function tickIndices(n, maxTicks = Infinity, keep = []) {
   const all = Array.from({ length: n }, (_, i) => i);
   if (n <= maxTicks) return all;
   const step = Math.ceil(n / Math.max(1, maxTicks));
   const kept = [];
   const free = (i) => kept.every((k) => Math.abs(k - i) >= step);
-  for (const i of keep) if (Number.isInteger(i) && i >= 0 && i < n && free(i)) kept.push(i);
+  for (const i of [...keep, n - 1]) if (Number.isInteger(i) && i >= 0 && i < n && free(i)) kept.push(i);
   for (const i of all) if (i % step === 0 && free(i)) kept.push(i);
   return kept.sort((a, b) => a - b);
 }

@@ -265,10 +265,10 @@ def test_logits_paints_series_and_metric(page, mount):
                  "t.textContent)")
     assert ticks[:3] == ["␣Mary", "␣John", "␣the"] and "<b>bold</b>" in ticks
     assert any(t.startswith("<img") for t in ticks)
-    # one scale for every series: bar length is probability / the largest probability shown (0.5)
+    # one scale for every series and every panel: a bar's length is its probability (the track is 1)
     widths = w.js("(w) => [...w.el.querySelectorAll('.il-series')[1].querySelectorAll('.il-fill')].map((f) => "
                   "f.style.width)")
-    assert widths[:2] == ["80%", "40%"]
+    assert widths[:2] == ["40%", "20%"]
     assert w.js("(w) => w.el.querySelectorAll('.il-val')[0].textContent") == "0.500"
     n = w.paints()
     w.set(series=series(("clean", "patched")))
@@ -276,6 +276,28 @@ def test_logits_paints_series_and_metric(page, mount):
     assert w.js(names) == ["clean", "patched"]
     assert page.evaluate("window.__xss") is None
     assert w.js("(w) => w.el.querySelectorAll('img, b').length") == 0
+
+
+def fill_fractions(w, panel: str) -> list[float]:
+    """Each bar's drawn length over its track's, in the order shown, from the laid-out boxes."""
+    return w.js("(w, sel) => [...w.el.querySelectorAll(sel + ' .il-bar-row')].map((r) => "
+                "r.querySelector('.il-fill').getBoundingClientRect().width / "
+                "r.querySelector('.il-track').getBoundingClientRect().width)", panel)
+
+
+def test_one_distribution_draws_the_same_bars_in_the_logit_and_steering_panels(page, mount):
+    """Probabilities on one absolute scale (0..1 of the track) in every panel: the same distribution is never a
+    half bar beside a taller series in one panel and a full bar alone in another."""
+    dist = {"name": "corrupt", "tokens": [" Mary", " John", " the"], "probs": [0.45, 0.3, 0.05]}
+    logits = mount("logits", series=[{"name": "clean", "tokens": [" John", " Mary"], "probs": [0.9, 0.05]}, dist],
+                   metric={}, title="next token")
+    steering = mount("steering", **steering_traits(dist=[dist]))
+    logits.wait_paints(1)
+    page.wait_for_function("() => window.paintsOf('steering') >= 1", timeout=10000)
+    in_logits = fill_fractions(logits, ".il-series:nth-child(2)")
+    in_steering = fill_fractions(steering, ".il-series")
+    assert in_logits == pytest.approx([0.45, 0.3, 0.05], abs=0.01), in_logits
+    assert in_steering == pytest.approx(in_logits, abs=0.01), (in_steering, in_logits)
 
 
 # ---------------------------------------------------------------------------------------------------- steering

@@ -179,3 +179,28 @@ def test_a_long_prompts_res_show_labels_its_last_token_and_where_the_pair_differ
     assert len(ticks) < len(tokens) and tokens[diff[0]] in texts and tokens[-1] == texts[-1], texts
     for a, b in zip(ticks, ticks[1:]):
         assert (b["right"] - a["right"]) * 0.7071 >= 12, (a, b)
+
+
+@pytest.mark.parametrize("kind", ["lens", "attention"])
+def test_a_96_token_prompt_keeps_its_last_tokens_label(page, mount, kind):
+    """Thinned labels still name the last token (where the model predicts), on the x axis and the query axis, as
+    the patching heatmap does."""
+    n, rows = 96, 4
+    tokens = [f" word{i}" for i in range(n)]
+    if kind == "lens":
+        w = mount("lens", x_labels=tokens, y_labels=[f"L{r}" for r in range(rows)],
+                  top_tokens=[[" x"] * n for _ in range(rows)], probs=[[0.5] * n for _ in range(rows)], hover=[],
+                  selected=[], title="logit lens")
+    else:
+        w = mount("attention", tokens=tokens, n_layers=2, n_heads=4, layer=1, head=2, title="",
+                  pattern=[[(1.0 / (q + 1) if k <= q else 0.0) for k in range(n)] for q in range(n)])
+    w.wait_paints(1)
+    xs = sorted(tick_boxes(w), key=lambda t: t["right"])  # -45° labels end at their tick
+    assert len(xs) < n and xs[-1]["text"] == "␣word95", [t["text"] for t in xs[-3:]]
+    for a, b in zip(xs, xs[1:]):
+        assert (b["right"] - a["right"]) * 0.7071 >= 12, (a, b)
+    if kind == "attention":
+        ys = y_tick_boxes(w)
+        assert len(ys) < n and ys[-1]["text"] == "␣word95", [t["text"] for t in ys[-3:]]
+        for a, b in zip(ys, ys[1:]):
+            assert b["top"] >= a["bottom"] - 1, (a, b)
