@@ -84,6 +84,27 @@ class PatchSession:
                    f"{self._first(self.base)[-40:]!r})"
         return f"pair {self.pair} of {self.n_pairs}: next token after {self.base[self.pair][-60:]!r}"
 
+    def metric_label(self) -> str:
+        """The metric line's name: the metric's own, or, for one pair of a dataset, that pair's (its answers): the
+        mean's name ("logit diff over 8 pairs") never labels one pair's values."""
+        name = self.metric.name
+        if self.n_pairs == 1 or self.pair is None:
+            return f"mean {name}" if self.n_pairs > 1 and not name.startswith("mean") else name
+        k = self.pair
+
+        def token(tokens) -> str:  # that pair's answer (one answer for all, or one per pair), as text
+            t = tokens[k if len(tokens) > 1 else 0] if isinstance(tokens, (list, tuple)) else tokens
+            return repr(t if isinstance(t, str) else self.lab.tokenizer.decode([int(t)]))
+
+        answer, wrong = getattr(self.metric, "answer", None), getattr(self.metric, "wrong", None)
+        if answer is not None and wrong is not None:  # a logit difference
+            what = f"logit diff {token(answer)} - {token(wrong)}"
+        elif getattr(self.metric, "token", None) is not None:  # a probability
+            what = f"{'logprob' if getattr(self.metric, 'log', False) else 'prob'} {token(self.metric.token)}"
+        else:
+            what = name
+        return f"{what}, pair {k} of {self.n_pairs}"
+
     # ---- the sweep -------------------------------------------------------------------------------------------
     def sweep(self, **kw) -> SweepResult:
         self.result = patch_sweep(self.lab, self.clean, self.corrupt, self.sae or self.site, self.by, self.metric,
@@ -216,7 +237,7 @@ class PatchSession:
             denom = values["clean"] - values["corrupt"]
             if abs(denom) > 1e-9:
                 values["normalised"] = (values["patched"] - values["corrupt"]) / denom
-        return {"series": series, "metric": {"name": self.metric.name, "values": values}}
+        return {"series": series, "metric": {"name": self.metric_label(), "values": values}}
 
     @staticmethod
     def _as_run(prompts):
