@@ -6,6 +6,7 @@ Token arguments may be strings (each must be a single token) or ids, one per pro
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 
 import torch
@@ -49,7 +50,22 @@ def _check_tokens(tokens, what: str) -> None:
 
 def _ids(tokens, token_id) -> torch.Tensor:
     items = list(tokens) if isinstance(tokens, (list, tuple)) else [tokens]
-    return torch.tensor([token_id(t) for t in items], dtype=torch.long)
+    return torch.tensor([_warn_unspaced(t, token_id(t), token_id) for t in items], dtype=torch.long)
+
+
+def _warn_unspaced(token, i: int, token_id) -> int:
+    """A word without its leading space ('Mary') is a token the model rarely predicts after a space; when ' Mary'
+    is one token too, it is almost surely the answer meant: say so (the sweep still runs, on 'Mary')."""
+    if isinstance(token, str) and token[:1].isalnum():
+        try:
+            spaced = token_id(" " + token)
+        except InterplabError:
+            return i
+        if spaced != i:
+            warnings.warn(f"answer {token!r} has no leading space: the metric reads the token {token!r} (id {i}), "
+                          f"not {' ' + token!r} (id {spaced}), the word as it follows a space. Use {' ' + token!r} "
+                          f"(or pass the id {i} to keep {token!r}).", UserWarning, stacklevel=2)
+    return i
 
 
 def _pick(logits: torch.Tensor, ids: torch.Tensor, pair: torch.Tensor | None) -> torch.Tensor:
