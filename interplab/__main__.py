@@ -362,6 +362,13 @@ def cmd_export(args) -> int:
         print(f"interplab: {src} holds no saved widget state, so its widgets will be empty: run it with --execute "
               f"(or save it from Jupyter with the widget state)", file=sys.stderr)
     out = Path(args.output) if args.output else src.with_suffix(".html")
+    from interplab_export import UnfinishedViewsError, check_finished
+
+    try:
+        check_finished(nb, str(src))
+    except UnfinishedViewsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     body, _ = InterplabHTMLExporter().from_notebook_node(
         nb, resources={"metadata": {"name": src.stem, "path": str(src.parent)}})
     out.write_text(body, encoding="utf-8")

@@ -22,7 +22,7 @@ from pathlib import Path
 from nbconvert.exporters import HTMLExporter
 from traitlets import default
 
-__all__ = ["InterplabHTMLExporter", "OFFLINE_JS", "TEMPLATES", "execute"]
+__all__ = ["InterplabHTMLExporter", "OFFLINE_JS", "TEMPLATES", "UnfinishedViewsError", "execute", "unfinished_views"]
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
@@ -76,6 +76,46 @@ def with_plotly_divs(nb):
     return nb
 
 
+class UnfinishedViewsError(ValueError):
+    """The notebook's saved widget state holds views caught mid-work: exported, they would stay so for good."""
+
+
+STATE_MIME = "application/vnd.jupyter.widget-state+json"
+BUSY = ("sweeping", "estimating", "estimate shown", "exact: ")  # how a heatmap's status reads while its sweep runs
+
+
+def unfinished_views(nb) -> list[str]:
+    """The saved interplab views still at work ("heatmap: 'sweeping...' (30% done)"): a tool that saves only the
+    widget updates it hears while their cell runs (nbclient without interplab's last cell) saved them mid-sweep."""
+    state = nb.metadata.get("widgets", {}).get(STATE_MIME, {}).get("state", {})
+    out = []
+    for model in state.values():
+        traits = model.get("state", {})
+        if not isinstance(traits, dict) or not any(k.endswith("_view_kind") for k in traits):
+            continue  # not an interplab view
+        for key, status in traits.items():
+            if not (key == "status" or key.endswith(".status")):
+                continue
+            part = key[: -len("status")]
+            progress = traits.get(f"{part}progress")
+            working = isinstance(progress, (int, float)) and 0 < progress < 1
+            if working or (isinstance(status, str) and status.startswith(BUSY)):
+                name = part.rstrip(".") or traits.get("_view_kind", "view")
+                done = f" ({progress:.0%} done)" if working else ""
+                out.append(f"{name}: {status!r}{done}")
+    return out
+
+
+def check_finished(nb, name: str = "the notebook") -> None:
+    """Raise UnfinishedViewsError, saying how to get a final page, when nb's saved views are still at work."""
+    busy = unfinished_views(nb)
+    if busy:
+        raise UnfinishedViewsError(
+            f"{name} was saved while {len(busy)} interplab view(s) were still at work ({'; '.join(busy[:3])}): the "
+            f"page would show them so for good. Run it with `interplab export {name} --execute` (which waits for "
+            f"every view before saving), or run it in Jupyter and save once the views are done.")
+
+
 class InterplabHTMLExporter(HTMLExporter):
     """HTML whose widgets are drawn from the notebook's saved widget state, with no network."""
 
@@ -90,6 +130,8 @@ class InterplabHTMLExporter(HTMLExporter):
         return [str(TEMPLATES), os.getcwd()]
 
     def from_notebook_node(self, nb, resources=None, **kw):
+        name = (resources or {}).get("metadata", {}).get("name")
+        check_finished(nb, f"{name}.ipynb" if name else "the notebook")  # a page stuck on "sweeping..." is refused
         nb = with_plotly_divs(nb)
         resources = dict(resources or {})
         # plotly figures and no widget code saved in the page (whose plotly draws them): plotly.js itself, once

@@ -60,3 +60,45 @@ def test_export_executes_and_writes_offline_html(tmp_path):
     for cdn in ("cdn.jsdelivr.net", "unpkg.com", "cdnjs.cloudflare.com", "require.min.js", "embed-amd.js"):
         assert cdn not in text.lower(), cdn
     assert text.count("interplab-src-hash: ") == 1  # the widget code once, in the saved state
+
+
+def saved_mid_sweep(path: Path) -> Path:
+    """A notebook as a tool that keeps only the updates heard while each cell ran saves a dashboard whose sweep
+    outlived its cell: the saved heatmap says "sweeping..." over a grid of no values."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("dash = lab.show(clean, corrupt, ' Mary', ' John')\ndash")]
+    view = {"_view_kind": "composite", "heatmap._view_kind": "heatmap", "heatmap.status": "sweeping...",
+            "heatmap.progress": 0.0, "heatmap.values": [[None, None], [None, None]], "logits._view_kind": "logits",
+            "logits.status": ""}
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"version_major": 2, "version_minor": 0,
+                                                                            "state": {"m1": {"state": view}}}}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_a_notebook_saved_mid_sweep_is_refused_naming_export_execute(tmp_path, capsys):
+    """`jupyter nbconvert --execute` used to save a dashboard mid-sweep (the sweep outlived its cell): exported, it
+    was "sweeping..." over a grey grid for good, with no warning. Both ways to export refuse it, saying what to run
+    (in this process: the command's own main, and the exporter nbconvert loads)."""
+    from interplab.__main__ import main
+    from interplab_export import InterplabHTMLExporter, UnfinishedViewsError
+
+    src = saved_mid_sweep(tmp_path / "mid.ipynb")
+    assert main(["export", str(src)]) == 1 and not src.with_suffix(".html").exists()
+    err = capsys.readouterr().err
+    assert "still at work" in err and "heatmap: 'sweeping...'" in err, err
+    assert f"interplab export {src} --execute" in err, err
+    with pytest.raises(UnfinishedViewsError, match=r"interplab export mid.ipynb --execute"):
+        InterplabHTMLExporter().from_notebook_node(nbformat.read(src, as_version=4),
+                                                   resources={"metadata": {"name": "mid"}})
+    # a progressive sweep part-way (its exact cells streaming in) is refused too
+    nb = nbformat.read(src, as_version=4)
+    view = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]["m1"]["state"]
+    view.update({"heatmap.status": "estimate shown; exact cells follow", "heatmap.progress": 0.4})
+    with pytest.raises(UnfinishedViewsError, match=r"40% done"):
+        InterplabHTMLExporter().from_notebook_node(nb)
+    # finished views export as ever
+    view.update({"heatmap.status": "resid_pre patched ...", "heatmap.progress": 0.0,
+                 "heatmap.values": [[0.1, 0.2], [0.3, 0.4]]})
+    nbformat.write(nb, src)
+    assert main(["export", str(src)]) == 0 and src.with_suffix(".html").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..engine import Engine, engine_of
 from ..widgets.composite import Composite
+from ..widgets.jobs import settle_in_batch
 from .attention import attention_widget
 from .lens import lens_widget
 from .patching import PatchExplorer, PatchSession
@@ -33,3 +34,6 @@ class Dashboard(Composite):
                              {"title": "attention", "part": "attention"}]}])
         if sweep:  # progressive: the attribution estimate first, exact cells largest |estimate| first
             self.explorer.sweep(progressive=progressive)
+        # run by nbclient (`jupyter nbconvert --execute`): every part's first picture and the sweep end in this cell,
+        # so the notebook it saves holds the final dashboard, not "sweeping..." over a grey grid
+        settle_in_batch(self.explorer.worker)

@@ -18,7 +18,7 @@ from ..errors import InterplabError
 from ..metrics import as_metric, logit_diff
 from ..patching import Cells, HeadSweeps, SweepCancelled, SweepResult, patch_sweep
 from ..widgets.composite import Composite
-from ..widgets.jobs import job
+from ..widgets.jobs import job, settle_in_batch
 from .heatmap import PatchingHeatmap
 from .logits import PROB_DIGITS, TOP_K, LogitPanel, top_k, top_k_probs
 
@@ -367,6 +367,8 @@ class PatchExplorer(Composite):
         self._refresh_logits()
         # after the first paint's job: precompute what clicks reuse, so the first click is as fast as the rest
         job(self.worker, self.logits, f"warm:{id(self)}", self.session.warm)
+        if not part:  # run by nbclient: the first logit panel is in the saved notebook (a composite waits itself)
+            settle_in_batch(self.worker)
 
     @property
     def queue(self):
@@ -523,6 +525,8 @@ class PatchExplorer(Composite):
         job(self.worker, self.heatmap, f"sweep:{id(self)}", run, done, error=error, cancel=self._cancel)
         if wait:
             self.worker.join(timeout=600)
+        else:  # run by nbclient (nbconvert --execute): the sweep ends in this cell, so its notebook saves it whole
+            settle_in_batch(self.worker)
 
     def _sweep_progressive(self, wait: bool = False, **kw) -> None:
         """PatchExplorer.sweep(progressive=True): see there."""
@@ -592,6 +596,8 @@ class PatchExplorer(Composite):
         job(self.worker, heat, f"sweep:{id(self)}", run, done, error=error, cancel=self._cancel)
         if wait:
             self.worker.join(timeout=600)
+        else:  # run by nbclient (nbconvert --execute): the sweep ends in this cell, so its notebook saves it whole
+            settle_in_batch(self.worker)
 
 
 def _session_of(result, lab: Engine, answer=None, wrong=None) -> PatchSession:
@@ -649,6 +655,7 @@ class HeadSweepsView(Composite):
         doing = {"denoise": "denoising", "noise": "noising"}[first.direction]
         self.status = f"{first.metric_name}, {first.method}, {doing}: 1 = {kept}, 0 = corrupted; click a cell to " \
                       f"patch it, shift-click to add cells"
+        settle_in_batch(engine_of(lab).worker)  # run by nbclient: the views' jobs end in this cell
 
     def show_pair(self, index: int | None) -> None:
         """The shared logit panel shows pair `index` of the dataset, or (None or -1) the mean over the pairs: every

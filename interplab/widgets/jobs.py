@@ -10,6 +10,8 @@ the worker sets at interpreter exit (or the view's Cancel button sets).
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -25,3 +27,28 @@ def job(worker, widget, channel: str, compute: Callable[[], Any], show: Callable
             widget.error = ""
 
     return worker.submit(channel, compute, done, error, widget=widget, cancel=cancel)
+
+
+def batch_execution() -> bool:
+    """True while the running cell was sent by a client with no person at it: nbclient (`jupyter nbconvert --execute`,
+    papermill, `interplab export --execute`) asks with allow_stdin false, where JupyterLab, Notebook 7 and VS Code
+    allow input. Such a client saves only the widget updates it hears while their cell runs, so a view's pending
+    work must end inside that cell (see settle_in_batch). False outside an IPython kernel."""
+    shell = sys.modules.get("IPython")
+    shell = shell.get_ipython() if shell is not None and hasattr(shell, "get_ipython") else None
+    get_parent = getattr(getattr(shell, "kernel", None), "get_parent", None)
+    if get_parent is None:
+        return False
+    try:
+        parent = get_parent("shell") or {}
+    except Exception:  # noqa: BLE001 (an older or unusual kernel: treated as interactive, as before)
+        return False
+    return parent.get("msg_type") == "execute_request" and (parent.get("content") or {}).get("allow_stdin") is False
+
+
+def settle_in_batch(worker, timeout: float = 600.0) -> None:
+    """In a batch execution (batch_execution()), wait for `worker`'s queued jobs in the user's cell, so the notebook
+    it saves holds each view's final picture (a sweep's last cells, a first logit panel), not "sweeping..."."""
+    # (only in the cell's own thread: a job that starts another view must not wait for itself)
+    if threading.current_thread() is threading.main_thread() and batch_execution():
+        worker.join(timeout)

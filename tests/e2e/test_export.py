@@ -328,3 +328,38 @@ def test_a_notebook_of_plotly_figures_alone_is_drawn_offline(tmp_path, chromium)
         assert page.page.locator(".interplab-offline-figure.js-plotly-plot .heatmaplayer").count() == 1
     finally:
         page.close()
+
+
+def test_a_dashboard_run_by_plain_nbconvert_execute_is_saved_final(tmp_path, chromium):
+    """The README's own `jupyter nbconvert --to notebook --execute` (nbclient, without interplab's last cell) then
+    `interplab export`: the dashboard's sweep ends inside its cell (nbclient is no interactive frontend), so the saved
+    page is the final heatmap with every cell painted and the logit panel's bars, not "sweeping..." over grey."""
+    from harness import write_notebook
+
+    src = write_notebook(tmp_path / "dash.ipynb", [
+        "import interplab as ilab\nlab = ilab.Lab.load('ioi-tiny')\n"
+        "clean = 'When Mary and John went to the store, John gave a drink to'\n"
+        "corrupt = 'When Mary and John went to the store, Mary gave a drink to'\n"
+        "lab.show(clean, corrupt, ' Mary', ' John')"])
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-m", "nbconvert", "--to", "notebook", "--execute", "--output",
+                          "ran.ipynb", str(src)], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ran = tmp_path / "ran.ipynb"
+    dash = next(m["state"] for m in saved_state(ran).values() if "heatmap.values" in m["state"])
+    assert "sweeping" not in dash["heatmap.status"] and dash["heatmap.progress"] == 0, dash["heatmap.status"]
+    values = dash["heatmap.values"]
+    assert values and all(v is not None for row in values for v in row), values
+    assert dash["logits.series"], "the logit panel's first picture is missing"
+    out = subprocess.run([sys.executable, "-m", "interplab", "export", str(ran)], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    page = OfflinePage(chromium, ran.with_suffix(".html"))
+    try:
+        assert not page.foreign and not page.errors, (page.foreign, page.errors)
+        z = page.page.evaluate("() => document.querySelector('.interplab-heatmap .js-plotly-plot').__interplab_grid.z")
+        assert z and all(v is not None for row in z for v in row), z  # every cell painted: no grey grid
+        assert "sweeping" not in page.page.locator(".interplab-heatmap .il-status").first.inner_text()
+        assert page.page.locator(".interplab-logits .il-fill").count() > 0
+    finally:
+        page.close()
