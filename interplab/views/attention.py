@@ -18,6 +18,7 @@ import traitlets as t
 from ..engine import Engine, engine_of
 from ..widgets.base import Int, Labels, LabWidget, NumberGrid
 from ..widgets.jobs import job
+from .logits import prompt_tokens
 
 __all__ = ["AttentionView"]
 
@@ -55,7 +56,7 @@ def attention_view(lab: Engine, prompt: str, layer: int, head: int) -> dict:
     layer = lab.sites.layer_index(layer)
     lab.sites.check_head(head)
     run = lab.run(prompt, cache=[("pattern", layer)], log=False)
-    return {"tokens": lab.to_str_tokens(prompt), "pattern": run.cache["pattern", layer][0, head].tolist(),
+    return {"tokens": prompt_tokens(lab, prompt), "pattern": run.cache["pattern", layer][0, head].tolist(),
             "title": f"attention pattern L{layer} H{head}"}
 
 

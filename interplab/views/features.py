@@ -26,7 +26,7 @@ from ..features import Feature, TokenFeatures, feature_acts, feature_logit_effec
 from ..metrics import as_metric
 from ..widgets.base import Float, Int, Labels, LabWidget
 from ..widgets.jobs import job
-from .logits import PROB_DIGITS, TOP_K, top_k
+from .logits import PROB_DIGITS, TOP_K, prompt_tokens, top_k
 
 CONTEXTS = 5  # top contexts shown per feature
 EFFECTS = 6  # tokens raised and lowered shown per feature
@@ -102,7 +102,7 @@ def feature_panels(lab: Engine, sae, prompt: str, feats: list[int], contexts: li
             for v, i, p in zip(found.values[j].tolist(), found.prompt_index[j].tolist(), found.pos[j].tolist()):
                 if not math.isfinite(v) or v <= 0:
                     continue
-                toks = lab.to_str_tokens(contexts[i])
+                toks = prompt_tokens(lab, contexts[i])
                 ctx.append({"tokens": toks, "acts": [round(x, 4) for x in acts[row_of[i], :len(toks), j].tolist()],
                             "pos": int(p)})
         effects = feature_logit_effects(lab, sae, f, EFFECTS)
@@ -150,7 +150,7 @@ class FeatureExplorer:
         feats = sorted({f for row in top for f, _ in row} | ({feature} if feature is not None else set()))
         last = len(tf.tokens) - 1
         first = feature if feature is not None else (top[last][0][0] if top[last] else (feats[0] if feats else 0))
-        self.view = FeatureView(tokens=tf.tokens, top=top, panels=feature_panels(lab, sae, prompt, feats,
+        self.view = FeatureView(tokens=prompt_tokens(lab, prompt), top=top, panels=feature_panels(lab, sae, prompt, feats,
                                                                                  self.contexts),
                                 pos=last, feature=first, d_sae=sae.d_sae, alpha_min=float(alpha_range[0]),
                                 alpha_max=float(alpha_range[1]),

@@ -19,6 +19,7 @@ import traitlets as t
 from ..engine import Engine, engine_of
 from ..lens import logit_lens
 from ..widgets.base import Int, Labels, LabWidget, NumberGrid, TextGrid
+from .logits import prompt_tokens, token_text
 
 __all__ = ["LensView"]
 
@@ -61,11 +62,12 @@ class LensView(LabWidget):
 def lens_view(lab: Engine, prompt: str, k: int = 5) -> dict:
     lab = engine_of(lab)
     res = logit_lens(lab, prompt, k=k)
-    top = [[cell[0] for cell in layer] for layer in res.top_tokens]
+    texts = [[[token_text(lab.tokenizer, i) for i in cell] for cell in layer] for layer in res.top_ids.tolist()]
+    top = [[cell[0] for cell in layer] for layer in texts]
     probs = res.top_probs[..., 0].tolist()
     hover = [[" | ".join(f"{t!r} {p:.2f}" for t, p in zip(cell, ps)) for cell, ps in zip(layer, lp)]
-             for layer, lp in zip(res.top_tokens, res.top_probs.tolist())]
-    return {"x_labels": res.tokens, "y_labels": [f"L{l}" for l in range(res.n_layers)], "top_tokens": top,
+             for layer, lp in zip(texts, res.top_probs.tolist())]
+    return {"x_labels": prompt_tokens(lab, prompt), "y_labels": [f"L{l}" for l in range(res.n_layers)], "top_tokens": top,
             "probs": probs, "hover": hover, "title": f"logit lens ({res.site})"}
 
 

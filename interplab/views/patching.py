@@ -7,7 +7,7 @@ import math
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -20,7 +20,7 @@ from ..patching import Cells, HeadSweeps, SweepCancelled, SweepResult, patch_swe
 from ..widgets.composite import Composite
 from ..widgets.jobs import job, settle_in_batch
 from .heatmap import PatchingHeatmap
-from .logits import PROB_DIGITS, TOP_K, LogitPanel, top_k, top_k_probs
+from .logits import PROB_DIGITS, TOP_K, LogitPanel, prompt_tokens, token_text, top_k, top_k_probs
 
 
 @dataclass
@@ -66,7 +66,7 @@ class PatchSession:
     def tokens(self) -> list[str]:
         """The (first) clean prompt's tokens: a dataset's pairs share their positions (check_pair)."""
         if self._tokens is None:  # the tokenizer once, not per click
-            self._tokens = self.lab.to_str_tokens(self._first(self.clean))
+            self._tokens = prompt_tokens(self.lab, self._first(self.clean))  # (byte pieces readable)
         return self._tokens
 
     def pair_names(self) -> list[str]:
@@ -148,6 +148,8 @@ class PatchSession:
         """Heatmap traits for a result: values as rows x cols, axis labels and titles."""
         res = result or self.result
         cells = res.cells
+        if len(cells.tokens) == len(self.tokens()):  # the position labels as views show tokens (byte pieces readable)
+            cells = replace(cells, tokens=tuple(self.tokens()))
         return {"values": cells.grid(res.values).tolist(), "x_labels": cells.col_labels(),
                 "y_labels": [f"{self.row_prefix}{r}" for r in res.labels[res.by[0]]],
                 "x_title": cells.col_title(), "y_title": "feature" if self.sae else "layer", "direction": res.direction,
@@ -157,7 +159,7 @@ class PatchSession:
 
     def key_positions(self) -> list[int]:
         """Where the effect is: the positions at which the pair's tokens differ, and the last one."""
-        clean, corrupt = self.tokens(), self.lab.to_str_tokens(self._first(self.corrupt))
+        clean, corrupt = self.tokens(), prompt_tokens(self.lab, self._first(self.corrupt))
         return [i for i, (a, b) in enumerate(zip(clean, corrupt)) if a != b] + [len(clean) - 1]
 
     # ---- clicked cells -> edits ------------------------------------------------------------------------------
@@ -225,7 +227,7 @@ class PatchSession:
             run = self.cell_run(cells[0]) if cells is not None and len(cells) == len(edits) == 1 else None
             if run is not None:
                 ids, p, value = run
-                toks, probs = [lab.tokenizer.decode([i]) for i in ids], [round(float(x), PROB_DIGITS) for x in p]
+                toks, probs = [token_text(lab.tokenizer, i) for i in ids], [round(float(x), PROB_DIGITS) for x in p]
                 if log:
                     lab.log.record(list(self.as_prompts(self.base)), edits, [])  # as if the forward had run
                 series.append({"name": f"patched: {_short(edits)}", "tokens": toks, "probs": probs})
@@ -273,7 +275,8 @@ class PatchSession:
         res = result or self.result
         if not self._own_exact(res):
             return {}
-        cells, decode, out = res.cells, self.lab.tokenizer.decode, []
+        cells, out = res.cells, []
+        decode = lambda ids: [token_text(self.lab.tokenizer, i) for i in ids]  # noqa: E731
         rows, cols = cells.grid(res.raw).shape
         for row in range(rows):
             for col in range(cols):
@@ -285,7 +288,7 @@ class PatchSession:
                 name = "patched: " + " ".join(x for x in (f"{self.row_prefix}{layer}",
                                                           "" if head is None else f"H{head}",
                                                           "" if pos is None else f"pos {pos}") if x)
-                out.append([row, col, float(value), name, [decode([i]) for i in ids],
+                out.append([row, col, float(value), name, decode(ids),
                             [round(float(x), PROB_DIGITS) for x in p]])
         return {"metric": self.metric.name, "cells": out}
 
