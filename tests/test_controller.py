@@ -51,6 +51,17 @@ def hooked_last_logits(model, tok, prompt_src, prompt_base, layer, pos):
         h.remove()
 
 
+def shown_token(tokenizer, i: int) -> str:
+    """A token as the bars show it: decoded, or a lone byte piece (U+FFFD decoded alone) as its bytes in hex."""
+    text = tokenizer.decode([i])
+    if "\ufffd" not in text:
+        return text
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    byte_of = {c: b for b, c in bytes_to_unicode().items()}
+    return "<" + " ".join(f"{byte_of[c]:02X}" for c in tokenizer.convert_ids_to_tokens(i)) + ">"
+
+
 def test_click_applies_patch_and_repaints_logits(explorer, gpt2_lab, tokenizer):
     explorer.heatmap.send_test_message({"type": "click", "row": 1, "col": 3, "shift": False})
     gpt2_lab.engine.worker.join()
@@ -62,7 +73,7 @@ def test_click_applies_patch_and_repaints_logits(explorer, gpt2_lab, tokenizer):
     names = [s["name"] for s in explorer.logits.series]
     assert names[:2] == ["clean", "corrupt"] and names[2].startswith("patched")
     top = expected.softmax(-1).topk(8)
-    assert explorer.logits.series[2]["tokens"] == [tokenizer.decode([i]) for i in top.indices.tolist()]
+    assert explorer.logits.series[2]["tokens"] == [shown_token(tokenizer, i) for i in top.indices.tolist()]
     assert explorer.logits.series[2]["probs"] == pytest.approx(top.values.tolist(), abs=6e-5)
 
 
