@@ -48,6 +48,8 @@ def test_the_explorer_shows_the_estimate_then_streams_exact_cells(gpt2_lab, monk
     ex.heatmap.observe(lambda ch: shown.append(ch["new"]), "values")
     monkeypatch.setattr(ex.heatmap, "add_cells", lambda c: cells.extend(c))
     ex.sweep(wait=True, progressive=True, max_batch=4)
+    frame = shown.pop(0)  # first the empty frame (shape and labels, laid out once by the page), then the estimate
+    assert all(v is None for row in frame for v in row) and len(frame) == len(shown[0])
     est = session.estimate()
     exact = gpt2_lab.patch_sweep(CLEAN, CORRUPT, metric=METRIC, progress=False)
     assert torch.allclose(torch.tensor(shown[0]), est.cells.grid(est.values).float(), atol=1e-6)  # first: estimate

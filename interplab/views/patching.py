@@ -157,6 +157,20 @@ class PatchSession:
                 "metric_name": f"normalised {res.metric_name}",
                 "title": f"{res.site}: {res.direction} ({res.method})"}
 
+    def empty_grid(self) -> dict | None:
+        """The heatmap's frame before any cell is known (axes, labels, titles; every value None), the same as the
+        sweep's own grid will have: the page lays plotly out once, when it is shown, and the sweep's estimate, cells
+        and final grid only repaint cells (a relayout of the frame was a 100-300 ms task at a sweep's start). None
+        where the rows are not the model's layers (an SAE's features)."""
+        if self.sae is not None or self.result is not None:
+            return None
+        cells = self.cells
+        rows, cols = cells.shape[0], cells.n_cols
+        return {"values": [[None] * cols for _ in range(rows)], "x_labels": cells.col_labels(),
+                "y_labels": [f"{self.row_prefix}{r}" for r in cells.layers], "x_title": cells.col_title(),
+                "y_title": "layer", "direction": self.direction, "key_cols": cells.key_cols(self.key_positions()),
+                "metric_name": f"normalised {self.metric.name}", "title": f"{self.site}: {self.direction}"}
+
     def key_positions(self) -> list[int]:
         """Where the effect is: the positions at which the pair's tokens differ, and the last one."""
         clean, corrupt = self.tokens(), prompt_tokens(self.lab, self._first(self.corrupt))
@@ -481,11 +495,24 @@ class PatchExplorer(Composite):
             if final:
                 self.heatmap.cell_tops = self.session.cell_tops(result)
 
+    def _frame(self, kw: dict) -> bool:
+        """Before a sweep of every layer, an empty heatmap gets its frame (see PatchSession.empty_grid); True when
+        it did (the sweep's cells then travel as new cells from the first)."""
+        frame = None if "layers" in kw or self.heatmap.values else self.session.empty_grid()
+        if frame is None:
+            return False
+        frame["title"] += f" ({kw.get('method', 'exact')})"
+        with self.heatmap.hold_sync():
+            for k, v in frame.items():
+                setattr(self.heatmap, k, v)
+        return True
+
     def sweep(self, wait: bool = False, progressive: bool = False, **kw) -> None:
         """Run the sweep on the lab's worker; the heatmap fills in as cells finish, Cancel (or exit) stops it.
         progressive=True: the attribution estimate first (two runs, the whole grid at once), then the exact cells,
         largest |estimate| first, each replacing its estimate as its chunk finishes; Cancel keeps the exact cells
         done (the rest stay estimates, the view says partial)."""
+        framed = self._frame(kw)
         if progressive:
             return self._sweep_progressive(wait, **kw)
         self._cancel.clear()
@@ -495,11 +522,13 @@ class PatchExplorer(Composite):
         def progress(done, total):
             self.heatmap.progress = done / total if done < total else 0.0
 
-        sent = None  # cells the page has
+        sent = set() if framed else None  # cells the page has (None: not even the grid's shape)
+        last = {}
 
         def partial(res):
             # the first update sets the grid (shape, labels, titles); later ones send only the new cells
             nonlocal sent
+            last["res"] = res
             if sent is None:
                 sent = set()
                 self.session.new_cells(res, sent)
@@ -519,6 +548,8 @@ class PatchExplorer(Composite):
         def error(e):
             self.heatmap.progress = 0.0
             if isinstance(e, SweepCancelled):  # asked for: the cells computed stay, and clicks patch any cell
+                if "res" in last:  # (in the traits too: a saved notebook or a second display shows them)
+                    self._show_result(last["res"], final=False)
                 self.heatmap.status = f"cancelled after {e.done} of {e.total} cells (the grey cells were not " \
                                       f"computed; a click still patches any cell)"
                 return

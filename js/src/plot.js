@@ -124,6 +124,10 @@ const CSS = `
   border: 1px solid #888; border-radius: 3px; padding: 4px 6px; font-size: 12px; white-space: pre;
   box-shadow: 0 1px 4px rgba(0,0,0,.2); max-width: 480px; overflow: hidden; }
 .interplab .il-tip.on { display: block; }
+.interplab .il-htitle { text-align: center; margin: 6px 20px 0; overflow-wrap: anywhere; }
+.interplab .il-htitle.il-htitle-wide { text-align: left; margin-left: 0; }
+.interplab .il-htitle-main { font-size: 17px; line-height: 22px; }
+.interplab .il-htitle-sub { font-size: 12px; line-height: 16px; color: #444; }
 .interplab .il-bars-title { font-weight: 600; margin: 6px 0 2px; }
 .interplab .il-bars { display: flex; gap: 16px; flex-wrap: wrap; margin: 4px 0; }
 .interplab .il-series { flex: 1; min-width: 180px; }

@@ -231,7 +231,7 @@ def test_heatmap_xss_labels_are_literal_text(page, mount):
     assert "a&amp;b" in ticks
     assert "␣Mary" in ticks
     assert "<|endoftext|>" in " ".join(ticks) or any(t.startswith("<|endoft") for t in ticks)
-    assert w.js("(w) => w.el.querySelector('.gtitle').textContent").startswith(XSS)  # + the direction line
+    assert w.js("(w) => w.el.querySelector('.il-htitle-main').textContent") == XSS  # (the direction: a second line)
     assert page.locator(w.sel(".il-edit-label")).text_content() == XSS
     # hover shows the literal text too
     p = w.js("(w) => window.cellPixel(window.__mounted.indexOf(w), 1, 2)")

@@ -2,18 +2,19 @@
 // Requests to Python (declared in interplab/widgets/protocol.json): click {row, col, shift},
 // toggle {edit_id, enabled}, remove {edit_id}, clear, cancel (the Cancel button, in plot.js).
 import {
-  RDBU, baseLayout, bus, cellAt, containerWidth, esc, fmt, grid, h, paint, plotTitle, recordPaint, scheduler, shell,
-  strGrid, textWidth, tokenAxis, wrapLines,
+  RDBU, baseLayout, bus, cellAt, containerWidth, esc, fmt, grid, h, paint, recordPaint, scheduler, shell, strGrid,
+  textWidth, tokenAxis, wrapLines,
 } from "../plot.js";
 
 export const DIRECTION_TEXT = {
   denoise: "denoising (clean activation patched into the corrupted run): 1 = clean restored, 0 = corrupted",
   noise: "noising (corrupted activation patched into the clean run): 1 = clean behaviour kept, 0 = corrupted",
 };
-const TITLE_PAD = 18; // px above the title
+const TOP = 30; // px above the plot area: plotly's mode bar, over no cell
 
-// Data traits redraw the heatmap (plotly's frame only where shape, labels, titles or width changed; the cells on our
-// canvas); a click only changes the selection, drawn as DOM outlines over the plot (no plotly call: a relayout of
+// Data traits redraw the heatmap (plotly's frame only where shape, labels, axis titles or width changed; the cells on
+// our canvas; the title is DOM above the plot, so a sweep's new title never lays plotly out again: that relayout was
+// a 100-400 ms task at a progressive sweep's start and end); a click only changes the selection, drawn as DOM outlines over the plot (no plotly call: a relayout of
 // shapes took ~50 ms and delayed the logit panel's repaint).
 const TRAITS = [
   "values", "x_labels", "y_labels", "x_title", "y_title", "title", "direction", "metric_name",
@@ -64,6 +65,18 @@ export function colourAt(t) {
 
 export function render({ model, el }) {
   const state = shell(model, el, "heatmap", { progress: true });
+  // the title and the direction (a smaller second line): DOM that wraps to the view's width by itself
+  const titleMain = h("div", { class: "il-htitle-main" });
+  const titleSub = h("div", { class: "il-htitle-sub" });
+  const titleBox = h("div", { class: "il-htitle" }, titleMain, titleSub);
+  state.root.insertBefore(titleBox, state.plot);
+  function drawTitle() {
+    const direction = String(state.get("direction", ""));
+    titleMain.textContent = String(state.get("title", ""));
+    titleSub.textContent = DIRECTION_TEXT[direction] ?? direction;
+    titleBox.classList.toggle("il-htitle-wide", !!cur && isWide());
+    titleBox.style.display = titleMain.textContent || titleSub.textContent ? "" : "none";
+  }
 
   // ---- active edits list + clear button under the plot
   const edits = h("ul", { class: "il-edits" });
@@ -223,6 +236,7 @@ export function render({ model, el }) {
     const layout = frameLayout();
     const key = JSON.stringify(layout);
     renderEdits();
+    drawTitle();
     if (state.paints && key === framed && state.plot._fullLayout) return refreshCells(); // a values-only change
     framed = key;
     return paint(state, [], layout).then((gd) => {
@@ -269,10 +283,6 @@ export function render({ model, el }) {
     state.minWidth = MARGIN_X + MIN_CELL * cols;
     const width = containerWidth(state) ?? 700;
     const wide = isWide();
-    const direction = String(state.get("direction", ""));
-    // the title and the direction (a smaller second part) in lines that fit the visible width
-    const visibleWidth = Math.min(width, Math.floor(state.plot.clientWidth || width)) - 40;
-    const title = plotTitle(state.get("title", ""), DIRECTION_TEXT[direction] ?? direction, visibleWidth);
     const keys = Array.isArray(model.get("key_cols")) ? model.get("key_cols") : [];
     // at most one label per 18 px (-45° labels: 12.7 px between lines) and MAX_TICKS in all: plotly lays out each
     // label (about 1 ms each); the last column and the key columns (where the prompts differ) are always labelled
@@ -286,18 +296,12 @@ export function render({ model, el }) {
     const cell = (width - MARGIN_X) / Math.max(1, cols);
     const left = Math.ceil(Math.max(textWidth(yaxis.ticktext) + (yTitle ? 40 : 18),
       0.71 * textWidth(xaxis.ticktext.slice(0, 1)) + 14 - cell / 2));
-    const top = TITLE_PAD + 22 * Math.max(1, title.lines) + 16 + (wide ? 60 : 0); // (the colour bar above a scroller)
+    const top = TOP + (wide ? 50 : 0); // (the colour bar above a scroller)
     const annotations = wide && xTitle
       ? [{ text: esc(xTitle), xref: "paper", x: 0, xanchor: "left", yref: "paper", y: 0, yanchor: "top",
         yshift: -(bottom - 22), showarrow: false, font: { size: 13 } }]
       : [];
     return baseLayout({
-      // the direction as a smaller second line of the title (plotly's `subtitle` is misplaced on a first render)
-      title: {
-        text: title.text,
-        yref: "container", y: 1, yanchor: "top", pad: { t: TITLE_PAD },
-        ...(wide ? { x: 0, xref: "paper", xanchor: "left" } : {}),
-      },
       margin: { l: left, r: wide ? 20 : SCALE_ROOM, t: top, b: bottom },
       plot_bgcolor: "#d9d9d9", // not-yet-computed cells (and the gaps between cells) show as grey
       hovermode: false, // the hover is ours (listenHover): no plotly trace holds the cells
