@@ -123,8 +123,8 @@ def test_a_clicked_position_shows_its_heads_and_parts_adding_up_to_the_total(lab
     try:
         n_pos = kernel_json(nb, "int(dla.total.shape[0])")
         pos = n_pos - 5  # the second ' John': any position but the last, which is shown first
-        heads_title = ("() => window.__il.cellNode(2).querySelector('.il-pane[data-part=heads] .js-plotly-plot')"
-                       "?.layout?.title?.text ?? ''")
+        heads_title = ("() => window.__il.cellNode(2).querySelector('.il-pane[data-part=heads] .il-htitle-main')"
+                       "?.textContent ?? ''")
         assert f"position {n_pos - 1}" in nb.page.evaluate(heads_title)
         click_cell(nb, 2, "positions", 0, pos)
         nb.page.wait_for_function(f"() => ({heads_title})().includes('position {pos} ')", timeout=60000)

@@ -108,8 +108,8 @@ def test_a_click_on_a_position_shows_that_positions_heads_and_parts(page, mount,
     w.wait_sent(1)
     assert w.requests == [{"type": "click", "part": "positions", "row": 0, "col": 4, "shift": False}]
     b.pump()
-    page.wait_for_function("() => document.querySelector('.il-pane[data-part=heads] .js-plotly-plot')"
-                           "?.layout?.title?.text?.includes('position 4')")
+    page.wait_for_function("() => document.querySelector('.il-pane[data-part=heads] .il-htitle-main')"
+                           "?.textContent?.includes('position 4')")
     z = w.js("(w) => w.el.querySelector('.il-pane[data-part=heads] .js-plotly-plot').__interplab_grid.z")
     assert torch.allclose(torch.tensor(z), res.heads[:, :, 4].float(), atol=1e-7)
     shown = w.js("(w) => Object.fromEntries([...w.el.querySelectorAll('.il-vbar')].map("
@@ -196,7 +196,7 @@ def test_a_progressive_sweep_shows_the_estimate_and_cancel_keeps_a_partial_heatm
     assert reached.wait(60)
     b.pump()
     est = session.estimate()
-    title = "() => document.querySelector('.il-pane[data-part=heatmap] .js-plotly-plot')?.layout?.title?.text ?? ''"
+    title = "() => document.querySelector('.il-pane[data-part=heatmap] .il-htitle-main')?.textContent ?? ''"
     page.wait_for_function(f"({title})().includes('exact cells replace the estimate')")
     cancel = page.locator(w.sel(".il-pane[data-part=heatmap] .il-cancel"))
     assert cancel.is_visible()
