@@ -94,7 +94,8 @@ def open_page(browser, bundle: bytes):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", default="7927fd6", help="the commit whose bundle is the baseline (default: %(default)s)")
+    ap.add_argument("--baseline", default="7927fd6",
+                    help="the commit whose bundle is the baseline (default: %(default)s)")
     args = ap.parse_args()
     if (why := chromium_missing()):
         print(f"skipped: {why}")

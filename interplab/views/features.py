@@ -150,8 +150,8 @@ class FeatureExplorer:
         feats = sorted({f for row in top for f, _ in row} | ({feature} if feature is not None else set()))
         last = len(tf.tokens) - 1
         first = feature if feature is not None else (top[last][0][0] if top[last] else (feats[0] if feats else 0))
-        self.view = FeatureView(tokens=prompt_tokens(lab, prompt), top=top, panels=feature_panels(lab, sae, prompt, feats,
-                                                                                 self.contexts),
+        self.view = FeatureView(tokens=prompt_tokens(lab, prompt), top=top,
+                                panels=feature_panels(lab, sae, prompt, feats, self.contexts),
                                 pos=last, feature=first, d_sae=sae.d_sae, alpha_min=float(alpha_range[0]),
                                 alpha_max=float(alpha_range[1]),
                                 title=f"{sae.describe()} on {prompt[-60:]!r}")

@@ -67,8 +67,8 @@ def lens_view(lab: Engine, prompt: str, k: int = 5) -> dict:
     probs = res.top_probs[..., 0].tolist()
     hover = [[" | ".join(f"{t!r} {p:.2f}" for t, p in zip(cell, ps)) for cell, ps in zip(layer, lp)]
              for layer, lp in zip(texts, res.top_probs.tolist())]
-    return {"x_labels": prompt_tokens(lab, prompt), "y_labels": [f"L{l}" for l in range(res.n_layers)], "top_tokens": top,
-            "probs": probs, "hover": hover, "title": f"logit lens ({res.site})"}
+    return {"x_labels": prompt_tokens(lab, prompt), "y_labels": [f"L{l}" for l in range(res.n_layers)],
+            "top_tokens": top, "probs": probs, "hover": hover, "title": f"logit lens ({res.site})"}
 
 
 # ---- the wiring: requests become jobs on the lab's worker --------------------------------------------------------
