@@ -2446,9 +2446,9 @@ print("the top 5's activations at S2, clean -> corrupt:",
       {i: f"{float(both[0, i]):.1f} -> {float(both[1, i]):.1f}" for i in top_at_s2})
 assert s2_top not in top_at_s2 and float((exact.values[:, S2] - attr.values[top_at_s2, S2]).abs().max()) < 0.05
 # No. Patching measures what *differs* between the two prompts. The features on top at S2 are ones whose activation
-# changes with the name there (printed), each a small share, and the exact patches confirm the estimates (printed). The feature that
-# fires most at S2 fires in both prompts alike, so patching from one into the other cannot see it. The corruption
-# decides what a patching experiment can find: to test that feature, remove it instead (exercise 3).
+# changes with the name there (printed), each a small share, and the exact patches confirm the estimates (printed).
+# The feature that fires most at S2 fires in both prompts alike, so patching from one into the other cannot see it.
+# The corruption decides what a patching experiment can find: to test that feature, remove it instead (exercise 3).
 """),
     md("""
 ## Exercise 3: which feature does the model need at S2? Ablate
