@@ -207,6 +207,7 @@ def show_token_features(tf: TokenFeatures, **kw) -> FeatureView:
     """TokenFeatures.show(): the view on its prompt."""
     if tf.lab is None or tf.sae is None:
         raise InterplabError("these token features know no lab or SAE: lab.features(prompt, sae).show()")
+    kw.setdefault("k", int(tf.ids.shape[-1]))  # as many features per token as lab.features(..., k) found
     return FeatureExplorer(tf.lab, tf.prompt, tf.sae, **kw).view
 
 

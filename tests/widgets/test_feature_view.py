@@ -95,6 +95,11 @@ def test_steering_and_ablating_the_selected_feature_give_the_hand_hooked_logits(
     assert lab.hooks() == []
 
 
+def test_the_view_shows_as_many_features_per_token_as_were_asked_for(lab, sae, contexts):
+    view = lab.features(CLEAN, sae, k=3).show(contexts=contexts)
+    assert max(len(row) for row in view.top) == 3
+
+
 def test_a_feature_opens_the_view_on_a_prompt_with_it_selected(lab, sae, contexts):
     view = lab.feature(sae, 7).show(CORRUPT, contexts=contexts)
     lab.engine.worker.join()
