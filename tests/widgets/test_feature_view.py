@@ -36,7 +36,9 @@ def view(lab, sae, contexts):
 
 
 def hand_feature_acts(lab, sae, prompt):
-    """[pos, d_sae]: the SAE's features of block 1's output, read by a hook written here."""
+    """[pos, d_sae]: the SAE's features of block 1's output, read by a hook written here (after the view's jobs:
+    an edit a job applies is a hook on the same model while it runs)."""
+    lab.engine.worker.join()
     got = {}
     hand(lab, prompt, SAE_AT, lambda x: got.setdefault("x", x) if "x" not in got else x)
     return hand_encode(sae, got["x"])[0].float()
