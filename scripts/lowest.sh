@@ -32,5 +32,5 @@ echo "lowest allowed versions:"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false INTERPLAB_LOWEST=1
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider -p no:randomly \
   tests/test_install.py::test_this_environment_holds_the_declared_lowest_versions \
-  tests/core tests/test_patching.py tests/test_steering.py tests/test_controller.py \
+  tests/core tests/features tests/test_patching.py tests/test_steering.py tests/test_controller.py \
   --ignore=tests/core/test_peer_nnsight.py "$@"
