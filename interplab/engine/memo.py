@@ -32,6 +32,7 @@ from torch import nn
 from torch.nn.modules import module as _torch_module
 
 from ..errors import InterplabError
+from .resume import free_memory
 
 
 def model_state(model: nn.Module) -> tuple:
@@ -66,15 +67,7 @@ def default_memo_budget(device) -> int:
     """Bytes the memo may hold on `device` when no memo_budget is given (see MEMO_SHARE, MEMO_CAP)."""
     device = torch.device(device)
     cap = MEMO_CAP.get(device.type, MEMO_CAP["cpu"])
-    free = None
-    if device.type == "cuda":
-        free = torch.cuda.mem_get_info(device)[0]
-    elif device.type == "cpu":
-        try:
-            with open("/proc/meminfo") as f:
-                free = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-        except (OSError, StopIteration, ValueError, IndexError):
-            free = None
+    free = free_memory(device)
     return cap if free is None else max(0, min(cap, free // MEMO_SHARE))
 
 

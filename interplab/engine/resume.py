@@ -175,16 +175,22 @@ def default_budget(device) -> int:
     memory cannot be read)."""
     device = torch.device(device)
     cap = BUDGET_CAP.get(device.type, BUDGET_CAP_OTHER)
-    free = None
+    free = free_memory(device)
+    return cap if free is None else max(1, min(cap, free // FREE_SHARE))
+
+
+def free_memory(device) -> int | None:
+    """Free bytes on `device` (CUDA: mem_get_info; CPU: MemAvailable), or None where they cannot be read."""
+    device = torch.device(device)
     if device.type == "cuda":
-        free = torch.cuda.mem_get_info(device)[0]
-    elif device.type == "cpu":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cpu":
         try:
             with open("/proc/meminfo") as f:
-                free = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+                return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
         except (OSError, StopIteration, ValueError, IndexError):
-            free = None
-    return cap if free is None else max(1, min(cap, free // FREE_SHARE))
+            return None
+    return None
 
 
 def row_bytes(model: nn.Module, q_len: int, k_len: int) -> int:
