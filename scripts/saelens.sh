@@ -10,21 +10,14 @@
 #   bash scripts/saelens.sh -k topk      extra arguments go to pytest
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PY=${PYTHON:-python3}
+. scripts/side_venv.sh
 VENV=build/venv-saelens
-STAMP=$VENV/.interplab-setup
-stamp() { cat pyproject.toml scripts/saelens.sh | "$1" -c 'import hashlib, sys
-print(hashlib.sha256(sys.stdin.buffer.read() + sys.version.encode()).hexdigest())'; }
 
-if [ -n "${FORCE:-}" ] || [ ! -x "$VENV/bin/python" ] || [ ! -f "$STAMP" ] \
-    || [ "$(cat "$STAMP")" != "$(stamp "$VENV/bin/python")" ]; then
+if side_venv_stale "$VENV" scripts/saelens.sh; then
   echo "saelens: building $VENV (sae-lens and its dependencies: a few minutes)"
-  rm -rf "$VENV"
-  "$PY" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-  "$VENV/bin/python" -m pip install -q "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu --retries 1
+  side_venv_start "$VENV"
   "$VENV/bin/python" -m pip install -q "sae-lens>=6.5,<7" "pytest>=8"
-  stamp "$VENV/bin/python" > "$STAMP"
+  side_venv_done "$VENV" scripts/saelens.sh
   echo "saelens: $VENV ready, sae-lens $("$VENV/bin/python" -c 'import importlib.metadata as m
 print(m.version("sae-lens"))'), $(du -sh "$VENV" | cut -f1) on disk"
 fi

