@@ -363,3 +363,31 @@ def test_a_dashboard_run_by_plain_nbconvert_execute_is_saved_final(tmp_path, chr
         assert page.page.locator(".interplab-logits .il-fill").count() > 0
     finally:
         page.close()
+
+
+def test_an_exported_feature_view_answers_token_and_feature_clicks_offline(tmp_path, chromium):
+    """The feature view saved and exported: with no kernel, a real click on a token paints its top features and a
+    click on a feature its panel, from the numbers the saved state holds (the view's own traits)."""
+    from harness import CLEAN, write_notebook
+
+    code = ("import interplab as ilab\nlab = ilab.Lab.load('ioi-tiny')\nsae = ilab.SAE.load('ioi-tiny-sae')\n"
+            f"view = lab.features({CLEAN!r}, sae).show(contexts=[{CLEAN!r}])\nview")
+    nb = execute(write_notebook(tmp_path / "features.ipynb", [code]), tmp_path / "features.ipynb")
+    state = saved_state(nb)
+    traits = next(s["state"] for s in state.values() if s.get("state", {}).get("_view_kind") == "features")
+    page = OfflinePage(chromium, export(nb))
+    try:
+        assert not page.foreign and not page.errors, (page.foreign, page.errors)
+        fv = page.page.locator(".interplab-features")
+        tokens = fv.locator(".il-fprompt .il-ftok")
+        assert tokens.count() == len(traits["tokens"])
+        pos = next(p for p, row in enumerate(traits["top"]) if row and p != traits["pos"])
+        tokens.nth(pos).click()
+        rows = fv.locator(".il-frow")
+        assert [int(rows.nth(i).get_attribute("data-feature")) for i in range(rows.count())] == \
+            [f for f, _ in traits["top"][pos]]
+        feature = traits["top"][pos][0][0]
+        rows.first.click()
+        assert fv.locator(".il-fpanel .il-bars-title").first.inner_text().startswith(f"F{feature}:")
+    finally:
+        page.close()
