@@ -118,7 +118,7 @@ class Lab:
         engine = self.__dict__.get("engine")
         if engine is None or not hasattr(engine, name):
             raise AttributeError(f"'Lab' object has no attribute {name!r}")
-        warnings.warn(f"lab.{name} is the engine's: use lab.engine.{name} (the Lab holds an Engine since 0.2; "
+        warnings.warn(f"lab.{name} is the engine's: use lab.engine.{name} (the Lab holds an Engine now; "
                       f"this alias goes in the next release)", DeprecationWarning, stacklevel=2)
         return getattr(engine, name)
 
