@@ -35,10 +35,10 @@ def _blocks(page: Path) -> list[str]:
 
 
 def test_the_readme_blocks_run_as_written_in_order(monkeypatch):
-    """README.md's two Python blocks, the second continuing the first (it uses its lab and prompts)."""
+    """README.md's Python blocks, each continuing the ones before it (they use its lab, prompts and metric)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     blocks = _blocks(ROOT / "README.md")
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     scope: dict = {}
     for i, block in enumerate(blocks):
         exec(compile(block, f"README.md block {i + 1}", "exec"), scope)
