@@ -1,7 +1,7 @@
 """Notebook 05 (Features) in a real JupyterLab and Notebook 7 driven by Chromium: its feature view renders under the
-cell that opens it, and a real mouse click on the S2 token paints that token's top features at once, the ones the kernel computes,
-and reaches the kernel (the view's `pos`); the steering view on the feature the notebook finds shows its panel, and a
-click on its ablate toggle gives the logit difference of a run with the feature zeroed."""
+cell that opens it, and a real mouse click on the S2 token paints that token's top features at once, the ones the
+kernel computes, and reaches the kernel (the view's `pos`); the steering view on the feature the notebook finds
+shows its panel, and a click on its ablate toggle gives the logit difference of a run with the feature zeroed."""
 
 from __future__ import annotations
 
