@@ -90,11 +90,24 @@ def heatmap_paints(page, n):
 
 
 def cell_point(w, part, row, col):
-    return w.js("""(w, [part, row, col]) => {
-        const gd = w.el.querySelector(`.il-pane[data-part="${part}"] .js-plotly-plot`);
-        const fl = gd._fullLayout, box = gd.getBoundingClientRect();
-        return {x: box.left + fl.xaxis._offset + fl.xaxis.d2p(col), y: box.top + fl.yaxis._offset + fl.yaxis.d2p(row)};
-    }""", [part, row, col])
+    """The cell's centre in page pixels, once the layout has settled (the same for three frames in a row: a part
+    beside it that paints later may move it while the page is loaded)."""
+    return w.js("""(w, [part, row, col]) => new Promise((resolve) => {
+        const at = () => {
+            const gd = w.el.querySelector(`.il-pane[data-part="${part}"] .js-plotly-plot`);
+            const fl = gd._fullLayout, box = gd.getBoundingClientRect();
+            return {x: box.left + fl.xaxis._offset + fl.xaxis.d2p(col),
+                    y: box.top + fl.yaxis._offset + fl.yaxis.d2p(row)};
+        };
+        let last = at(), same = 0, frames = 0;
+        const step = () => {
+            const p = at();
+            same = p.x === last.x && p.y === last.y ? same + 1 : 0;
+            last = p;
+            if (same >= 3 || ++frames > 120) resolve(p); else requestAnimationFrame(step);
+        };
+        requestAnimationFrame(step);
+    })""", [part, row, col])
 
 
 @pytest.mark.browser
