@@ -189,7 +189,8 @@ DEEP = r"""
         .map((c) => { const s = getComputedStyle(c);
                       return [c.tagName + "." + c.className, s.borderTopStyle, parseFloat(s.borderTopWidth), s.backgroundColor]; });
       return { shadow: root.getRootNode() instanceof ShadowRoot, fills, controls,
-               row: getComputedStyle(root.querySelector(".interplab-logits .il-bar-row")).display,
+               // (null while the view's logit panel has not drawn its bars yet: the dashboard's come later)
+               row: ((r) => r && getComputedStyle(r).display)(root.querySelector(".interplab-logits .il-bar-row")),
                layers: [...window.__m.gd(v).querySelectorAll(".main-svg")].map((s) => getComputedStyle(s).position) };
     },
   };
