@@ -22,12 +22,11 @@ import sys
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+sys.path.insert(0, str(HERE))
 
 from harness import chromium_missing, launch_browser  # noqa: E402
 
-ORIGIN = "http://interplab.test"
-HARNESS = ROOT / "tests" / "widgets" / "harness.html"
-BUNDLE = ROOT / "interplab" / "static" / "widgets.js"
+from bench_page import BUNDLE, HARNESS, ORIGIN  # noqa: E402 (the bare page bench_page.py serves)
 GRIDS = {"resid_pre, 4 x 16": (4, 16), "12 x 60": (12, 60), "16 x 125 (2000 cells)": (16, 125)}
 GOAL_MS = 100.0
 REPEATS = 3
