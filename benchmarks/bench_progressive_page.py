@@ -24,9 +24,9 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(HERE))
 
+from bench_page import BUNDLE, HARNESS, ORIGIN  # noqa: E402 (the bare page bench_page.py serves)
 from harness import chromium_missing, launch_browser  # noqa: E402
 
-from bench_page import BUNDLE, HARNESS, ORIGIN  # noqa: E402 (the bare page bench_page.py serves)
 GRIDS = {"resid_pre, 4 x 16": (4, 16), "12 x 60": (12, 60), "16 x 125 (2000 cells)": (16, 125)}
 GOAL_MS = 100.0
 REPEATS = 3
