@@ -155,7 +155,8 @@ def edge_attribution(lab: Engine, clean, corrupt, metric, method: str = "eap", s
         g = _reader_gradients(lab, base, readers, metric, start if alpha else None)
         for name, value in g.items():
             grads[name] = grads.get(name, 0) + value / len(alphas)
-    scores = torch.tensor([float((deltas[w.name] * grads[r.name]).sum((1, 2)).mean()) for w, r in edges])
+    # one copy to the host for every edge (each read of a device value waits for the device)
+    scores = torch.stack([(deltas[w.name] * grads[r.name]).sum((1, 2)).mean() for w, r in edges]).float().cpu()
     pair_idx = torch.arange(len(base))
     return EdgeScores([f"{w.name} -> {r.name}" for w, r in edges], scores, method, metric.name,
                       float(metric(base_run.last_logits.float(), pair_idx).mean()),

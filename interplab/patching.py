@@ -30,7 +30,7 @@ from . import display, engine
 from . import edits as ed
 from .engine import Engine, as_prompts, engine_of
 from .errors import InterplabError, LengthMismatchError, NumberError, UnsupportedSiteError
-from .metrics import Custom, Metric, as_metric, top_k
+from .metrics import Custom, Metric, as_metric
 from .sae import SAE
 from .sites import HEADED, LAYERED
 
@@ -355,7 +355,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                                                           qk_fix, grad_drop)
         clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
                                       else (base_value, source_value))
-    else:  # the site at every layer, in both runs: cells where they are equal need no forward (see _first_change)
+    else:  # the site at every layer, in both runs: cells where they are equal need no forward (see _first_changes)
         keys = [(site, l) for l in layer_list]
         # the base run also keeps the residual every patched forward resumes from: one forward serves all chunks
         resume = [_resume_key(lab, site, l) for l in layer_list]
@@ -396,7 +396,13 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     total = sum(len(cells) for _, _, cells in jobs)
     bar = _progress_bar(total, progress)
     done = 0
-    base_cell = _cell_run(base_run.last_logits[:1], metric)[0]
+    base_cell = _read_chunks([_cell_tops(base_run.last_logits[:1], metric)])[0][2]
+    names: dict[int, str] = {}
+
+    def token(i: int) -> str:  # decoded once per sweep (hovers repeat the same few tokens)
+        if i not in names:
+            names[i] = lab.tokenizer.decode([i])
+        return names[i]
     base_top = _hover_top(base_cell)
     pending = []  # (priority, layer index, layer, source act, chunks): run after every layer's skipped cells
     fits = None  # first changed position -> cells per chunk within the budget (once some cell needs a forward)
@@ -407,11 +413,11 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
             if feature_source is not None:  # row li: the base activation with only its feature patched
                 source_act = feature_source(li, base_act)
             cells = []
-            for index, selector in all_cells:
-                first = _first_change(base_act, source_act, selector, n_heads)
+            firsts = _first_changes(base_act, source_act, [sel for _, sel in all_cells], n_heads)
+            for (index, selector), first in zip(all_cells, firsts):
                 if first is None:
                     result.raw[(li, *index)] = base_value
-                    result.top_tokens[(li, *index)] = [(lab.tokenizer.decode([i]), p) for i, p in base_top]
+                    result.top_tokens[(li, *index)] = [(token(i), p) for i, p in base_top]
                     result.cell_runs[(li, *index)] = base_cell
                 else:
                     cells.append((index, selector, first))
@@ -433,6 +439,19 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                         for c in (cells[i:i + per_chunk] for i in range(0, len(cells), per_chunk))]
         if order is not None:
             pending.sort(key=lambda job: -job[0])
+        unread = []  # (layer index, cells, their results still on the model's device)
+
+        def read():
+            """Copy the unread chunks' results to the host in one transfer. Each copy waits for the device to finish
+            what it was given, so a sweep makes one at the end (one per chunk for on_partial), not one per cell."""
+            got = iter(_read_chunks([out for _, _, out in unread]))
+            for li_, part, _ in unread:
+                for (cell_index, _, _), (v, top, run) in zip(part, got):
+                    result.raw[(li_, *cell_index)] = v
+                    result.top_tokens[(li_, *cell_index)] = [(token(i), p) for i, p in top]
+                    result.cell_runs[(li_, *cell_index)] = run
+            unread.clear()
+
         for _, li, layer, source_act, chunks in pending:
             for chunk in chunks:
                 if cancel is not None and cancel.is_set():
@@ -441,16 +460,14 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                 hidden = base_run.cache[_resume_key(lab, site, layer)]
 
                 def run_part(part, layer=layer, hidden=hidden, src=source_act):
-                    return _run_cells(lab, site, layer, part, pairs, metric, hidden, src, n_heads, runner)
-                vals = engine.halving(run_part, chunk)
-                for (cell_index, _, _), (v, top, run) in zip(chunk, vals):
-                    result.raw[(li, *cell_index)] = v
-                    result.top_tokens[(li, *cell_index)] = [(lab.tokenizer.decode([i]), p) for i, p in top]
-                    result.cell_runs[(li, *cell_index)] = run
+                    return [(part, _run_cells(lab, site, layer, part, pairs, metric, hidden, src, n_heads, runner))]
+                unread += [(li, part, out) for part, out in engine.halving(run_part, chunk)]
                 done += len(chunk)
                 _advance(bar, progress, done, total, len(chunk))
                 if on_partial is not None:
+                    read()
                     on_partial(finish())
+        read()
     finally:
         if bar is not None:
             bar.close()
@@ -517,36 +534,58 @@ def _resume_key(lab: Engine, site: str, layer: int) -> tuple[str, int]:
 
 
 def _run_cells(lab: Engine, site: str, layer: int, chunk, pairs: _Pairs, metric: Metric, base_hidden: torch.Tensor,
-               src: torch.Tensor, n_heads: int, runner) -> list[tuple]:
+               src: torch.Tensor, n_heads: int, runner) -> _ChunkOut:
     """A chunk of cells of one layer run by the backend (`runner.sweep_cells`: on the Hugging Face model one
     batched forward resumed from `base_hidden`, the base run's residual at the start layer), with `src` (the source
-    run's activation at the site) patched in.
-
-    Returns per cell (mean metric over pairs, top-3 (token id, prob) of the first pair's patched run, its
-    _cell_run)."""
+    run's activation at the site) patched in. Its results stay on the model's device (see _read_chunks)."""
     n_pairs = pairs.base_ids.shape[0]
     n_cells = len(chunk)
     logits = runner.sweep_cells(lab, site, layer, [(sel, first) for _, sel, first in chunk], pairs.base,
                                 ids=pairs.base_ids, mask=pairs.mask, lengths=pairs.lengths, hidden=base_hidden,
                                 source=src, n_heads=n_heads)
-    pair_idx = torch.arange(n_pairs).repeat(n_cells)
     if isinstance(metric, Custom):
-        values = [float(metric(logits[c * n_pairs:(c + 1) * n_pairs].float()).mean()) for c in range(n_cells)]
+        values = torch.stack([metric(logits[c * n_pairs:(c + 1) * n_pairs].float()).mean() for c in range(n_cells)])
     else:
-        values = metric(logits.float(), pair_idx).reshape(n_cells, n_pairs).mean(1).tolist()
-    runs = _cell_run(logits[::n_pairs], metric)
-    return list(zip(values, map(_hover_top, runs), runs))
+        pair_idx = torch.arange(n_pairs, device=logits.device).repeat(n_cells)
+        values = metric(logits.float(), pair_idx).reshape(n_cells, n_pairs).mean(1)
+    return _cell_tops(logits[::n_pairs], metric)._replace(values=values)
 
 
 CELL_TOP_K = 8  # next tokens kept per cell for the logit panel (interplab.session.TOP_K)
 
 
-def _cell_run(logits: torch.Tensor, metric: Metric) -> list[tuple]:
-    """Per row of first-pair logits: (top CELL_TOP_K ids, probabilities, the metric of pair 0)."""
-    ids, probs = top_k(logits, CELL_TOP_K)
-    values = ([float(metric(row[None].float()).reshape(-1)[0]) for row in logits] if isinstance(metric, Custom)
-              else metric(logits.float(), torch.zeros(len(logits), dtype=torch.long)).tolist())
-    return list(zip(ids, probs, values))
+class _ChunkOut(NamedTuple):
+    """A chunk's results where the model ran them, per cell: the mean metric over pairs, and the first pair's
+    CELL_TOP_K most probable next tokens, their probabilities and its own metric."""
+
+    values: torch.Tensor  # [cells]
+    ids: torch.Tensor  # [cells, CELL_TOP_K]
+    probs: torch.Tensor  # [cells, CELL_TOP_K]
+    first: torch.Tensor  # [cells]
+
+
+def _cell_tops(logits: torch.Tensor, metric: Metric) -> _ChunkOut:
+    """Per row of first-pair logits, on their device (values: the row's own metric, until _run_cells sets the
+    mean over pairs)."""
+    probs, ids = logits.float().softmax(-1).topk(CELL_TOP_K)
+    first = (torch.stack([metric(row[None].float()).reshape(-1)[0] for row in logits]) if isinstance(metric, Custom)
+             else metric(logits.float(), torch.zeros(len(logits), dtype=torch.long, device=logits.device)))
+    return _ChunkOut(first, ids, probs, first)
+
+
+def _read_chunks(outs: list[_ChunkOut]) -> list[tuple]:
+    """Every cell of `outs`, in order, as (value, hover top-3 (token id, probability), cell run: (top ids,
+    probabilities, first pair's metric)), from one copy to the host (float64: exact for every token id)."""
+    if not outs:
+        return []
+    packed = torch.cat([torch.cat([o.values[:, None].double(), o.first[:, None].double(), o.probs.double(),
+                                   o.ids.double()], 1) for o in outs]).cpu().tolist()
+    k = CELL_TOP_K
+    cells = []
+    for row in packed:
+        run = ([int(i) for i in row[2 + k:]], row[2:2 + k], row[1])
+        cells.append((row[0], _hover_top(run), run))
+    return cells
 
 
 def _hover_top(cell_run: tuple, n: int = 3) -> list[tuple[int, float]]:
@@ -554,19 +593,25 @@ def _hover_top(cell_run: tuple, n: int = 3) -> list[tuple[int, float]]:
     return list(zip(cell_run[0][:n], cell_run[1][:n]))
 
 
-def _first_change(base: torch.Tensor, source: torch.Tensor, selector, n_heads: int) -> int | None:
-    """The first position where the cell's activation differs between the runs (in any pair), or None when it is
-    equal everywhere: then patching changes nothing and the patched run IS the base run. Exact, and common:
-    positions before the first token where clean and corrupt differ are equal at every layer (attention is causal),
-    and at layer 0 so is every position with equal tokens."""
-    pos, head = selector
-    if head is not None:
-        base = base.reshape(*base.shape[:-1], n_heads, -1)[..., head, :]
-        source = source.reshape(*source.shape[:-1], n_heads, -1)[..., head, :]
-    if pos is not None:
-        return None if torch.equal(base[:, pos], source[:, pos]) else pos
-    differs = (base != source).reshape(*base.shape[:2], -1).any(-1).any(0).nonzero()
-    return int(differs[0]) if len(differs) else None
+def _first_changes(base: torch.Tensor, source: torch.Tensor, selectors, n_heads: int) -> list[int | None]:
+    """Per cell's (position, head) selector: the first position where its activation differs between the runs (in
+    any pair), or None when it is equal everywhere: then patching changes nothing and the patched run IS the base
+    run. Exact, and common: positions before the first token where clean and corrupt differ are equal at every layer
+    (attention is causal), and at layer 0 so is every position with equal tokens. One small [positions(, heads)]
+    table is read to the host per layer, not one comparison per cell: each read waits for the device."""
+    headed = any(head is not None for _, head in selectors)
+    diff = base != source  # [pairs, pos, width] (per-head sites: width = heads x head size)
+    diff = diff.reshape(*diff.shape[:2], n_heads, -1) if headed else diff.reshape(*diff.shape[:2], -1)
+    differs = diff.any(-1).any(0).cpu()  # [pos, heads] or [pos]
+    out = []
+    for pos, head in selectors:
+        col = differs[:, head] if head is not None else (differs.any(-1) if headed else differs)
+        if pos is not None:
+            out.append(pos if bool(col[pos]) else None)
+        else:
+            changed = col.nonzero()
+            out.append(int(changed[0]) if len(changed) else None)
+    return out
 
 
 def _metric_mean(metric: Metric, logits: torch.Tensor, pair_idx: torch.Tensor) -> float:

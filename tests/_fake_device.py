@@ -17,7 +17,10 @@ every number is the CPU's. A torch function mode follows the tag the way CUDA fo
   index tensors when indexing a device tensor, `torch.autograd.grad`; `.numpy()` of a tagged tensor raises as it
   does on CUDA;
 - `moved` lists every copy from the device to the host (`.cpu()`, `.to("cpu")`, `.tolist()`, `.item()`): its shape
-  and bytes, for tests that count what a click copies.
+  and bytes, for tests that count what a click copies;
+- `waits` names every op where the host waits for the device: those copies, and what reads a device tensor's value
+  into Python or sizes a result by it (`torch.equal`, `bool`/`int`/`float` of a tensor, `nonzero`). Each one
+  stops a GPU's queue from running ahead of Python, so a sweep should make few, whatever its number of cells.
 
 What this cannot see: anything C++ does inside one op (it runs on the CPU), CUDA numerics, kernels that exist on one
 device only, memory. It sees every op reached from Python, which is where a tensor left on the host shows up.
@@ -40,6 +43,8 @@ _IS_CUDA_GET = torch._C.TensorBase.is_cuda
 _GRAD_GET = torch._C.TensorBase.grad
 _COPIES = {torch.Tensor.copy_, torch.Tensor.__setitem__}
 _INDEXING = {torch.Tensor.__getitem__, torch.Tensor.index_select}
+_WAITS = {torch.equal, torch.Tensor.__bool__, torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.__index__,
+          torch.nonzero, torch.Tensor.nonzero, torch.masked_select, torch.Tensor.masked_select}
 
 
 def tagged(t) -> bool:
@@ -77,6 +82,7 @@ class FakeDevice(TorchFunctionMode):
         self.models = models
         self.violations: list[tuple[str, str]] = []
         self.moved: list[tuple[tuple, int]] = []  # (shape, bytes) of every tensor copied from the device to the host
+        self.waits: list[str] = []  # every op that made the host wait for the device (see the module docstring)
         self._patched = contextlib.ExitStack()
 
     def __enter__(self):
@@ -103,6 +109,7 @@ class FakeDevice(TorchFunctionMode):
 
     def _moved(self, t: torch.Tensor) -> None:
         self.moved.append((tuple(t.shape), t.numel() * t.element_size()))
+        self.waits.append("copy to host")
 
     def _fail(self, name: str, what: str):
         where = "".join(traceback.format_list([f for f in traceback.extract_stack()[:-2]
@@ -125,6 +132,8 @@ class FakeDevice(TorchFunctionMode):
                              "to host memory first.")
         if func in (torch.Tensor.tolist, torch.Tensor.item) and tagged(args[0]):
             self._moved(args[0])
+        if func in _WAITS and any(tagged(t) for t in args if isinstance(t, torch.Tensor)):
+            self.waits.append(name)
         if func is torch.Tensor.to:
             return self._to(args, kwargs)
         if func is torch.Tensor.cuda:
