@@ -16,6 +16,8 @@ tokens (the pair differs in one name) and logit_diff(" Mary", " John"):
             layer and position up, plus one unembedding row, at the peak the table prints (`peak`: the spec sheet's
             dense figure for known GPUs, else the fastest square matmul measured here in that dtype);
   peak mem  the sweep's peak device memory above what was allocated before it (CUDA only);
+  rows      the sweep's default rows per forward (engine.default_max_rows); where that is not 64, the time of the
+            same sweep in 64-row chunks over the default's (> 1: the bigger chunks pay);
   run/fwd   `lab.run(prompt)` (the memo cleared) over one plain forward of the model;
   click/fwd a click on a fresh heatmap cell (session.logits_view of that cell's patch, no sweep result to read
             from, the session warmed) over one plain forward;
@@ -249,6 +251,14 @@ def bench(shape: str, dtype, device, n_tokens: int, sample: int, fp32_values=Non
     row["peak_mib"] = ((torch.cuda.max_memory_allocated(device) - before) / 2**20) if device.type == "cuda" \
         else None
     row["values"] = res.values
+    row["rows"] = ilab.engine.default_max_rows(device)  # the sweep's default chunk; where it is not 64, time 64
+    if row["rows"] != 64:
+        lab.engine.clear_memo()
+        sync(device)
+        t0 = now()
+        lab.patch_sweep(clean, corrupt, "resid_pre", ("layer", "pos"), metric, progress=False, max_batch=64)
+        sync(device)
+        row["sweep64_s"] = now() - t0
     row["loop_s"], row["loop_sample"] = hook_loop_time(lab, clean, corrupt, metric, sample)
     row["sweep_flops"], row["forward_flops"] = floor_flops(model, lab, ids_c, ids_k)
     row["peak"], row["peak_note"] = peak_flops(device, dtype)
@@ -302,8 +312,9 @@ def main(argv=None) -> list[str]:
              f"{' (wall, synchronised)' if device.type == 'cuda' else ' of this process CPU time (one thread)'}."
              + ("" if device.type == "cuda" else f" Load average while starting: {_load()}."), "",
              "| shape | dtype | tokens | cells run | sweep s | hook loop s (est.) | loop / sweep | sweep FLOPs | "
-             "peak assumed | sweep / floor | peak mem MiB | run / fwd (ms) | click / fwd (ms) | bf16 vs fp32 |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "peak assumed | sweep / floor | peak mem MiB | rows (64-row sweep / default) | run / fwd (ms) | "
+             "click / fwd (ms) | bf16 vs fp32 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     for shape in shapes:
         fp32_values = None
@@ -318,12 +329,13 @@ def main(argv=None) -> list[str]:
                 fp32_values = r["values"]
             floor_s = r["sweep_flops"] / r["peak"]
             mem = "-" if r["peak_mib"] is None else f"{r['peak_mib']:.0f}"
+            rows_note = f" ({r['sweep64_s'] / r['sweep_s']:.2f}x)" if "sweep64_s" in r else ""
             diff = (f"max diff {r['bf16_diff']:.4f} on a range of {r['fp32_range']:.3f}" if "bf16_diff" in r
                     else "-")
             line = (f"| {shape} | {r['dtype']} | {r['tokens']} | {r['cells_run']} | {r['sweep_s']:.2f} | "
                     f"{r['loop_s']:.2f} ({r['loop_sample']} cells) | {r['loop_s'] / r['sweep_s']:.1f}x | "
                     f"{r['sweep_flops'] / 1e12:.3f} T | {r['peak_note']} | {r['sweep_s'] / floor_s:.1f}x | "
-                    f"{mem} | "
+                    f"{mem} | {r['rows']}{rows_note} | "
                     f"{r['run_s'] / r['forward_s']:.2f}x ({1e3 * r['run_s']:.1f} / {1e3 * r['forward_s']:.1f}) | "
                     f"{r['click_s'] / r['forward_s']:.2f}x ({1e3 * r['click_s']:.1f} / "
                     f"{1e3 * r['forward_s']:.1f}) | {diff} |")

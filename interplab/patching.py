@@ -255,7 +255,7 @@ class _Pairs:
 
 
 def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
-                direction: str = "denoise", method: str = "exact", *, max_batch: int = 64,
+                direction: str = "denoise", method: str = "exact", *, max_batch: int | None = None,
                 progress: bool | Callable[[int, int], None] = True, cancel: threading.Event | None = None,
                 on_partial: Callable[[SweepResult], None] | None = None, layers=None, qk_fix: bool = False,
                 grad_drop: bool = False, order: torch.Tensor | None = None,
@@ -317,9 +317,11 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                              f"effect goes through the attention pattern; site {site!r} has none to fix.")
     if metric is None:
         raise InterplabError("metric= is required, e.g. ilab.logit_diff(' Mary', ' John').")
-    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-        raise InterplabError(f"max_batch={max_batch!r}: the most patched rows per forward, an int >= 1 (default 64; "
-                             f"lower it if memory runs out).")
+    if max_batch is None:
+        max_batch = engine.default_max_rows(lab.device)
+    elif isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+        raise InterplabError(f"max_batch={max_batch!r}: the most patched rows per forward, an int >= 1 (default: 64 "
+                             f"on a CPU, 512 on a GPU, fewer where memory_budget allows fewer).")
     budget = _budget_bytes(memory_budget, lab.device)
     if not (isinstance(progress, bool) or callable(progress)):
         raise InterplabError(f"progress={progress!r}: use True (a progress bar), False, or a function (done, total).")

@@ -26,10 +26,20 @@ from .core import (
 from .generate import Generation
 from .hooks import HookManager, Plan, PlannedEdit, attach, attached_hooks, forward, install, run_lock, with_input
 from .memo import Memo, model_state
-from .resume import default_budget, final_logits, halving, key_values, prefix, resumed_last_logits, row_bytes, start_at
+from .resume import (
+    default_budget,
+    default_max_rows,
+    final_logits,
+    halving,
+    key_values,
+    prefix,
+    resumed_last_logits,
+    row_bytes,
+    start_at,
+)
 
 __all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "device_of", "dtype_of", "engine_of",
            "execution_device", "own_weights", "Backend", "HFBackend", "Samples", "Generation",
            "HookManager", "Plan", "PlannedEdit", "attach", "attached_hooks", "forward", "install", "run_lock",
-           "with_input", "Memo", "model_state", "default_budget", "final_logits", "halving", "key_values", "prefix",
-           "resumed_last_logits", "row_bytes", "start_at"]
+           "with_input", "Memo", "model_state", "default_budget", "default_max_rows", "final_logits", "halving",
+           "key_values", "prefix", "resumed_last_logits", "row_bytes", "start_at"]

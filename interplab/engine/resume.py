@@ -167,6 +167,16 @@ def halving(run: Callable[[list], list], items: list) -> list:
 BUDGET_CAP = {"cuda": 2**30}
 BUDGET_CAP_OTHER = 256 * 2**20
 FREE_SHARE = 4  # the default budget takes at most this fraction (1/FREE_SHARE) of the device's free memory
+# The most rows one batched forward of a sweep takes when the caller names no max_batch (the budget may allow fewer).
+# A CPU gains nothing above 64; on a GPU a chunk of cells that compute few positions each (a late first change) is a
+# few hundred token rows, too few to keep it busy, so it takes more: each forward costs its kernels' launches.
+MAX_ROWS = {"cuda": 512}
+MAX_ROWS_OTHER = 64
+
+
+def default_max_rows(device) -> int:
+    """The rows a sweep's forward takes at most by default on `device` (MAX_ROWS)."""
+    return MAX_ROWS.get(torch.device(device).type, MAX_ROWS_OTHER)
 
 
 def default_budget(device) -> int:
@@ -196,8 +206,10 @@ def free_memory(device) -> int | None:
 def row_bytes(model: nn.Module, q_len: int, k_len: int) -> int:
     """Bytes one row of a resumed forward holds at its peak, computing `q_len` positions over `k_len` keys: what a
     layer keeps alive at once (residual and norm copies, queries/keys/values, the MLP's hidden and its activation's
-    temporaries, this layer's joined keys/values and the attention scores), from the config's sizes. An estimate
-    (calibrated by benchmarks/bench_long_sweep.py), not a bound: chunks still halve if memory runs out."""
+    temporaries, this layer's joined keys/values and the attention scores), and its last position's logits (the
+    unembedding in the model's dtype, then fp32 for the metric and its softmax: a 128k vocabulary takes more than a
+    late cell's forward), from the config's sizes. An estimate (calibrated by benchmarks/bench_long_sweep.py), not a
+    bound: chunks still halve if memory runs out."""
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     d = cfg.hidden_size
     heads = cfg.num_attention_heads
@@ -209,4 +221,5 @@ def row_bytes(model: nn.Module, q_len: int, k_len: int) -> int:
     per_position = 6 * d + 3 * d_ff + heads * head_dim + 2 * kv_width
     elements = q_len * per_position + 2 * kv_width * k_len + (2 if eager else 1) * heads * q_len * k_len
     itemsize = torch.empty((), dtype=getattr(model, "dtype", torch.float32)).element_size()  # activations' dtype
-    return elements * itemsize + q_len * k_len * itemsize  # + the row's attention mask
+    logits = cfg.vocab_size * (itemsize + 3 * 4)
+    return elements * itemsize + q_len * k_len * itemsize + logits  # + the row's attention mask

@@ -84,6 +84,50 @@ def test_a_larger_budget_takes_more_rows_up_to_max_batch(models, tokenizer):
     assert widest[10**12, 5] == 5
 
 
+def test_a_gpu_takes_bigger_chunks_by_default_within_the_budget(models, tokenizer):
+    """max_batch unset: 64 rows per forward on a CPU, up to 512 on a GPU (the model tagged as living on cuda:0, see
+    tests/_fake_device.py), where a 64-row forward of late cells is too small to keep the device busy; an explicit
+    max_batch and the budget still decide. The values are the CPU's."""
+    from _fake_device import FakeDevice
+
+    lab = ilab.Lab(models["gpt2"], tokenizer)
+    m = ilab.logit_diff(5, 9)
+    n_pos = len(lab.to_str_tokens(CLEAN))
+    widest, values = {}, {}
+    for where, kw in (("cpu", {}), ("gpu", {}), ("gpu, max_batch=64", {"max_batch": 64}),
+                      ("gpu, small budget", {"memory_budget": 100 * engine.row_bytes(lab.model, n_pos, n_pos)})):
+        lab.engine.clear_memo()
+        seen, handle = _rows_per_forward(lab)
+        try:
+            if where.startswith("gpu"):
+                with FakeDevice(lab.model):
+                    res = lab.patch_sweep(CLEAN, CORRUPT, "z", ("layer", "head", "pos"), m, progress=False, **kw)
+            else:
+                res = lab.patch_sweep(CLEAN, CORRUPT, "z", ("layer", "head", "pos"), m, progress=False, **kw)
+        finally:
+            handle.remove()
+        widest[where], values[where] = max(rows for rows, _ in seen[2:]), res.raw
+    assert widest["cpu"] == widest["gpu, max_batch=64"] == engine.default_max_rows("cpu") == 64
+    assert 64 < widest["gpu"] <= engine.default_max_rows("cuda") == 512
+    assert widest["gpu, small budget"] <= 100
+    for where in values:
+        torch.testing.assert_close(values[where], values["cpu"], atol=1e-5, rtol=1e-5)
+
+
+def test_row_bytes_counts_the_last_positions_logits(models):
+    """A row unembeds its last position and the metric reads it in fp32: with a 128k vocabulary that is more than a
+    late cell's forward of a small model, so the estimate must hold at least those logits."""
+    from types import SimpleNamespace
+
+    config = models["gpt2"].config.to_dict()
+
+    def model(vocab):
+        return SimpleNamespace(config=models["gpt2"].config.__class__(**{**config, "vocab_size": vocab}),
+                               dtype=torch.float32)
+    narrow, wide = engine.row_bytes(model(1000), 1, 20), engine.row_bytes(model(128_000), 1, 20)
+    assert wide - narrow >= (128_000 - 1000) * 4 and wide > 2 * narrow
+
+
 @pytest.mark.parametrize("bad", [0, -1, 0.5, float("nan"), float("inf"), True, "lots", "12 parsecs", "MiB", [1]])
 def test_a_bad_budget_is_a_typed_error_naming_the_argument(models, tokenizer, bad):
     lab = ilab.Lab(models["gpt2"], tokenizer)
