@@ -478,7 +478,7 @@ def bind_hooks(lab, edits: list) -> HookManager:
         if isinstance(e, SamplerEdit):
             raise InterplabError(f"{e.describe()}: sampler edits work in lab.generate only, not bound to the model.")
     planned = _plan(lab, edits, [1], generating=False)  # resolves patch sources before any hook is on
-    hm = HookManager(lab.model, "interplab.bound")
+    hm = HookManager(lab.model, "interplab.bound", every_thread=True)  # every forward, whoever runs it
     try:
         _install(hm, lab, planned, _State(_special_ids(lab)))
     except BaseException:

@@ -26,15 +26,23 @@ _LIVE: weakref.WeakSet[HookManager] = weakref.WeakSet()
 
 
 class HookManager:
-    """Attach hooks for one block of work; `with HookManager(model) as hm:` removes them all on exit."""
+    """Attach hooks for one block of work; `with HookManager(model) as hm:` removes them all on exit.
 
-    def __init__(self, model: nn.Module, owner: str = "interplab"):
+    The hooks act only on forwards run by the thread that made the manager: the model is shared, and a view's job
+    runs on the worker thread while the user may call lab.model(...) in the notebook; that forward must not see the
+    job's edits. every_thread=True: they act on every forward (edits bound to the model until unbound, the serving
+    engine's batches, which its own threads may run)."""
+
+    def __init__(self, model: nn.Module, owner: str = "interplab", *, every_thread: bool = False):
         self.model = model
         self.owner = owner
+        self._thread = None if every_thread else threading.get_ident()
         self._handles: list[tuple[str, str, torch.utils.hooks.RemovableHandle]] = []
         _LIVE.add(self)
 
     def add(self, point: HookPoint, fn: Callable, prepend: bool = False) -> None:
+        if self._thread is not None:
+            fn = _in_thread(fn, self._thread)
         probe = f".{PROBES}." in point.module
         if probe:  # a point inside attention exists only while a hook needs it
             attention.acquire(self.model, point.module)
@@ -65,6 +73,14 @@ class HookManager:
 
     def __exit__(self, *exc) -> None:
         self.remove_all()  # runs on KeyboardInterrupt too: `with` exits through BaseException
+
+
+def _in_thread(fn: Callable, thread: int) -> Callable:
+    """fn, acting only in `thread`: elsewhere the hook returns None, which leaves the module's input or output as it
+    is."""
+    def hook(*args, **kwargs):
+        return fn(*args, **kwargs) if threading.get_ident() == thread else None
+    return hook
 
 
 def attached_hooks() -> list[dict]:

@@ -179,7 +179,7 @@ class VLLMBackend(Backend):
         """Run one request per prompt (token ids) with its plan and vllm.SamplingParams, all in one batch."""
         if not (len(prompts) == len(plans) == len(params)):
             raise InterplabError("internal: one plan and one SamplingParams per prompt.")
-        with self._lock, HookManager(self.model, "interplab.vllm") as hm:
+        with self._lock, HookManager(self.model, "interplab.vllm", every_thread=True) as hm:  # (vLLM's threads)
             self._install(hm, plans)
             engine = self.llm.llm_engine
             keys, order = [], {}
