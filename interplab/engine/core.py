@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..edits import ApplyContext, Edit, SourceRef, edits_key, edits_to_json
+from ..edits import ApplyContext, Edit, SourceRef, edits_key, edits_to_json, selected_rows
 from ..errors import (
     EmptyPromptError,
     InterplabError,
@@ -431,7 +431,7 @@ class Engine:
             e.sae.check_fits(self)  # the SAE's layer exists and its d_in is the site's width here
         layers = self.sites.layers_of(e.layer) if canonical and e.site in LAYERED else [e.layer]
         _check_rows(e.batch, n_rows)
-        _check_positions(e.pos, lengths)
+        _check_positions(e.pos, lengths, e.batch)
         out = []
         for layer in layers:
             site = self.resolve(e.site, layer)
@@ -774,14 +774,20 @@ def _check_rows(batch, n_rows: int) -> None:
             raise OutOfRangeError(f"batch row {r} out of range: this run has {n_rows} prompt(s) (0..{n_rows - 1}).")
 
 
-def _check_positions(pos, lengths: list[int]) -> None:
+def _check_positions(pos, lengths: list[int], batch=None) -> None:
+    """Every position must exist in each prompt the edit selects (batch=): a longer prompt's later positions may be
+    edited when the edit leaves the shorter ones alone."""
     if pos is None or isinstance(pos, (slice, str)):  # words ("prompt", "newest", ...) are checked by Edit
         return
-    n = min(lengths)
+    rows = selected_rows(batch, len(lengths))
+    if not rows:
+        return
+    n = min(lengths[r] for r in rows)
+    which = "the shortest prompt" if len(rows) == len(lengths) else "the shortest prompt this edit's batch= selects"
     for p in pos if isinstance(pos, (list, tuple, range)) else [pos]:
         if not -n <= int(p) < n:
             raise OutOfRangeError(
-                f"position {p} out of range: the shortest prompt has {n} tokens (positions 0..{n - 1}, or -{n}..-1)."
+                f"position {p} out of range: {which} has {n} tokens (positions 0..{n - 1}, or -{n}..-1)."
             )
 
 

@@ -88,3 +88,19 @@ def test_position_beyond_the_shortest_prompt_is_an_error(arch_lab):
     arch, lab = arch_lab
     with pytest.raises(ilab.OutOfRangeError, match="shortest prompt"):
         lab.run(PROMPTS, edits=[ilab.zero("resid_pre", 0, pos=10)])
+
+
+def test_a_position_only_the_selected_longer_prompts_have_is_allowed(arch_lab, tokenizer):
+    """batch= limits an edit to prompt 0 (the longest): a position beyond the shorter prompts is checked against
+    the rows the edit selects, and the run equals the hand-hooked run of each prompt alone."""
+    arch, lab = arch_lab
+    pos = len(tokenizer(PROMPTS[1])["input_ids"]) + 2  # past prompt 1's end, inside prompt 0
+    run = lab.run(PROMPTS, edits=[ilab.zero("resid_pre", 1, pos=pos, batch=0)])
+    for i, p in enumerate(PROMPTS):
+        ids, mask = encode(tokenizer, p)
+        hooks = [(*_point(arch, "resid_pre", 1), lambda t: edit_rows(t, lambda x, b, q: x * 0, pos=pos))] if i == 0 \
+            else []
+        want_logits, _ = hand_run(lab.model, ids, mask, edits=hooks, capture=[])
+        assert torch.allclose(run.last_logits[i], want_logits[0, -1], atol=ATOL), (arch, i)
+    with pytest.raises(ilab.OutOfRangeError, match="batch= selects has"):
+        lab.run(PROMPTS, edits=[ilab.zero("resid_pre", 0, pos=pos, batch=[0, 1])])
