@@ -45,6 +45,7 @@ def _is_answer(cell) -> bool:
 
 
 CLOSED_MESSAGE = "Answer closed."
+MAX_EXECUTED = 2_500_000  # bytes of an executed notebook, answers shown (the widget code alone is 1.2 MB)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -132,6 +133,10 @@ def test_the_solved_copy_runs_top_to_bottom(path, tmp_path, monkeypatch):
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                      if o.output_type == "stream")
     assert "Traceback" not in text and CLOSED_MESSAGE not in text
+    # saved as it ran (the views' state and the widget code, once): small enough to mail to a class
+    size = len(nbformat.writes(nb).encode())
+    print(f"\nexecuted solved {path.name}: {size / 1e6:.2f} MB")
+    assert size <= MAX_EXECUTED, f"{path.name} executed is {size / 1e6:.2f} MB (at most {MAX_EXECUTED / 1e6:.1f} MB)"
 
 
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.name[:2] in ("00", "01", "02", "03", "05")],

@@ -590,12 +590,21 @@ export function grid(values) {
   );
 }
 
+/**
+ * A rows x cols grid of strings from a text-grid trait: a 2-D array, or the kernel's wire form
+ * {strings: [each distinct text once], index: [[i, ...], ...]} (interplab/widgets/base.py, text_grid_to_json).
+ */
 export function strGrid(values, rows, cols) {
+  const table = values && !Array.isArray(values) && Array.isArray(values.strings) ? values.strings : null;
+  const cells = table ? values.index : values;
   const out = [];
   for (let r = 0; r < rows; r++) {
-    const src = Array.isArray(values) && Array.isArray(values[r]) ? values[r] : [];
+    const src = Array.isArray(cells) && Array.isArray(cells[r]) ? cells[r] : [];
     const row = [];
-    for (let c = 0; c < cols; c++) row.push(src[c] === undefined || src[c] === null ? "" : String(src[c]));
+    for (let c = 0; c < cols; c++) {
+      const v = table ? table[src[c]] : src[c];
+      row.push(v === undefined || v === null ? "" : String(v));
+    }
     out.push(row);
   }
   return out;
