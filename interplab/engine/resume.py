@@ -221,5 +221,6 @@ def row_bytes(model: nn.Module, q_len: int, k_len: int) -> int:
     per_position = 6 * d + 3 * d_ff + heads * head_dim + 2 * kv_width
     elements = q_len * per_position + 2 * kv_width * k_len + (2 if eager else 1) * heads * q_len * k_len
     itemsize = torch.empty((), dtype=getattr(model, "dtype", torch.float32)).element_size()  # activations' dtype
-    logits = cfg.vocab_size * (itemsize + 3 * 4)
-    return elements * itemsize + q_len * k_len * itemsize + logits  # + the row's attention mask
+    mask = q_len * k_len * itemsize  # the row's attention mask
+    logits = (getattr(cfg, "vocab_size", None) or 0) * (itemsize + 3 * 4)  # model dtype, then 3 fp32 copies
+    return elements * itemsize + mask + logits
