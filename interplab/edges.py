@@ -268,7 +268,8 @@ def _exact_chunk(lab: Engine, part, base, base_run, deltas, metric, n_pairs: int
         first.append(shifted("resid_post", n - 1, logit_rows))
     # each shift sits at its reader's own layer: the reader's output in this run is what the edge gives it
     reads = sorted({(r.site if r.site != "mlp" else "mlp_out", r.layer) for _, r in part if r.site != "logits"})
-    run1 = lab.run(prompts, edits=first, cache=reads, log=False)
+    # (memo=False: these runs' edits are tensors made here; digesting them for a key would copy each to the host)
+    run1 = lab.run(prompts, edits=first, cache=reads, log=False, memo=False)
     final_logits = run1.last_logits
     second = []  # each row's reader output set in that row only: the rest of the row computes on from it
     for site, layer in reads:
@@ -285,7 +286,7 @@ def _exact_chunk(lab: Engine, part, base, base_run, deltas, metric, n_pairs: int
                 v[rows_of(i), :, r.head] = run1.cache[site, layer][rows_of(i)].view(n_pairs, -1, heads,
                                                                                   v.shape[-1])[:, :, r.head]
         second.append(ed.patch(site, layer, batch=rows_for(which), source=value))
-    logits = lab.run(prompts, edits=second, log=False).last_logits if second else final_logits
+    logits = lab.run(prompts, edits=second, log=False, memo=False).last_logits if second else final_logits
     if logit_rows:
         keep = torch.tensor([i * n_pairs + j for i in logit_rows for j in range(n_pairs)])
         logits = logits.clone()
@@ -354,7 +355,7 @@ def circuit(lab: Engine, clean, corrupt, metric, edges) -> CircuitResult:
         inputs = torch.cat([corrupt_run.cache["resid_pre", layer] + shift(name) for name, _, _ in names])
         prompts = [p for _ in names for p in corrupt_p]
         run = lab.run(prompts, edits=[ed.set_value("resid_pre", layer, value=inputs)],
-                      cache=[("q", layer), ("k", layer), ("v", layer)], log=False)
+                      cache=[("q", layer), ("k", layer), ("v", layer)], log=False, memo=False)
         for site in ("q", "k", "v"):
             heads = H if site == "q" else kv
             value = corrupt_run.cache[site, layer].clone()
@@ -364,14 +365,14 @@ def circuit(lab: Engine, clean, corrupt, metric, edges) -> CircuitResult:
                     got = run.cache[site, layer][i * n_pairs:(i + 1) * n_pairs]
                     v[:, :, h] = got.view(*got.shape[:2], heads, -1)[:, :, h]
             patches.append(ed.patch(site, layer, source=value))
-        heads_run = lab.run(corrupt_p, edits=patches, cache=[("z", layer)], log=False)
+        heads_run = lab.run(corrupt_p, edits=patches, cache=[("z", layer)], log=False, memo=False)
         now.update(_writer_outputs(lab, heads_run, [layer], heads_only=True))
         mlp_in = corrupt_run.cache["resid_mid", layer] + shift(f"MLP{layer}")
         mlp_run = lab.run(corrupt_p, edits=[ed.set_value("resid_mid", layer, value=mlp_in)],
-                          cache=[("mlp_out", layer)], log=False)
+                          cache=[("mlp_out", layer)], log=False, memo=False)
         now[f"MLP{layer}"] = mlp_run.cache["mlp_out", layer]
     final = corrupt_run.cache["resid_post", n - 1] + shift("logits")
-    out = lab.run(corrupt_p, edits=[ed.set_value("resid_post", n - 1, value=final)], log=False)
+    out = lab.run(corrupt_p, edits=[ed.set_value("resid_post", n - 1, value=final)], log=False, memo=False)
     pair_idx = torch.arange(n_pairs)
     value = float(metric(out.last_logits.float(), pair_idx).mean())
     clean_value = float(metric(lab.run(clean_p, log=False).last_logits.float(), pair_idx).mean())

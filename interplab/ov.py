@@ -75,7 +75,8 @@ def copying_scores(lab: Engine, prompts, positions, k: int = 5) -> CopyingScores
     norm = lab.model.get_submodule(arch.final_norm)
     unembed = lab.model.get_output_embeddings()
     for layer in range(n):
-        run = lab.run(filler, [set_value("resid_pre", layer, state[:, None, :])], cache=[("z", layer)], log=False)
+        run = lab.run(filler, [set_value("resid_pre", layer, state[:, None, :])], cache=[("z", layer)], log=False,
+                      memo=False)  # (its edit is a tensor made here: a key would copy it to the host)
         o_proj = lab.model.get_submodule(f"{arch.layers}.{layer}.{arch.o_proj}")
         with torch.no_grad():  # the modules are called, so a device_map's hooks load their weights
             z = run.cache["z", layer][:, -1].to(execution_device(lab.model, o_proj), o_proj.weight.dtype)

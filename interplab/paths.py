@@ -122,7 +122,8 @@ def _run_chunk(lab: Engine, chunk, groups, base, base_run, source_run, metric, n
             edits.append(ed.patch("mlp_out", sl, batch=list(range(s * n_pairs, (s + 1) * n_pairs)),
                                   source=source_run.cache["mlp_out", sl].repeat(len(chunk), 1, 1)))
     receiver_sites = sorted({(site, layer) for g in groups if g != "logits" for layer, _, site in g})
-    sent = lab.run(prompts, edits=edits, cache=receiver_sites, log=False)
+    # (memo=False: these runs' edits are tensors made here; digesting them for a key would copy each to the host)
+    sent = lab.run(prompts, edits=edits, cache=receiver_sites, log=False, memo=False)
     pair_idx = torch.arange(n_pairs).repeat(len(chunk))
     out = torch.zeros(len(groups), len(chunk))
     for gi, group in enumerate(groups):
@@ -130,7 +131,7 @@ def _run_chunk(lab: Engine, chunk, groups, base, base_run, source_run, metric, n
             logits = sent.last_logits
         else:
             patches = [ed.patch(site, layer, head=head, source=sent) for layer, head, site in group]
-            logits = lab.run(prompts, edits=patches, log=False).last_logits
+            logits = lab.run(prompts, edits=patches, log=False, memo=False).last_logits
         out[gi] = metric(logits.float(), pair_idx).view(len(chunk), n_pairs).mean(1)
     return out
 

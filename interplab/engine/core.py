@@ -334,19 +334,24 @@ class Engine:
         return (corrupt, clean, metric) if direction == "denoise" else (clean, corrupt, metric)
 
     # ---- runs -------------------------------------------------------------------------------------------
-    def run(self, prompts, edits=None, cache=None, *, grad: bool = False, log: bool = True) -> Run:
+    def run(self, prompts, edits=None, cache=None, *, grad: bool = False, log: bool = True,
+            memo: bool = True) -> Run:
         """Forward the prompts with edits applied, recording the cached sites.
 
         cache: site names ('resid_post' = every layer), (name, layer) pairs, or raw module paths.
+        memo=False: neither looked up in the memo nor kept there. For an analysis's own runs whose edits carry
+        tensors it computed: the memo's key digests every tensor's bytes, a copy to the host of each (megabytes per
+        edit on a big model), for a run no later call repeats.
         """
-        if not isinstance(grad, bool) or not isinstance(log, bool):
-            name, value = ("grad", grad) if not isinstance(grad, bool) else ("log", log)
-            raise InterplabError(f"{name}={value!r}: pass True or False.")
+        for name, value in (("grad", grad), ("log", log), ("memo", memo)):
+            if not isinstance(value, bool):
+                raise InterplabError(f"{name}={value!r}: pass True or False.")
         prompts = as_prompts(prompts)
         edits = list(edits or [])
         cache_req = _cache_request(cache)
-        key = self.memo.key(("run", tuple(prompts), edits_key(edits), json.dumps(cache_req, default=str)))
-        hit = None if grad else self.memo.get(key)
+        key = self.memo.key(("run", tuple(prompts), edits_key(edits), json.dumps(cache_req, default=str))) \
+            if memo else None
+        hit = None if grad or not memo else self.memo.get(key)
         if hit is not None:
             return hit
         ids, mask, lengths = self.encode(prompts)
@@ -368,7 +373,7 @@ class Engine:
                      _Decoded(self.tokenizer, ids, lengths), grad=grad)
         if edits and log:
             self.log.record(prompts, edits, cache_req)
-        if not grad:
+        if not grad and memo:
             self.memo.put(key, result)
         return result
 

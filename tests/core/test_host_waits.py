@@ -6,7 +6,8 @@ sweep that waits once per cell runs a small model at the speed of its round trip
 model here is tagged as living on a second device (tests/_fake_device.py), which records every such wait.
 
 Bounds are in the sweep's own units: per layer (the cells that need no forward are found from one small table per
-layer), per chunk only where on_partial asks for every chunk, and never per cell."""
+layer), per chunk only where on_partial asks for every chunk, and never per cell. And what the patching analyses
+copy to the host: never an activation."""
 
 from __future__ import annotations
 
@@ -62,3 +63,42 @@ def test_attribution_and_edge_scores_wait_a_fixed_number_of_times(lab):
     with FakeDevice(lab.model) as fake:
         scores = lab.edge_attribution(CLEAN, CORRUPT, metric)
     assert len(scores.edges) > 100 and len(fake.waits) <= AROUND, fake.waits  # not one per edge
+
+
+def test_the_patching_analyses_copy_no_activation_to_the_host(lab):
+    """Edge patching, path patching, the circuit and copying scores run the model with edits that carry tensors they
+    computed (on the device); those runs skip the memo, whose key would copy each tensor to the host to digest it
+    (an activation per edit: megabytes on a big model). What comes back is logits rows and scores, never a
+    [rows, positions, width] activation."""
+    metric = ilab.logit_diff(" Mary", " John")
+    top = [e for e, _ in lab.edge_attribution(CLEAN, CORRUPT, metric).top(10)]
+    for name, analysis in [("edge_patch", lambda: lab.edge_patch(CLEAN, CORRUPT, metric)),
+                           ("path_patch", lambda: lab.path_patch(CLEAN, CORRUPT, metric)),
+                           ("path_patch to queries", lambda: lab.path_patch(CLEAN, CORRUPT, metric,
+                                                                            receivers=[(3, 0, "q")])),
+                           ("circuit", lambda: lab.circuit(CLEAN, CORRUPT, metric, top)),
+                           ("copying_scores", lambda: lab.copying_scores([CLEAN], [2, 4]))]:
+        lab.engine.clear_memo()
+        with FakeDevice(lab.model) as fake:
+            analysis()
+        assert fake.moved and all(len(shape) <= 2 for shape, _ in fake.moved), (name, fake.moved)
+
+
+def test_a_run_with_memo_off_neither_reads_nor_fills_the_memo(lab):
+    forwards = []
+    handle = lab.model.get_submodule(lab.sites.arch.final_norm).register_forward_pre_hook(
+        lambda m, a: forwards.append(1))  # (installed first: a hook is part of the memo's key)
+    try:
+        lab.engine.clear_memo()
+        edit = [ilab.set_value("resid_pre", 1, torch.zeros(lab.d_model))]
+        first = lab.engine.run(CLEAN, edit, log=False)
+        held = len(lab.engine.memo)
+        again = lab.engine.run(CLEAN, edit, log=False, memo=False)  # not read from the memo: a forward
+        assert len(forwards) == 2 and len(lab.engine.memo) == held  # nor kept there
+        torch.testing.assert_close(again.last_logits, first.last_logits, rtol=0, atol=0)
+        lab.engine.run(CLEAN, edit, log=False)  # the memoised run still answers
+        assert len(forwards) == 2
+    finally:
+        handle.remove()
+    with pytest.raises(ilab.InterplabError, match="memo=1"):
+        lab.engine.run(CLEAN, memo=1)
