@@ -54,13 +54,18 @@ def logit_lens(lab: Engine, prompt: str, site: str = "resid_post", k: int = 5) -
     norm = lab.model.get_submodule(arch.final_norm)
     unembed = lab.model.get_output_embeddings()
     cap = getattr(lab.model.config, "final_logit_softcapping", None)
-    stack = torch.stack([run.cache[site, l][0] for l in range(lab.n_layers)])  # [layers, pos, d]
+    param = next(lab.model.parameters())  # (its dtype; the device is where the norm runs: see device_map)
+    where = execution_device(lab.model, norm)
+    n_pos = run.cache[site, 0].shape[1]
+    probs = torch.empty(lab.n_layers, n_pos, n_vocab)  # on the host, as the result gives them
+    # one layer at a time: all of them at once would hold [layers, pos, vocab] fp32 logits and their softmax on the
+    # device (8.6 GB for a 32-layer model, 256 tokens, a 128k vocabulary)
     with torch.no_grad():
-        param = next(lab.model.parameters())  # (its dtype; the device is where the norm runs: see device_map)
-        logits = unembed(norm(stack.to(device=execution_device(lab.model, norm), dtype=param.dtype))).float()
-        if cap:
-            logits = torch.tanh(logits / cap) * cap
-    probs = logits.softmax(-1).cpu()
+        for layer in range(lab.n_layers):
+            logits = unembed(norm(run.cache[site, layer][0].to(device=where, dtype=param.dtype))).float()
+            if cap:
+                logits = torch.tanh(logits / cap) * cap
+            probs[layer] = logits.softmax(-1)  # (copied to the host)
     top_probs, top_ids = probs.topk(k, dim=-1)
     decode = lab.tokenizer.decode
     top_tokens = [[[decode([i]) for i in pos] for pos in layer] for layer in top_ids.tolist()]

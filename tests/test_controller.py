@@ -161,6 +161,26 @@ def test_lens_last_layer_equals_model_logits(gpt2_lab):
     assert len(view.top_tokens) == gpt2_lab.n_layers and view.x_labels == gpt2_lab.to_str_tokens(CLEAN)
 
 
+def test_the_lens_unembeds_one_layer_at_a_time(gpt2_lab):
+    """All layers at once would hold [layers, pos, vocab] logits and their softmax on the device (gigabytes for a
+    big model): each unembedding call computes one layer's positions; the numbers are those of one batched call."""
+    rows = []
+    lm_head = gpt2_lab.model.get_output_embeddings()
+    handle = lm_head.register_forward_hook(lambda m, a, out: rows.append(out.shape[:-1].numel()))
+    try:
+        run = gpt2_lab.run(CLEAN, cache=["resid_post"])  # the lens's own run, memoised (with this hook on)
+        rows.clear()
+        res = logit_lens(gpt2_lab, CLEAN)
+    finally:
+        handle.remove()
+    n_pos = len(gpt2_lab.to_str_tokens(CLEAN))
+    assert rows == [n_pos] * gpt2_lab.n_layers
+    stack = torch.stack([run.cache["resid_post", layer][0] for layer in range(gpt2_lab.n_layers)])
+    with torch.no_grad():
+        together = lm_head(gpt2_lab.model.transformer.ln_f(stack)).softmax(-1)
+    torch.testing.assert_close(res.probs, together, atol=1e-6, rtol=1e-5)
+
+
 def test_attention_widget_shows_the_pattern(gpt2_lab):
     view = attention_widget(gpt2_lab, CLEAN, layer=0, head=0)
     view.send_test_message({"type": "select", "layer": 2, "head": 3})
