@@ -92,13 +92,11 @@ def direct_logit_attribution(lab: Engine, prompts, metric) -> DLAResult:
     final = run.cache["resid_post", n - 1].to(d_resid.device, d_resid.dtype)
     frozen, shift = _frozen_final_norm(lab.model.get_submodule(arch.final_norm), final)
 
-    def score(part: torch.Tensor) -> torch.Tensor:  # [rows, pos, d] -> [pos], the rows' mean
-        return (frozen(part.to(d_resid.device, d_resid.dtype)) * d_resid[:, None]).sum(-1).mean(0).float().cpu()
+    def score(part: torch.Tensor) -> torch.Tensor:  # [rows, pos, d] -> [pos], the rows' mean (where it ran)
+        return (frozen(part.to(d_resid.device, d_resid.dtype)) * d_resid[:, None]).sum(-1).mean(0).float()
 
-    with torch.no_grad():
-        heads = torch.zeros(n, H, ids.shape[1])
-        attn_bias = torch.zeros(n, ids.shape[1])
-        mlp = torch.zeros(n, ids.shape[1])
+    with torch.no_grad():  # every score stays on the device until the end: one copy, not one per head
+        heads, attn_bias, mlp = [], [], []
         for layer in range(n):
             o_proj = lab.model.get_submodule(f"{arch.layers}.{layer}.{arch.o_proj}")
             z = run.cache["z", layer].to(execution_device(lab.model, o_proj), d_resid.dtype)
@@ -107,19 +105,24 @@ def direct_logit_attribution(lab: Engine, prompts, metric) -> DLAResult:
             for h in range(H):
                 only = torch.zeros_like(per_head)
                 only[:, :, h] = per_head[:, :, h]
-                heads[layer, h] = score(o_proj(only.view_as(z)) - zero)
-            attn_bias[layer] = score(zero)
-            mlp[layer] = score(run.cache["mlp_out", layer])
+                heads.append(score(o_proj(only.view_as(z)) - zero))
+            attn_bias.append(score(zero))
+            mlp.append(score(run.cache["mlp_out", layer]))
         embed_tok = run.cache["embed"]
         before = run.cache["resid_pre", 0]
         has_pos = arch.name == "gpt2"  # the one mapped family with learned absolute position embeddings
         embed = score(embed_tok if has_pos else before)
-        pos_embed = score(before - embed_tok) if has_pos else torch.zeros(ids.shape[1])
-        final_bias = (shift.to(d_resid) @ d_resid.T).mean(-1).float().cpu().expand(ids.shape[1]).clone()
-        if bias_value is not None:
-            final_bias += bias_value
-        total = metric(run.logits.reshape(-1, run.logits.shape[-1]).float(),
-                       rows.repeat_interleave(ids.shape[1])).view(len(prompts), -1).mean(0)
+        pos_embed = score(before - embed_tok) if has_pos else torch.zeros_like(embed)
+        final_bias = (shift.to(d_resid) @ d_resid.T).mean(-1).float().expand(ids.shape[1])
+        # the model's own metric at every position, from its logits where they are (not a [pos, vocab] host copy)
+        held = run.held_logits
+        total = metric(held.reshape(-1, held.shape[-1]).float(),
+                       rows.repeat_interleave(ids.shape[1]).to(held.device)).view(len(prompts), -1).mean(0)
+        parts = torch.stack([*heads, *attn_bias, *mlp, embed, pos_embed, final_bias, total.to(embed.device)]).cpu()
+    heads, attn_bias, mlp = parts[:n * H].view(n, H, -1), parts[n * H:n * H + n], parts[n * H + n:n * (H + 2)]
+    embed, pos_embed, final_bias, total = parts[n * (H + 2):]
+    if bias_value is not None:
+        final_bias = final_bias + bias_value
     result = DLAResult(heads, attn_bias, mlp, embed, pos_embed, final_bias, total, lab.to_str_tokens(prompts[0]),
                        metric.name)
     err = (result.parts_sum() - total).abs().max()

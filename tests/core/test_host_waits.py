@@ -53,7 +53,7 @@ def test_on_partial_adds_one_wait_per_chunk(lab):
     assert len(fake.waits) <= chunks + lab.n_layers + AROUND, fake.waits
 
 
-def test_attribution_and_edge_scores_wait_a_fixed_number_of_times(lab):
+def test_attribution_eap_and_dla_wait_a_fixed_number_of_times(lab):
     metric = ilab.logit_diff(" Mary", " John")
     lab.engine.clear_memo()
     with FakeDevice(lab.model) as fake:
@@ -63,6 +63,12 @@ def test_attribution_and_edge_scores_wait_a_fixed_number_of_times(lab):
     with FakeDevice(lab.model) as fake:
         scores = lab.edge_attribution(CLEAN, CORRUPT, metric)
     assert len(scores.edges) > 100 and len(fake.waits) <= AROUND, fake.waits  # not one per edge
+    lab.engine.clear_memo()
+    with FakeDevice(lab.model) as fake:
+        dla = lab.direct_logit_attribution(CLEAN, metric)
+    assert len(fake.waits) <= AROUND, fake.waits  # not one per head
+    assert all(len(shape) <= 2 for shape, _ in fake.moved), fake.moved  # nor the [positions, vocab] logits
+    torch.testing.assert_close(dla.parts_sum(), dla.total, atol=1e-4, rtol=1e-4)
 
 
 def test_the_patching_analyses_copy_no_activation_to_the_host(lab):
