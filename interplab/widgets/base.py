@@ -260,10 +260,14 @@ def text_grid_to_json(grid: list[list[str]], widget: Any = None) -> dict[str, An
 
 
 def text_grid_from_json(value: Any, widget: Any = None) -> Any:
-    """The rows of a grid sent as text_grid_to_json writes it (a plain 2-D list passes as it is)."""
+    """The rows of a grid sent as text_grid_to_json writes it (a plain 2-D list passes as it is; anything else too,
+    for the trait's own check to refuse with its message)."""
     if isinstance(value, dict) and isinstance(value.get("strings"), list) and isinstance(value.get("index"), list):
         strings = value["strings"]
-        return [[strings[i] for i in row] for row in value["index"]]
+        try:
+            return [[strings[i] for i in row] for row in value["index"]]
+        except (IndexError, TypeError):
+            return value
     return value
 
 

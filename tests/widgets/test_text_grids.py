@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import traitlets as t
 from bridge import Bridge
 
 from interplab.views.heatmap import PatchingHeatmap
@@ -26,6 +27,10 @@ def test_the_wire_form_keeps_each_string_once_and_reads_back_the_same():
     assert len(wire["strings"]) == len({s for row in grid for s in row})
     assert text_grid_from_json(json.loads(json.dumps(wire))) == grid
     assert text_grid_from_json(grid) == grid  # a plain grid passes
+    view = PatchingHeatmap()
+    for bad in ({"strings": ["a"], "index": [[0, 3]]}, {"strings": ["a"], "index": [["x"]]}, {"strings": 1}):
+        with pytest.raises(t.TraitError, match="rows of strings"):  # a bad grid from a page: the trait refuses it
+            view.set_state({"hover": bad})
     assert len(json.dumps(wire)) < len(json.dumps(grid)) / 2
     view = PatchingHeatmap(values=[[0.5] * COLS for _ in range(ROWS)], hover=grid)
     assert view.hover == grid  # Python keeps the rows
