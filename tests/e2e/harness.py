@@ -470,6 +470,15 @@ class LabNotebook:
         return self.page.evaluate("([i, k]) => !!window.__il.cellNode(i).querySelector(`.interplab-${k}`)",
                                   [index, kind])
 
+    def wait_widget(self, index: int, kind: str, timeout: float = 60.0) -> None:
+        """Until a `kind` view is drawn under cell `index`: the page renders it after the cell's run has finished
+        (its code loads, then it draws), later under load."""
+        try:
+            self.page.wait_for_function("([i, k]) => !!window.__il.cellNode(i).querySelector(`.interplab-${k}`)",
+                                        arg=[index, kind], timeout=timeout * 1000, polling=100)
+        except Exception as e:
+            raise AssertionError(f"no {kind} view under cell {index} after {timeout:.0f} s") from e
+
     # ---- widgets --------------------------------------------------------------------------------------------------
     def paints(self, kind: str, after: float = -1.0) -> list[dict]:
         return self.page.evaluate("([k, a]) => window.__il.paints(k, a)", [kind, after])

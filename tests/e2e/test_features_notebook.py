@@ -39,7 +39,7 @@ def test_the_feature_view_renders_and_a_token_click_paints_its_top_features(feat
     try:
         i = nb.find_cell(r"^view = features\.show\(\)")
         nb.run_through(i)
-        assert nb.has_widget(i, "features"), f"no feature view under cell {i}"
+        nb.wait_widget(i, "features")
         nb.page.wait_for_function("(i) => window.__il.cellNode(i).querySelectorAll('.il-fprompt .il-ftok').length > 0",
                                   arg=i, timeout=120000)
         nb.exec("lab.engine.worker.join()", timeout=120)  # the view's first jobs (its logit bars) are done
