@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import pathlib
 import re
-import shutil
 import sys
 
 import pytest
@@ -18,7 +17,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from harness import DEFINES_EXPLORER, JupyterServer  # noqa: E402
+from harness import DEFINES_EXPLORER, serving  # noqa: E402
 
 NOTEBOOK = ROOT / "notebooks" / "01_ioi_patching.ipynb"
 
@@ -45,11 +44,5 @@ def chromium_browser(chromium):
 def lab_server(tmp_path_factory, chromium_browser):
     """JupyterLab serving a tmp copy of the notebook under test; yields (server, notebook file name)."""
     nb = notebook_under_test()
-    root = tmp_path_factory.mktemp("lab-root")
-    shutil.copy(nb, root / nb.name)
-    server = JupyterServer(root, tmp_path_factory.mktemp("lab-work"))
-    server.start()
-    try:
+    with serving(nb, tmp_path_factory, "lab") as server:
         yield server, nb.name
-    finally:
-        server.stop()

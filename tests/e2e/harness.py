@@ -21,6 +21,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -286,6 +287,15 @@ class JupyterServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def serving(notebook: pathlib.Path, tmp_path_factory, name: str):
+    """JupyterLab serving a tmp copy of `notebook` (its own root and work folders, named after `name`)."""
+    root = tmp_path_factory.mktemp(f"{name}-root")
+    shutil.copy(notebook, root / notebook.name)
+    with JupyterServer(root, tmp_path_factory.mktemp(f"{name}-work")) as server:
+        yield server
 
 
 @contextlib.contextmanager

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
-import shutil
 
 import pytest
-from harness import JupyterServer, LabNotebook
+from harness import LabNotebook, serving
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "00_primer.ipynb"
@@ -29,14 +28,8 @@ _CELLS = """() => window.__il.nbw().content.widgets.map((c) => ({
 
 @pytest.fixture(scope="module")
 def primer_server(tmp_path_factory, chromium_browser):
-    root = tmp_path_factory.mktemp("answers-root")
-    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
-    server = JupyterServer(root, tmp_path_factory.mktemp("answers-work"))
-    server.start()
-    try:
+    with serving(NOTEBOOK, tmp_path_factory, "answers") as server:
         yield server
-    finally:
-        server.stop()
 
 
 def _answers(cells) -> list[int]:

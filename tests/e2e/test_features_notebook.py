@@ -8,10 +8,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import pathlib
-import shutil
 
 import pytest
-from harness import JupyterServer, LabNotebook
+from harness import LabNotebook, serving
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "05_features.ipynb"
@@ -23,14 +22,8 @@ APPS = ["lab", pytest.param("notebook", marks=pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def features_server(tmp_path_factory, chromium_browser):
-    root = tmp_path_factory.mktemp("features-root")
-    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
-    server = JupyterServer(root, tmp_path_factory.mktemp("features-work"))
-    server.start()
-    try:
+    with serving(NOTEBOOK, tmp_path_factory, "features") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize("app", APPS)
