@@ -113,6 +113,26 @@ def describe(m: dict) -> tuple[float, int]:
     return (max(m["tasks"], default=0.0), sum(1 for t in m["tasks"] if t > GOAL_MS))
 
 
+def open_page(browser, bundle: bytes):
+    """A new browser context on the bare page (tests/widgets/harness.html), serving `bundle` as its widget code and
+    nothing else; (context, page) once the page is ready."""
+    context = browser.new_context(viewport={"width": 1000, "height": 900})
+    page = context.new_page()
+
+    def route(r):
+        url = r.request.url
+        if url in (f"{ORIGIN}/", f"{ORIGIN}/index.html"):
+            return r.fulfill(status=200, content_type="text/html", body=HARNESS.read_text())
+        if url == f"{ORIGIN}/static/widgets.js":
+            return r.fulfill(status=200, content_type="text/javascript", body=bundle)
+        return r.abort()
+
+    page.route("**/*", route)
+    page.goto(f"{ORIGIN}/index.html")
+    page.wait_for_function("window.__harness_ready === true", timeout=60000)
+    return context, page
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-write", action="store_true", help="print only; leave benchmarks/RESULTS.md as it is")
@@ -122,20 +142,7 @@ def main() -> int:
         return 0
     rows_out = []
     with launch_browser() as browser:
-        context = browser.new_context(viewport={"width": 1000, "height": 900})
-        page = context.new_page()
-
-        def route(r):
-            url = r.request.url
-            if url in (f"{ORIGIN}/", f"{ORIGIN}/index.html"):
-                return r.fulfill(status=200, content_type="text/html", body=HARNESS.read_text())
-            if url == f"{ORIGIN}/static/widgets.js":
-                return r.fulfill(status=200, content_type="text/javascript", body=BUNDLE.read_bytes())
-            return r.abort()
-
-        page.route("**/*", route)
-        page.goto(f"{ORIGIN}/index.html")
-        page.wait_for_function("window.__harness_ready === true", timeout=60000)
+        context, page = open_page(browser, BUNDLE.read_bytes())
         for name, (rows, cols) in GRIDS.items():
             ours, base = stream(page, rows, cols), baseline(page, rows, cols)
             (o_max, o_over), (b_max, b_over) = describe(ours), describe(base)

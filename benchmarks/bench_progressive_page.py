@@ -24,7 +24,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(HERE))
 
-from bench_page import BUNDLE, HARNESS, ORIGIN  # noqa: E402 (the bare page bench_page.py serves)
+from bench_page import BUNDLE, open_page  # noqa: E402 (the bare page bench_page.py serves)
 from harness import chromium_missing, launch_browser  # noqa: E402
 
 GRIDS = {"resid_pre, 4 x 16": (4, 16), "12 x 60": (12, 60), "16 x 125 (2000 cells)": (16, 125)}
@@ -71,24 +71,6 @@ def stream(page, rows: int, cols: int, framed: bool) -> list[float]:
     page.evaluate(SET, [i, final])
     page.evaluate(SETTLE)
     return page.evaluate("() => { window.__lto.disconnect(); return window.__lt; }")
-
-
-def open_page(browser, bundle: bytes):
-    context = browser.new_context(viewport={"width": 1000, "height": 900})
-    page = context.new_page()
-
-    def route(r):
-        url = r.request.url
-        if url in (f"{ORIGIN}/", f"{ORIGIN}/index.html"):
-            return r.fulfill(status=200, content_type="text/html", body=HARNESS.read_text())
-        if url == f"{ORIGIN}/static/widgets.js":
-            return r.fulfill(status=200, content_type="text/javascript", body=bundle)
-        return r.abort()
-
-    page.route("**/*", route)
-    page.goto(f"{ORIGIN}/index.html")
-    page.wait_for_function("window.__harness_ready === true", timeout=60000)
-    return context, page
 
 
 def main() -> int:
