@@ -204,3 +204,30 @@ def test_a_96_token_prompt_keeps_its_last_tokens_label(page, mount, kind):
         assert len(ys) < n and ys[-1]["text"] == "␣word95", [t["text"] for t in ys[-3:]]
         for a, b in zip(ys, ys[1:]):
             assert b["top"] >= a["bottom"] - 1, (a, b)
+
+
+def test_the_logit_lens_cuts_its_cell_text_again_when_narrowed(page, mount):
+    """Drawn wide, each cell shows its whole top token; its container narrowed (a window resize, a sidebar opened),
+    the text is cut again to what fits the narrower cells: no word runs into its neighbour's cell."""
+    cols, rows = 15, 4
+    w = mount("lens", x_labels=[f" w{i}" for i in range(cols)], y_labels=[f"L{r}" for r in range(rows)],
+              top_tokens=[[f" ab{c:02d}" for c in range(cols)] for _ in range(rows)],
+              probs=[[0.5] * cols for _ in range(rows)], hover=[], selected=[], title="logit lens")
+    w.wait_paints(1)
+    texts = "(w) => [...w.el.querySelectorAll('.heatmaplayer text')].map((t) => { const r = t.getBoundingClientRect();" \
+            " return { left: r.left, right: r.right, top: r.top, text: t.textContent }; })"
+    wide = w.js(texts)
+    assert len(wide) == rows * cols and all(t["text"].startswith("␣ab") and "…" not in t["text"] for t in wide)
+    painted = w.paints()
+    w.js("(w) => { w.el.style.width = '560px'; }")
+    page.wait_for_function("([k, n]) => window.paintsOf(k) > n", arg=["lens", painted], timeout=10000)
+    page.wait_for_timeout(300)
+    narrowed = w.js(texts)
+    assert narrowed and all("…" in t["text"] or not t["text"] for t in narrowed), narrowed  # cut to fit
+    rows_of = {}
+    for t in narrowed:
+        rows_of.setdefault(round(t["top"]), []).append(t)
+    for line in rows_of.values():
+        line.sort(key=lambda t: t["left"])
+        for a, b in zip(line, line[1:]):
+            assert b["left"] >= a["right"] - 1, (a, b)

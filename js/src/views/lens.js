@@ -75,7 +75,9 @@ export function render({ model, el }) {
     });
   }
 
-  state.watch(["x_labels", "y_labels", "top_tokens", "probs", "hover", "title"], scheduler(state, draw));
+  const redraw = scheduler(state, draw);
+  state.watch(["x_labels", "y_labels", "top_tokens", "probs", "hover", "title"], redraw);
+  state.onResize = redraw; // a new width: each cell's text cut again to what fits it, the labels thinned again
   draw();
   return () => state.cleanup();
 }
