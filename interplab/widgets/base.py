@@ -394,6 +394,14 @@ def bundle_holder() -> BundleHolder:
         return h
 
 
+def _holder_to_json(holder: BundleHolder | None, widget: Any) -> str:
+    """A view's ``_bundle`` as the page reads it. A holder closed since the view was made (a ``close()`` on it
+    alone) names the live one: the view's state still serializes, and the page still finds the code."""
+    if holder is None or holder.comm is None:
+        holder = bundle_holder()
+    return "IPY_MODEL_" + holder.model_id
+
+
 def _in_marimo() -> bool:
     mo = sys.modules.get("marimo")
     if mo is None:
@@ -467,7 +475,7 @@ class LabWidget(Part, anywidget.AnyWidget):
             kwargs.setdefault("_bundle", bundle_holder())
             traits = {"_esm": t.Unicode(_CODE.loader).tag(sync=True),
                       "_bundle": t.Instance(BundleHolder, allow_none=True).tag(
-                          sync=True, **ipywidgets.widget_serialization)}
+                          sync=True, to_json=_holder_to_json, from_json=ipywidgets.widget_serialization["from_json"])}
         else:
             with _CODE.lock:
                 _CODE.current()

@@ -41,10 +41,14 @@ def test_every_view_carries_the_loader_and_names_one_shared_holder():
 
 def test_a_closed_holder_is_made_again():
     first = wbase.bundle_holder()
-    before = LogitPanel().get_state()["_bundle"]
+    made_before = LogitPanel()
+    before = made_before.get_state()["_bundle"]
     first.close()  # as Widget.close_all() would (only the holder here: other tests' widgets stay open)
     after = LogitPanel().get_state()["_bundle"]
     assert first.comm is None and before != after == f"IPY_MODEL_{wbase.bundle_holder().model_id}"
+    # a view made before still serializes (lab.settle resends every shown view's state), naming the live holder
+    assert made_before.get_state()["_bundle"] == after
+    assert wbase.resend_states() >= 1
 
 
 def test_inline_mode_ships_the_whole_bundle(monkeypatch):
