@@ -71,7 +71,9 @@
   const texts = [];
   for (const t of root.querySelectorAll("svg text")) {
     if (!t.textContent.trim() || !shown(t) || t.closest(".modebar, .hoverlayer")) continue;
-    const group = t.closest(".xtick, .ytick, .textpoint, .cbaxis, .heatmaplayer")?.classList[0] ?? name(t) + texts.length;
+    // a heatmap's cell texts (the lens's top tokens) are each their own: one running into its neighbour is a fault
+    const group = t.closest(".heatmaplayer") ? `cell${texts.length}`
+      : t.closest(".xtick, .ytick, .textpoint, .cbaxis")?.classList[0] ?? name(t) + texts.length;
     texts.push({ e: t, box: t.getBoundingClientRect(), group, clip: t.closest("svg").getBoundingClientRect() });
   }
   const viewBox = root.getBoundingClientRect();

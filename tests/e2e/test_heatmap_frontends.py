@@ -2,7 +2,8 @@
 
 - shift-click adds cells (the notebook's own shift+mousedown, a cell range selection, swallowed the release);
 - the dashboard (`lab.show`) and an explorer survive window resizes and sidebar toggles: the heatmap keeps its
-  height, no panel draws over another, each cell sits under its tick in its colour (tests/geometry.py);
+  height, no panel draws over another, each cell sits under its tick in its colour (tests/geometry.py); its logit
+  lens tab, opened and then widened and narrowed, keeps each top token in its cell;
 - a click on an exact sweep's cell paints the logit panel at once, even while the kernel is busy with another cell.
 """
 
@@ -126,6 +127,20 @@ def test_dashboard_survives_window_resizes(heatmap_notebook, chromium_browser, a
         t0 = nb.page.evaluate("() => performance.now()")
         tab.click()
         nb.wait_paint("lens", t0, timeout=30)
+        # widened, then narrowed again: each top token stays in its cell, none runs into its neighbour (at 800 px
+        # beside JupyterLab's sidebar the cells are too narrow for any: the hover names them)
+        lens_texts = "() => window.__il.cellNode(2).querySelectorAll('.interplab-lens .heatmaplayer text').length"
+        for width in (1300, 800):
+            t0 = nb.page.evaluate("() => performance.now()")
+            nb.page.set_viewport_size({"width": width, "height": 1000})
+            nb.wait_paint("lens", t0, timeout=30)
+            if width == 1300:  # drawn wide: its cells show their tokens
+                nb.page.wait_for_function(f"() => ({lens_texts})() > 0", timeout=30_000)
+            time.sleep(0.3)
+            nb.page.evaluate("() => window.__il.cellNode(2).scrollIntoView()")
+            found, _ = judge(measure(nb.page, "() => window.__il.cellNode(2).querySelector('.jp-OutputArea')"),
+                             f"the lens tab at {width} px ({app})")
+            assert not found, found
         assert nb.page.evaluate("() => window.__il.cellNode(2).querySelectorAll('.interplab-composite').length") == 1
         assert app == "notebook" or not nb.page_errors, nb.page_errors  # Notebook 7 logs two of its own at startup
     finally:

@@ -6,7 +6,8 @@ Composite), displayed as a cell's last expression (`res.show()`) or wrapped (`mo
 - a click on a heatmap cell repaints the logit panel with the patched run's numbers (computed here, independently,
   from the same sweep), a shift-click adds a second cell (the kernel's answer: both patches, its numbers);
 - the bars are styled inside the shadow root (widths, colours; plotly's stacked layers, from its copied rules);
-- the dashboard's tabs open with the mouse, and a head picked in the attention tab comes back from the kernel.
+- the dashboard's tabs open with the mouse, and a head picked in the attention tab comes back from the kernel;
+- its logit lens keeps each top token in its cell, drawn wide and narrowed.
 Screenshot: artifacts/e2e_marimo.png.
 """
 
@@ -350,6 +351,22 @@ def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
             "() => (window.__m.views()[1].querySelector('.interplab-attention .gtitle')?.textContent ?? '')"
             ".endsWith('L0 H2')", timeout=60_000)
         assert page.evaluate("() => window.__m.views()[1].getRootNode() instanceof ShadowRoot")
+        # its logit lens tab, opened at 1300 px and narrowed to 800: each top token in its cell, none over another
+        paints = "() => (window.__interplab_paints || []).filter((p) => p.widget === 'lens').length"
+        dash.locator(".il-tab[data-part='lens']").click()
+        page.wait_for_function(
+            "() => window.__m.views()[1].querySelectorAll('.interplab-lens .heatmaplayer text').length > 0",
+            timeout=60_000)
+        for width in (None, 800):
+            if width:
+                before = page.evaluate(paints)
+                page.set_viewport_size({"width": width, "height": 1000})
+                page.wait_for_function(f"(n) => ({paints})() > n", arg=before, timeout=30_000)
+                page.wait_for_timeout(300)
+            page.evaluate("() => window.__m.views()[1].scrollIntoView()")
+            found, _ = judge(measure(page, "() => window.__m.views()[1]"), f"marimo's lens tab at {width or 1300} px")
+            assert not found, found
+        page.set_viewport_size({"width": 1300, "height": 1000})
 
         # (5) the feature view, in its own shadow root: a token click paints that token's top features at once (the
         # page holds them), a feature click its panel; the slider's keyboard steps reach the kernel, whose bars come

@@ -69,7 +69,8 @@ def settle(page):
 def test_every_view_draws_its_numbers_at_three_widths_and_after_a_resize(page, mount, monkeypatch, lab):
     shown = {}
     for name, widget in views(lab).items():
-        page.evaluate("(w) => { document.body.style.width = w + 'px'; }", WIDTHS[0])
+        # drawn at the widest first: the narrowest, measured next, is a resize that must cut what was drawn wide
+        page.evaluate("(w) => { document.body.style.width = w + 'px'; }", WIDTHS[-1])
         bridge = Bridge(widget, mount, monkeypatch)
         for _ in range(3):  # the worker's jobs (a dashboard's sweep, the logit panels) reach the page
             bridge.pump(lab)
