@@ -104,7 +104,7 @@ class Cells:
     def col_labels(self, short: bool = False) -> list[str]:
         if self.by == ("layer",):
             return ["all positions" if not short else "all"]
-        if self.by == ("layer", "pos"):
+        if self.by[1:] == ("pos",):  # layers or an SAE's features by position
             return [f"{i}: {t}" for i, t in enumerate(self.tokens)] if short else list(self.tokens)
         if self.by == ("layer", "head"):
             return [f"H{h}" for h in range(self.n_heads)]
@@ -117,7 +117,7 @@ class Cells:
         the labels a long axis always shows."""
         n = len(self.tokens)
         pos = sorted({int(p) for p in positions if 0 <= int(p) < n})
-        if self.by == ("layer", "pos"):
+        if self.by[1:] == ("pos",):
             return pos
         if self.by == ("layer", "head", "pos"):
             return [h * n + p for h in range(self.n_heads) for p in pos]

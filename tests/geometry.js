@@ -71,9 +71,10 @@
   const texts = [];
   for (const t of root.querySelectorAll("svg text")) {
     if (!t.textContent.trim() || !shown(t) || t.closest(".modebar, .hoverlayer")) continue;
-    // a heatmap's cell texts (the lens's top tokens) are each their own: one running into its neighbour is a fault
-    const group = t.closest(".heatmaplayer") ? `cell${texts.length}`
-      : t.closest(".xtick, .ytick, .textpoint, .cbaxis")?.classList[0] ?? name(t) + texts.length;
+    // a heatmap's cell texts (the lens's top tokens) and its row labels are each their own: one running into its
+    // neighbour is a fault (the -45° column labels are one group: their boxes overlap where their glyphs do not)
+    const group = t.closest(".heatmaplayer, .ytick") ? `own${texts.length}`
+      : t.closest(".xtick, .textpoint, .cbaxis")?.classList[0] ?? name(t) + texts.length;
     texts.push({ e: t, box: t.getBoundingClientRect(), group, clip: t.closest("svg").getBoundingClientRect() });
   }
   const viewBox = root.getBoundingClientRect();

@@ -26,6 +26,14 @@ def test_a_click_on_a_feature_sweeps_cell_patches_that_feature_there(lab):
     row, col = divmod(int(res.values.nan_to_num(0).abs().argmax()), res.values.shape[1])
     feature = res.labels["feature"][row]
     assert ex.heatmap.y_labels[row] == f"F{feature}" and ex.heatmap.y_title == "feature"
+    # columns are the clean prompt's tokens (they read "H0:When", as one head's block, before), and the position
+    # where the prompts differ, and the last, are columns a long axis always labels
+    tokens = lab.to_str_tokens(CLEAN)
+    assert ex.heatmap.x_labels == tokens and ex.heatmap.x_title == "position"
+    differ = [p for p, (a, b) in enumerate(zip(lab.to_tokens(CLEAN)[0].tolist(), lab.to_tokens(CORRUPT)[0].tolist()))
+              if a != b]
+    assert differ and ex.heatmap.key_cols == [*differ, len(tokens) - 1]
+    assert list(res.figure().layout.xaxis.ticktext) == [f"{i}: {t}" for i, t in enumerate(tokens)]
     ex.heatmap.send_test_message({"type": "click", "row": row, "col": col, "shift": False})
     lab.engine.worker.join()
     f_src = _acts(lab, sae, CLEAN)[col, feature]

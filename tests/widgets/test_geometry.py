@@ -53,6 +53,9 @@ def views(lab):
         "direct logit attribution": lab.direct_logit_attribution(CLEAN, metric).show(),
         "path patching": lab.path_patch(CLEAN, CORRUPT, metric, senders="heads+mlps",
                                         receivers=[(3, 0, "q"), (3, 2, "v")], per_receiver=True).show(),
+        # notebook 05's: an SAE's 512 features by position, rows of 2 px, every 8th labelled
+        "features by position": lab.patch_sweep(CLEAN, CORRUPT, ilab.SAE.load("ioi-tiny-sae"), ("feature", "pos"),
+                                                metric, method="attribution").show(),
         "logit lens": lens_widget(lab, CLEAN),
         "attention": attention_widget(lab, CLEAN, layer=2, head=0),
         "circuit": lab.edge_attribution(CLEAN, CORRUPT, metric).show(lab, CLEAN, CORRUPT, metric),

@@ -22,6 +22,11 @@ const TRAITS = [
 ];
 const SELECTION = ["selected", "active_edits", "hint"];
 const MIN_CELL = 5; // px: a cell narrower than this is hard to see and to click
+// px: rows at least this tall (an SAE's 512 features by position), so each row has a pixel of its own colour; the
+// plot grows past its usual 900 px for them, up to MAX_HEIGHT, past which rows share pixels (the hover names each)
+const MIN_ROW = 2;
+const MAX_HEIGHT = 1600;
+const Y_LABEL_PX = 14; // px per y label at most: more rows than that get every k-th label
 const SCALE_FONT = "11px system-ui, sans-serif";
 const SCALE_TITLE_FONT = "12px system-ui, sans-serif";
 const MAX_TICKS = 40; // x labels at most: plotly lays out each one (about 1 ms, more in a busy page)
@@ -289,14 +294,17 @@ export function render({ model, el }) {
     const xaxis = tokenAxis(xLabels.slice(0, cols),
       { title: { text: wide ? "" : esc(xTitle) }, tickangle: -45, ticks: "outside", ticklen: 4 },
       { maxTicks: Math.min(MAX_TICKS, Math.floor((width - MARGIN_X) / 18)), keep: [...keys, cols - 1] });
-    const yaxis = tokenAxis(yLabels.slice(0, rows), { title: { text: esc(yTitle) }, range: [rows - 0.5, -0.5] });
     // margins from the labels' measured widths: plotly's automargin lays the plot out twice
     const bottom = Math.ceil(0.71 * (textWidth(xaxis.ticktext) + 12)) + 4 + (xTitle ? 30 : 12);
+    const top = TOP + (wide ? 50 : 0); // (the colour bar above a scroller)
+    const height = Math.min(MAX_HEIGHT, Math.max(Math.min(900, Math.max(300, top + bottom + 24 * rows)),
+      top + bottom + MIN_ROW * rows));
+    const yaxis = tokenAxis(yLabels.slice(0, rows), { title: { text: esc(yTitle) }, range: [rows - 0.5, -0.5] },
+      { maxTicks: Math.max(1, Math.floor((height - top - bottom) / Y_LABEL_PX)) });
     // room for the y labels, and for the first x label, which leans left from its column at -45°
     const cell = (width - MARGIN_X) / Math.max(1, cols);
     const left = Math.ceil(Math.max(textWidth(yaxis.ticktext) + (yTitle ? 40 : 18),
       0.71 * textWidth(xaxis.ticktext.slice(0, 1)) + 14 - cell / 2));
-    const top = TOP + (wide ? 50 : 0); // (the colour bar above a scroller)
     const annotations = wide && xTitle
       ? [{ text: esc(xTitle), xref: "paper", x: 0, xanchor: "left", yref: "paper", y: 0, yanchor: "top",
         yshift: -(bottom - 22), showarrow: false, font: { size: 13 } }]
@@ -305,7 +313,7 @@ export function render({ model, el }) {
       margin: { l: left, r: wide ? 20 : SCALE_ROOM, t: top, b: bottom },
       plot_bgcolor: "#d9d9d9", // not-yet-computed cells (and the gaps between cells) show as grey
       hovermode: false, // the hover is ours (listenHover): no plotly trace holds the cells
-      height: Math.min(900, Math.max(300, top + bottom + 24 * rows)),
+      height,
       width,
       xaxis: { ...xaxis, automargin: false },
       yaxis: { ...yaxis, automargin: false },
@@ -404,6 +412,8 @@ export function render({ model, el }) {
     const gap = 1; // px between cells, the plot's grey showing through (as plotly's xgap/ygap)
     for (let r = 0; r < cur.rows; r++) {
       const [y0, y1] = [ya.l2p(r - 0.5), ya.l2p(r + 0.5)];
+      const rh = Math.abs(y1 - y0);
+      const gr = rh > 3 * gap ? gap : 0; // rows of a few px: no gap either (a 1 px gap in 1.4 px rows washed them out)
       for (let c = 0; c < cur.cols; c++) {
         const v = cur.z[r][c];
         if (v === null) continue;
@@ -411,7 +421,7 @@ export function render({ model, el }) {
         ctx.fillStyle = colourAt(hi > lo ? (v - lo) / (hi - lo) : 0.5);
         const cw = Math.abs(x1 - x0);
         const g = cw > 3 * gap ? gap : 0; // cells of a few px: no gap, or nothing would show
-        ctx.fillRect(Math.min(x0, x1) + g / 2, Math.min(y0, y1) + gap / 2, cw - g, Math.abs(y1 - y0) - gap);
+        ctx.fillRect(Math.min(x0, x1) + g / 2, Math.min(y0, y1) + gr / 2, cw - g, rh - gr);
       }
     }
     if (canvas.parentNode !== gd) gd.insertBefore(canvas, overlay.parentNode === gd ? overlay : null);
