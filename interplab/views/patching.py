@@ -155,7 +155,7 @@ class PatchSession:
                 "x_title": cells.col_title(), "y_title": "feature" if self.sae else "layer", "direction": res.direction,
                 "key_cols": cells.key_cols(self.key_positions()),
                 "metric_name": f"normalised {res.metric_name}",
-                "title": f"{res.site}: {res.direction} ({res.method})"}
+                "title": f"{res.site if self.sae is None else self.sae.describe()}: {res.direction} ({res.method})"}
 
     def empty_grid(self) -> dict | None:
         """The heatmap's frame before any cell is known (axes, labels, titles; every value None), the same as the

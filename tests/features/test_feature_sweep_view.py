@@ -26,6 +26,7 @@ def test_a_click_on_a_feature_sweeps_cell_patches_that_feature_there(lab):
     row, col = divmod(int(res.values.nan_to_num(0).abs().argmax()), res.values.shape[1])
     feature = res.labels["feature"][row]
     assert ex.heatmap.y_labels[row] == f"F{feature}" and ex.heatmap.y_title == "feature"
+    assert ex.heatmap.title == "SAE resid_post L1 (64 features): denoise (attribution)"  # the SAE, not only its site
     # columns are the clean prompt's tokens (they read "H0:When", as one head's block, before), and the position
     # where the prompts differ, and the last, are columns a long axis always labels
     tokens = lab.to_str_tokens(CLEAN)
