@@ -26,7 +26,7 @@ from ..features import Feature, TokenFeatures, feature_acts, feature_logit_effec
 from ..metrics import as_metric
 from ..widgets.base import Float, Int, Labels, LabWidget
 from ..widgets.jobs import job
-from .logits import PROB_DIGITS, TOP_K, prompt_tokens, top_k
+from .logits import PROB_DIGITS, TOP_K, prompt_tokens, token_text, top_k
 
 CONTEXTS = 5  # top contexts shown per feature
 EFFECTS = 6  # tokens raised and lowered shown per feature
@@ -106,9 +106,14 @@ def feature_panels(lab: Engine, sae, prompt: str, feats: list[int], contexts: li
                 ctx.append({"tokens": toks, "acts": [round(x, 4) for x in acts[row_of[i], :len(toks), j].tolist()],
                             "pos": int(p)})
         effects = feature_logit_effects(lab, sae, f, EFFECTS)
+        # named as every view names a token: a lone byte piece by its bytes ('<E2>'), not the decoder's U+FFFD
+        ids_up = effects.values.topk(len(effects.raised)).indices.tolist()
+        ids_down = effects.values.topk(len(effects.lowered), largest=False).indices.tolist()
         out[str(f)] = {"acts": [round(x, 4) for x in here[:, j].tolist()], "contexts": ctx,
-                       "raised": [[tok, round(v, 4)] for tok, v in effects.raised],
-                       "lowered": [[tok, round(v, 4)] for tok, v in effects.lowered]}
+                       "raised": [[token_text(lab.tokenizer, i), round(v, 4)]
+                                  for i, (_, v) in zip(ids_up, effects.raised)],
+                       "lowered": [[token_text(lab.tokenizer, i), round(v, 4)]
+                                   for i, (_, v) in zip(ids_down, effects.lowered)]}
     return out
 
 

@@ -186,3 +186,48 @@ def test_clicks_paint_at_once_and_the_bars_are_the_numbers(page, mount, lab, sae
                  ".textContent)")
     assert drawn == [s["name"] for s in view.logits] and drawn[1] == f"F{second} steered alpha 0.5"
     page.screenshot(path="artifacts/feature_view.png", full_page=True)
+
+
+def test_the_tokens_a_feature_raises_and_lowers_are_named_as_every_view_names_them(lab):
+    """ioi-tiny's SAE: a feature whose decoder direction lowers lone byte pieces of a character (each decodes alone
+    to U+FFFD) lists them by their bytes ('<C3>'), every other token by its text; the tokens, by hand: the
+    unembedding of the direction through the final LayerNorm (centred, times its weight)."""
+    from interplab.views.features import feature_panels
+
+    sae = ilab.SAE.load("ioi-tiny-sae")
+    tok, m = lab.tokenizer, lab.model
+    byte_decoder = {c: b for b, c in _bytes_to_unicode().items()}
+
+    def named(i):
+        text = tok.decode([i])
+        if "\ufffd" not in text:
+            return text
+        return "<" + " ".join(f"{byte_decoder[c]:02X}" for c in tok.convert_ids_to_tokens(i)) + ">"
+
+    def by_hand(f):
+        d = sae.W_dec[f].detach()
+        return m.lm_head.weight.detach() @ ((d - d.mean()) * m.transformer.ln_f.weight.detach())
+
+    feature = next(f for f in range(sae.d_sae)
+                   if any("\ufffd" in tok.decode([int(i)]) for i in by_hand(f).topk(6, largest=False).indices))
+    panel = feature_panels(lab.engine, sae, CLEAN, [feature], None)[str(feature)]
+    values = by_hand(feature)
+    for shown, top in ((panel["raised"], values.topk(len(panel["raised"]))),
+                       (panel["lowered"], values.topk(len(panel["lowered"]), largest=False))):
+        assert [t for t, _ in shown] == [named(int(i)) for i in top.indices]
+        assert [v for _, v in shown] == pytest.approx(top.values.tolist(), abs=1e-3)
+    assert not any("\ufffd" in t for t, _ in panel["raised"] + panel["lowered"])
+    assert any(t.startswith("<") and t.endswith(">") for t, _ in panel["lowered"])
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table (the byte-level BPE's alphabet), written out here."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
