@@ -47,15 +47,48 @@ def test_a_click_unembeds_and_copies_only_what_it_shows(lab):
             s.logits_view([s.cell_edit(2, 5)], cells=[(2, 5)], log=False)
             fake.moved.clear()
             counted.rows.clear()
-            fresh = s.logits_view([ilab.patch("resid_pre", 2, pos=6, source=CLEAN)], log=False)  # not a sweep cell
-            own = s.logits_view([s.cell_edit(2, 6)], cells=[(2, 6)], log=False)  # the sweep computed it
+            fresh = s.logits_view([ilab.patch("resid_pre", 2, pos=9, source=CLEAN)], log=False)  # not a sweep cell
+            rows_fresh = list(counted.rows)
+            own = s.logits_view([s.cell_edit(2, 9)], cells=[(2, 9)], log=False)  # the sweep computed it
+            rows_own = counted.rows[len(rows_fresh):]
     finally:
         counted.close()
-    assert counted.rows == [1]  # one resumed forward, its last position only; the sweep's cell needs none
+    # which path answered, by the forwards each click ran (not by comparing their floats, which may be equal)
+    assert rows_fresh == [1]  # one resumed forward, its last position only
+    assert rows_own == []  # the sweep's cell: no forward at all
     assert max(b for _, b in fake.moved) <= vocab * 4  # one row of logits at most, never [positions, vocab]
     assert sum(b for _, b in fake.moved) <= 2 * 3 * vocab * 4 + 1024  # per click a row each: clean, corrupt, patched
     assert all(n_pos * vocab > torch.Size(shape).numel() for shape, _ in fake.moved)
-    assert fresh["metric"]["values"]["patched"] != own["metric"]["values"]["patched"]
+    # both answers are the patched run's metric: a plain forward with a hand hook on block 2's input agrees
+    want = hand_patched_metric(lab, s.metric, layer=2, pos=9)  # S2: the pair differs there
+    assert abs(want - fresh["metric"]["values"]["corrupt"]) > 0.5  # (so the check below can tell a patch from none)
+    for click in (fresh, own):
+        assert abs(click["metric"]["values"]["patched"] - want) < 1e-4
+
+
+def hand_patched_metric(lab, metric, layer: int, pos: int) -> float:
+    """The metric of CORRUPT with CLEAN's input to block `layer` written at `pos`, by hooks on the model's own
+    modules (not interplab's sites)."""
+    block = lab.model.transformer.h[layer]
+    ids = {p: lab.tokenizer(p, return_tensors="pt").input_ids for p in (CLEAN, CORRUPT)}
+    saved = {}
+    h = block.register_forward_pre_hook(lambda m, args: saved.setdefault("x", args[0].detach().clone()))
+    with torch.no_grad():
+        lab.model(ids[CLEAN])
+    h.remove()
+
+    def write(m, args):
+        x = args[0].clone()
+        x[:, pos] = saved["x"][:, pos]
+        return (x, *args[1:])
+
+    h = block.register_forward_pre_hook(write)
+    try:
+        with torch.no_grad():
+            logits = lab.model(ids[CORRUPT]).logits[:, -1]
+    finally:
+        h.remove()
+    return float(metric(logits)[0])
 
 
 def test_a_sweep_copies_no_full_logits(lab):
