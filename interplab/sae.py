@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from .errors import LoadError, OutOfRangeError, UnsupportedSiteError
+from .hub import hub_folder
 
 ARCHITECTURES = ("standard", "topk", "jumprelu")
 NORMALIZATIONS = ("none", "expected_average_only_in", "constant_norm_rescale", "layer_norm")
@@ -126,7 +127,7 @@ class SAE:
         if text in EMBEDDED_SAES:
             where = EMBEDDED_SAES[text]
         elif text.startswith("hf://") or (path is not None and not Path(text).exists()):
-            where = _from_hub(text, path, revision)
+            where = hub_folder(text, path, revision)
         elif Path(text).exists():
             where = Path(text).expanduser()
             if where.is_dir() and path is not None:
@@ -465,39 +466,6 @@ def _load_npz(file: Path, site, layer) -> SAE:
     # Gemma Scope's JumpReLU SAEs: no decoder bias subtracted before encoding (SAELens's gemma-scope loader)
     return SAE(state["W_enc"], state["b_enc"], state["W_dec"], state["b_dec"], site=site, layer=layer,
                architecture="jumprelu", threshold=state["threshold"], apply_b_dec_to_input=False)
-
-
-def _from_hub(text: str, path: str | None, revision: str | None) -> Path:
-    """The local folder (or file) of a hub SAE: from huggingface_hub's cache, else downloaded once."""
-    repo = text
-    if text.startswith("hf://"):
-        parts = text[5:].strip("/").split("/")
-        if len(parts) < 2:
-            raise LoadError(f"{text!r}: write hub SAEs as 'hf://org/repo/folder' or SAE.load('org/repo', path=...).")
-        repo, rest = "/".join(parts[:2]), "/".join(parts[2:])
-        path = path or rest or None
-    from huggingface_hub import snapshot_download
-
-    patterns = [f"{path}/*", path] if path else None
-    local_hint = (f"Point SAE.load at a local copy instead: where there is network, "
-                  f"huggingface_hub.snapshot_download({repo!r}, allow_patterns={patterns!r}, local_dir='saes'), "
-                  f"then SAE.load('saes/{path or ''}').")
-    try:
-        root = snapshot_download(repo, revision=revision, allow_patterns=patterns, local_files_only=True)
-    except Exception:  # not cached (huggingface_hub raises several kinds): download it
-        if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-            raise LoadError(f"the SAE {repo}/{path or ''} is not in the hub cache and HF_HUB_OFFLINE is set, so it "
-                            f"cannot be downloaded. {local_hint}") from None
-        try:
-            root = snapshot_download(repo, revision=revision, allow_patterns=patterns, etag_timeout=5)
-        except Exception as e:  # no network, no such repository, ...
-            raise LoadError(f"the SAE {repo}/{path or ''} could not be downloaded from the hub "
-                            f"({type(e).__name__}: {str(e)[:200]}). {local_hint}") from None
-    where = Path(root) / path if path else Path(root)
-    if not where.exists():
-        raise LoadError(f"{repo} has no {path!r}: pass path= as the folder inside the repository that holds "
-                        f"{CFG_FILE} (or params.npz).")
-    return where
 
 
 def as_sae(obj) -> SAE | None:

@@ -15,15 +15,16 @@ from .errors import OutOfRangeError, UnknownSiteError, UnsupportedSiteError
 PROBES = "interplab_probes"  # the submodule of each attention module that rot_q, rot_k and pattern pass through
 
 # Notes: `embed` is the token embedding only (GPT-2 adds position embeddings inside the model's forward);
+# `mlp_in` is what the MLP reads (after the block's norm in front of it: GPT-2's ln_2), where a transcoder reads;
 # `logits` is the unembedding's output, before any final soft-capping (Gemma 2), while run.logits are the model's.
 # q, k, v are each head's query, key and value as the projections make them (TransformerLens's hook_q/k/v: before
 # any rotary embedding; k and v have the model's key-value heads, fewer than its query heads under grouped-query
 # attention); rot_q, rot_k are the query and key after the rotary embedding, where a model applies one; pattern is
 # the attention weights [batch, head, query pos, key pos], editable: a head's output is its edited pattern times v.
-SITE_NAMES = ("embed", "resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "q", "k", "v", "rot_q",
-              "rot_k", "pattern", "logits")
-LAYERED = {"resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "q", "k", "v", "rot_q", "rot_k",
-           "pattern"}
+SITE_NAMES = ("embed", "resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_in", "mlp_out", "z", "q", "k", "v",
+              "rot_q", "rot_k", "pattern", "logits")
+LAYERED = {"resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_in", "mlp_out", "z", "q", "k", "v", "rot_q",
+           "rot_k", "pattern"}
 HEADED = {"z", "q", "k", "v", "rot_q", "rot_k", "pattern"}
 KV_HEADED = {"k", "v", "rot_k"}  # sites with the model's key-value heads (num_key_value_heads)
 # Sites read inside the attention function: their values exist only there, and k/rot_k/pattern span the key
@@ -208,6 +209,8 @@ class SiteMap:
         if name == "attn_out":
             p = a.attn_out or HookPoint(a.attn, "output", 0)
             return HookPoint(f"{block}.{p.module}", p.io, p.index)
+        if name == "mlp_in":
+            return HookPoint(f"{block}.{a.mlp}", "input")
         if name == "mlp_out":
             p = a.mlp_out or HookPoint(a.mlp, "output", 0)
             return HookPoint(f"{block}.{p.module}", p.io, p.index)

@@ -33,7 +33,7 @@ from ..errors import (
 from ..metrics import as_metric
 from ..sites import HEADED, IN_ATTENTION, LAYERED, SITE_NAMES, Site, SiteMap
 from ..worker import Worker
-from . import attention, backends, hooks, resume
+from . import attention, backends, frozen, hooks, resume
 from . import generate as gen
 from .memo import Memo
 
@@ -335,15 +335,17 @@ class Engine:
 
     # ---- runs -------------------------------------------------------------------------------------------
     def run(self, prompts, edits=None, cache=None, *, grad: bool = False, log: bool = True,
-            memo: bool = True) -> Run:
+            memo: bool = True, frozen_norms: bool = False) -> Run:
         """Forward the prompts with edits applied, recording the cached sites.
 
         cache: site names ('resid_post' = every layer), (name, layer) pairs, or raw module paths.
         memo=False: neither looked up in the memo nor kept there. For an analysis's own runs whose edits carry
         tensors it computed: the memo's key digests every tensor's bytes, a copy to the host of each (megabytes per
         edit on a big model), for a run no later call repeats.
+        frozen_norms=True: every LayerNorm/RMSNorm keeps its value but passes gradients as a linear map, its scale
+        held at this run's (engine/frozen.py; attribution graphs). Never memoised.
         """
-        for name, value in (("grad", grad), ("log", log), ("memo", memo)):
+        for name, value in (("grad", grad), ("log", log), ("memo", memo), ("frozen_norms", frozen_norms)):
             if not isinstance(value, bool):
                 raise InterplabError(f"{name}={value!r}: pass True or False.")
         prompts = as_prompts(prompts)
@@ -351,11 +353,12 @@ class Engine:
         cache_req = _cache_request(cache)
         key = self.memo.key(("run", tuple(prompts), edits_key(edits), json.dumps(cache_req, default=str))) \
             if memo else None
+        memo = memo and not frozen_norms
         hit = None if grad or not memo else self.memo.get(key)
         if hit is not None:
             return hit
         ids, mask, lengths = self.encode(prompts)
-        plan = hooks.Plan(keep_grad=grad)
+        plan = hooks.Plan(keep_grad=grad, frozen_norms=frozen.norm_paths(self.model) if frozen_norms else [])
         for e in edits:
             plan.edits.extend(self.plan_edit(e, len(prompts), lengths))
         for item in cache_req:

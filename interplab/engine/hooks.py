@@ -20,7 +20,7 @@ from torch import nn
 from ..edits import ApplyContext, Edit, apply_edit
 from ..errors import UnsupportedSiteError
 from ..sites import PROBES, HookPoint, Layout, Site
-from . import attention
+from . import attention, frozen
 
 _LIVE: weakref.WeakSet[HookManager] = weakref.WeakSet()
 
@@ -104,6 +104,7 @@ class Plan:
     edits: list[PlannedEdit] = field(default_factory=list)
     cache: list[tuple[object, Site]] = field(default_factory=list)  # (key, site)
     keep_grad: bool = False
+    frozen_norms: list[str] = field(default_factory=list)  # norm modules whose scale is held at the run's value
 
 
 def _get(container, index: int):
@@ -149,6 +150,8 @@ def install(hm: HookManager, plan: Plan, ctx_for: Callable[[PlannedEdit | None],
     for key, site in plan.cache:
         heads = site.n_heads if site.name == "pattern" else None
         ops.append((site.point, _recorder(key, out_cache, plan.keep_grad, heads)))
+    for path in plan.frozen_norms:  # first at its module: the site hooks there see the frozen output
+        hm.add(HookPoint(path, "output"), frozen.frozen_norm_hook, prepend=True)
     attach(hm, ops, keep_graph=plan.keep_grad)
 
 
