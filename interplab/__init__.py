@@ -2,6 +2,7 @@
 
 # compat first: it hides CUDA builds of torchvision & co. that cannot load beside a CPU torch (see its docstring)
 from . import compat, lens, steering, vectors, zoo  # noqa: F401
+from .analyses.graph import AttributionGraph, attribution_graph
 from .edits import (
     Edit,
     clamp,
@@ -36,12 +37,14 @@ from .patching import SweepCancelled, SweepResult
 from .sae import SAE
 from .sites import SITE_NAMES
 from .steering import Generation, ban_expert, ban_token, force_token
+from .transcoders import Transcoder, Transcoders
 from .vectors import SteeringVector
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Lab", "Run", "Edit", "SITE_NAMES", "settle", "SAE",
+    "Lab", "Run", "Edit", "SITE_NAMES", "settle", "SAE", "Transcoder", "Transcoders", "attribution_graph",
+    "AttributionGraph",
     "patch", "zero", "mean_ablate", "scale", "steer", "project", "clamp", "set_value",
     "edits_to_json", "edits_from_json",
     "logit_diff", "prob", "logprob", "SweepResult", "SweepCancelled", "attached_hooks",

@@ -10,7 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "interplab"
 # the embedded model's training, its independent evaluation and its SAE's card hook the model by hand, on purpose
-HAND_HOOKS_ALLOWED = {"zoo/train_ioi_tiny.py", "zoo/evaluate_ioi_tiny.py", "zoo/train_ioi_tiny_sae.py"}
+HAND_HOOKS_ALLOWED = {"zoo/train_ioi_tiny.py", "zoo/evaluate_ioi_tiny.py", "zoo/train_ioi_tiny_sae.py",
+                      "zoo/train_ioi_tiny_transcoders.py"}
 HOOK_CALLS = {"register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
               "register_full_backward_pre_hook", "register_module_forward_hook", "register_module_forward_pre_hook"}
 # names that hold another module's objects: a lab/engine, hook manager, session, result or widget

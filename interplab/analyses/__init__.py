@@ -1,0 +1,1 @@
+"""Analyses: plans of edits and reads, run on the engine (one module each)."""

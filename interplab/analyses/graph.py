@@ -1,0 +1,386 @@
+"""Attribution graphs over transcoders: which features write which, down to the logits (circuit-tracer's meaning).
+
+    tcs = ilab.Transcoders.load("ioi-tiny-transcoders")
+    g = ilab.attribution_graph(lab, "When Mary and John went to the store, John gave a drink to", tcs)
+    g.nodes, g.edges            # the pruned graph: node dicts, (source, target, weight) links
+    g.scores()                  # (replacement score, completeness score)
+    g.to_json()                 # the graph file circuit-tracer's and Neuronpedia's graph frontend reads
+
+The replacement model (Ameisen et al. 2025, "Circuit tracing"): every MLP is replaced by its transcoder plus an
+error term (the MLP's real output minus the transcoder's), attention patterns and every normalisation's scale are
+frozen at the real run's values. With the error terms the replacement computes exactly the model's logits, and
+between the nodes everything is linear, so each edge is a direct effect:
+    source feature s (layer l', pos p', activation a_s) -> target: a_s * (W_dec[s] . d target / d mlp_out[l'][p'])
+    error node (l', p') -> target: err[l'][p'] . d target / d mlp_out[l'][p']
+    token node p' -> target: resid_pre[0][p'] . d target / d resid_pre[0][p']   (token + position embedding)
+where a feature target is its pre-activation (mlp_in[l][p] . W_enc[:, f]) and a logit target is the logit minus
+the mean logit. Nodes are ordered [features, errors (layer-major), tokens, logits]; the adjacency's rows are targets
+and its columns sources, as circuit-tracer's Graph. Gradients come from one forward and backward per chunk of
+targets (the prompt repeated once per target), run by the engine with the patterns and MLP outputs' gradients
+stopped and the norms frozen (Engine.run(frozen_norms=True)).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import torch
+
+from .. import display, edits
+from ..engine import Engine, engine_of
+from ..errors import InterplabError, OutOfRangeError
+from ..transcoders import Transcoders
+
+NODE_THRESHOLD, EDGE_THRESHOLD = 0.8, 0.98  # circuit-tracer's defaults for prune_graph
+
+
+@dataclass
+class AttributionGraph:
+    """The full (unpruned) graph of one prompt; pruning is a view of it (`prune`, `nodes`, `edges`)."""
+
+    prompt: str
+    tokens: list[str]
+    features: torch.Tensor  # [n_features, 3] (layer, pos, feature) of every active feature
+    activations: torch.Tensor  # [n_features]
+    logit_ids: list[int]
+    logit_tokens: list[str]
+    logit_probs: torch.Tensor  # [n_logits]
+    adjacency: torch.Tensor  # [n_nodes, n_nodes] rows: targets, columns: sources
+    n_layers: int
+    node_threshold: float = NODE_THRESHOLD
+    edge_threshold: float = EDGE_THRESHOLD
+    transcoders: str | None = None
+    lab: object = field(default=None, repr=False)
+
+    # ---- node index ranges ---------------------------------------------------------------------------------
+    @property
+    def n_features(self) -> int:
+        return len(self.features)
+
+    @property
+    def n_pos(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def error_start(self) -> int:
+        return self.n_features
+
+    @property
+    def token_start(self) -> int:
+        return self.n_features + self.n_layers * self.n_pos
+
+    @property
+    def logit_start(self) -> int:
+        return self.token_start + self.n_pos
+
+    def logit_weights(self) -> torch.Tensor:
+        w = torch.zeros(len(self.adjacency))
+        w[self.logit_start:] = self.logit_probs
+        return w
+
+    def node(self, i: int) -> dict:
+        """What node i is: its kind, layer, position and (for features) feature index and activation."""
+        if i < self.error_start:
+            layer, pos, feat = (int(v) for v in self.features[i])
+            return {"kind": "feature", "layer": layer, "pos": pos, "feature": feat,
+                    "activation": float(self.activations[i]), "token": self.tokens[pos]}
+        if i < self.token_start:
+            layer, pos = divmod(i - self.error_start, self.n_pos)
+            return {"kind": "error", "layer": layer, "pos": pos, "token": self.tokens[pos]}
+        if i < self.logit_start:
+            pos = i - self.token_start
+            return {"kind": "token", "layer": None, "pos": pos, "token": self.tokens[pos]}
+        j = i - self.logit_start
+        return {"kind": "logit", "layer": self.n_layers, "pos": self.n_pos - 1, "token": self.logit_tokens[j],
+                "token_id": self.logit_ids[j], "prob": float(self.logit_probs[j])}
+
+    def index(self, layer: int, pos: int, feature: int) -> int:
+        """The node index of feature (layer, pos, feature); OutOfRangeError when it is not active here."""
+        hit = ((self.features[:, 0] == layer) & (self.features[:, 1] == pos)
+               & (self.features[:, 2] == feature)).nonzero()
+        if len(hit) == 0:
+            raise OutOfRangeError(f"feature {feature} of layer {layer} is not active at position {pos} of this "
+                                  f"prompt, so it is no node of the graph: see g.nodes for the nodes there are.")
+        return int(hit[0, 0])
+
+    # ---- influence, pruning and scores (circuit-tracer's definitions) --------------------------------------
+    def influence(self) -> torch.Tensor:
+        """[n_nodes] each node's total influence on the logit nodes (weighted by their probabilities), through
+        every path of the row-normalised absolute adjacency."""
+        return influence(normalized(self.adjacency), self.logit_weights())
+
+    def prune(self, node_threshold: float | None = None, edge_threshold: float | None = None):
+        """(node_mask [n_nodes], edge_mask [n_nodes, n_nodes]): circuit-tracer's prune_graph. Features are kept by
+        cumulative influence up to node_threshold, edges by cumulative influence-weighted score up to
+        edge_threshold; tokens and logits always stay; then nodes left without edges are dropped."""
+        nt = self.node_threshold if node_threshold is None else _fraction(node_threshold, "node_threshold")
+        et = self.edge_threshold if edge_threshold is None else _fraction(edge_threshold, "edge_threshold")
+        weights = self.logit_weights()
+        node_inf = self.influence()
+        keep = node_inf >= _threshold(node_inf, nt)
+        keep[self.token_start:] = True
+        pruned = self.adjacency.clone()
+        pruned[~keep] = 0
+        pruned[:, ~keep] = 0
+        norm = normalized(pruned)
+        scores = norm * (influence(norm, weights) + weights)[:, None]
+        edge_keep = scores >= _threshold(scores.flatten(), et)
+        last = None
+        while last is None or not torch.equal(last, keep):
+            last = keep.clone()
+            edge_keep[~keep] = False
+            edge_keep[:, ~keep] = False
+            keep[:self.token_start] &= edge_keep[:, :self.token_start].any(0)  # features and errors send somewhere
+            keep[:self.n_features] &= edge_keep[:self.n_features].any(1)  # features receive from somewhere
+        return keep, edge_keep
+
+    def scores(self) -> tuple[float, float]:
+        """(replacement score, completeness score), circuit-tracer's compute_graph_scores: the share of the tokens'
+        end-to-end influence that does not pass through error nodes, and the influence-weighted share of every
+        node's inputs that come from features or tokens rather than errors."""
+        weights = self.logit_weights()
+        norm = normalized(self.adjacency)
+        inf = influence(norm, weights)
+        tokens = inf[self.token_start:self.logit_start].sum()
+        errors = inf[self.error_start:self.token_start].sum()
+        non_error = 1 - norm[:, self.error_start:self.token_start].sum(-1)
+        out = inf + weights
+        return float(tokens / (tokens + errors)), float((non_error * out).sum() / out.sum())
+
+    @property
+    def nodes(self) -> list[dict]:
+        """The pruned graph's nodes (with their index in the full graph and their influence)."""
+        keep, _ = self.prune()
+        inf = self.influence()
+        return [{"index": int(i), **self.node(int(i)), "influence": float(inf[i])} for i in keep.nonzero()[:, 0]]
+
+    @property
+    def edges(self) -> list[tuple[int, int, float]]:
+        """The pruned graph's edges: (source index, target index, weight), strongest first."""
+        _, edge_keep = self.prune()
+        t, s = edge_keep.nonzero(as_tuple=True)
+        w = self.adjacency[t, s]
+        order = w.abs().argsort(descending=True)
+        return [(int(s[i]), int(t[i]), float(w[i])) for i in order]
+
+    def to_json(self, slug: str = "interplab-graph") -> str:
+        """The pruned graph in the JSON circuit-tracer's create_graph_files writes and its (and Neuronpedia's)
+        graph frontend reads: metadata, qParams, nodes (node_id 'layer_feature_pos', feature_type, ctx_idx,
+        activation, influence, ...) and links (source, target, weight)."""
+        keep, edge_keep = self.prune()
+        inf = self.influence()
+        ids, nodes = {}, []
+        for i in keep.nonzero()[:, 0].tolist():
+            n = self.node(i)
+            layer = "E" if n["kind"] == "token" else n["layer"]
+            if n["kind"] == "feature":
+                node_id, feature, kind = f"{layer}_{n['feature']}_{n['pos']}", n["feature"], "cross layer transcoder"
+            elif n["kind"] == "error":
+                node_id, feature, kind = f"{layer}_{n['pos']}_{n['pos']}", None, "mlp reconstruction error"
+            elif n["kind"] == "token":
+                node_id, feature, kind = f"E_{n['pos']}_{n['pos']}", n["pos"], "embedding"
+            else:
+                node_id, feature, kind = f"{layer}_{n['token_id']}_{n['pos']}", n["token_id"], "logit"
+            ids[i] = node_id
+            nodes.append({"node_id": node_id, "feature": feature, "layer": str(layer), "ctx_idx": n["pos"],
+                          "feature_type": kind, "jsNodeId": f"{node_id}-0", "run_idx": 0,
+                          "reverse_ctx_idx": self.n_pos - 1 - n["pos"], "clerp": _clerp(n),
+                          "token_prob": n.get("prob", 0.0), "is_target_logit": n["kind"] == "logit" and i ==
+                          self.logit_start, "influence": float(inf[i]), "activation": n.get("activation")})
+        t, s = edge_keep.nonzero(as_tuple=True)
+        links = [{"source": ids[int(a)], "target": ids[int(b)], "weight": float(self.adjacency[b, a])}
+                 for a, b in zip(s.tolist(), t.tolist())]
+        meta = {"slug": slug, "scan": self.transcoders or "interplab", "prompt_tokens": self.tokens,
+                "prompt": self.prompt, "node_threshold": self.node_threshold, "schema_version": 1,
+                "info": {"creator_name": "interplab", "generator": {"name": "interplab"}}}
+        q = {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": None, "sg_pos": ""}
+        return json.dumps({"metadata": meta, "qParams": q, "nodes": nodes, "links": links})
+
+    def show(self, **kw):
+        """The graph view (interplab.views.graph)."""
+        return display.view(self, **kw)
+
+    def __repr__(self) -> str:
+        keep, edge_keep = self.prune()
+        r, c = self.scores()
+        return (f"AttributionGraph({self.prompt!r}: {self.n_features} active features, {len(self.adjacency)} nodes; "
+                f"pruned {int(keep.sum())} nodes, {int(edge_keep.sum())} edges; replacement {r:.3f}, "
+                f"completeness {c:.3f})")
+
+
+def _clerp(n: dict) -> str:
+    if n["kind"] == "feature":
+        return f"L{n['layer']} F{n['feature']} at {n['token']!r}"
+    if n["kind"] == "error":
+        return f"L{n['layer']} error at {n['token']!r}"
+    if n["kind"] == "token":
+        return f"token {n['token']!r}"
+    return f"logit {n['token']!r} (p={n['prob']:.3f})"
+
+
+def normalized(matrix: torch.Tensor) -> torch.Tensor:
+    """|matrix| with each row divided by its sum (rows of zeros stay zero)."""
+    a = matrix.abs()
+    return a / a.sum(1, keepdim=True).clamp(min=1e-10)
+
+
+def influence(norm: torch.Tensor, weights: torch.Tensor, max_iter: int = 1000) -> torch.Tensor:
+    """weights @ (A + A^2 + ...): the graph is acyclic, so the series ends (A is nilpotent)."""
+    step = weights @ norm
+    total = step.clone()
+    for _ in range(max_iter):
+        if not step.any():
+            return total
+        step = step @ norm
+        total += step
+    raise InterplabError("influence did not converge: the adjacency is not acyclic.")
+
+
+def _threshold(scores: torch.Tensor, fraction: float) -> torch.Tensor:
+    """The score at which the sorted scores' cumulative share first reaches fraction."""
+    ordered = scores.sort(descending=True).values
+    share = ordered.cumsum(0) / ordered.sum()
+    i = min(int(torch.searchsorted(share, torch.tensor(fraction, dtype=share.dtype))), len(ordered) - 1)
+    return ordered[i]
+
+
+def _fraction(v, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise OutOfRangeError(f"{name}={v!r}: a fraction of the total influence, in (0, 1] (circuit-tracer's "
+                              f"defaults: node 0.8, edge 0.98).")
+    return float(v)
+
+
+def _positive_int(v, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise OutOfRangeError(f"{name}={v!r}: an int >= 1.")
+    return v
+
+
+def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max_n_logits: int = 10,
+                      desired_logit_prob: float = 0.95, batch_size: int = 64,
+                      node_threshold: float = NODE_THRESHOLD, edge_threshold: float = EDGE_THRESHOLD,
+                      progress: bool = True) -> AttributionGraph:
+    """The attribution graph of one prompt over per-layer transcoders (circuit-tracer's `attribute`).
+
+    max_n_logits, desired_logit_prob: the logit nodes are the most likely next tokens, as few as reach
+        desired_logit_prob of the probability, at most max_n_logits (circuit-tracer's defaults: 10, 0.95).
+    batch_size: targets per backward pass (the prompt is repeated once per target); lower it to use less memory.
+    node_threshold, edge_threshold: the pruning that g.nodes, g.edges and g.to_json() show (g.prune(...) for
+        others)."""
+    engine = engine_of(lab)
+    if not isinstance(transcoders, Transcoders):
+        raise InterplabError(f"attribution_graph takes a transcoder set (ilab.Transcoders.load(...)), got "
+                             f"{type(transcoders).__name__}.")
+    if not isinstance(prompt, str) or not prompt:
+        raise InterplabError(f"attribution_graph takes one prompt (a non-empty string), got {prompt!r}.")
+    transcoders.check_fits(engine)
+    _positive_int(max_n_logits, "max_n_logits")
+    _positive_int(batch_size, "batch_size")
+    if isinstance(desired_logit_prob, bool) or not isinstance(desired_logit_prob, (int, float)) \
+            or not 0 < desired_logit_prob <= 1:
+        raise OutOfRangeError(f"desired_logit_prob={desired_logit_prob!r}: a probability in (0, 1].")
+    node_threshold, edge_threshold = (_fraction(node_threshold, "node_threshold"),
+                                      _fraction(edge_threshold, "edge_threshold"))
+    n_layers = engine.n_layers
+    sites = [("mlp_in", layer) for layer in range(n_layers)] + [("mlp_out", layer) for layer in range(n_layers)]
+    run = engine.run(prompt, cache=sites, log=False)
+    with torch.no_grad():
+        x_in = [run.cache["mlp_in", layer][0].float() for layer in range(n_layers)]
+        acts = [transcoders[layer].encode(x_in[layer]) for layer in range(n_layers)]  # [pos, d_tc]
+        errors = torch.stack([run.cache["mlp_out", layer][0].float() - transcoders[layer](x_in[layer])
+                              for layer in range(n_layers)])  # [layer, pos, d]
+        stacked = torch.stack(acts)  # [layer, pos, d_tc]
+        features = stacked.nonzero()  # (layer, pos, feature), in that order
+        activations = stacked[features[:, 0], features[:, 1], features[:, 2]]
+        probs = run.last_logits[0].float().softmax(-1)
+        top_p, top_i = probs.topk(min(max_n_logits, len(probs)))
+        n_logits = min(int((top_p.cumsum(0) < desired_logit_prob).sum()) + 1, len(top_p))
+        logit_ids, logit_probs = top_i[:n_logits].tolist(), top_p[:n_logits].clone()
+    n_pos, n_feat = len(x_in[0]), len(features)
+    token_start = n_feat + n_layers * n_pos
+    n_nodes = token_start + n_pos + n_logits
+    adjacency = torch.zeros(n_nodes, n_nodes)
+    frozen = ([edits.stop_grad("pattern", layer) for layer in range(n_layers)]
+              + [edits.stop_grad("mlp_out", layer) for layer in range(n_layers)])
+    replacement = _Linearised(engine, prompt, frozen, features, logit_ids, transcoders, n_layers)
+    bar = _bar(n_feat + n_logits, progress)
+    try:
+        for start in range(0, n_feat + n_logits, batch_size):
+            rows = torch.arange(start, min(start + batch_size, n_feat + n_logits))
+            grads_out, grad_embed = replacement.gradients(rows)
+            # sources: features (a_s * W_dec[s] . grad at its layer and position), errors, tokens
+            with torch.no_grad():
+                block = torch.zeros(len(rows), n_nodes)
+                for layer in range(n_layers):
+                    here = (features[:, 0] == layer).nonzero()[:, 0]
+                    if len(here):
+                        g = grads_out[layer][:, features[here, 1]]  # [rows, n_here, d]
+                        dec = transcoders[layer].W_dec[features[here, 2]]  # [n_here, d]
+                        block[:, here] = (g * dec).sum(-1) * activations[here]
+                    e0 = n_feat + layer * n_pos
+                    block[:, e0:e0 + n_pos] = (grads_out[layer] * errors[layer]).sum(-1)
+                block[:, token_start:token_start + n_pos] = (grad_embed * replacement.embed).sum(-1)
+                # target rows: features keep their index, logit j is node token_start + n_pos + j
+                adjacency[torch.where(rows < n_feat, rows, rows - n_feat + token_start + n_pos)] = block
+            _advance(bar, len(rows))
+    finally:
+        if bar is not None:
+            bar.close()
+    tokens = engine.to_str_tokens(prompt)
+    return AttributionGraph(prompt, tokens, features, activations, logit_ids,
+                            [engine.to_string([i]) for i in logit_ids], logit_probs, adjacency, n_layers,
+                            node_threshold, edge_threshold, transcoders.source, lab)
+
+
+class _Linearised:
+    """One forward of the replacement model's linear part: patterns and MLP outputs' gradients stopped, norms frozen
+    (the values are the model's own). Its targets are every active feature's pre-activation and each logit node's
+    logit minus the mean logit; `gradients(rows)` backpropagates a chunk of them at once (a batched vector-Jacobian
+    product over the one graph)."""
+
+    def __init__(self, engine: Engine, prompt: str, frozen: list, features: torch.Tensor, logit_ids: list,
+                 transcoders: Transcoders, n_layers: int):
+        cache = [("mlp_in", layer) for layer in range(n_layers)] \
+            + [("mlp_out", layer) for layer in range(n_layers)] + [("resid_pre", 0)]
+        run = engine.run(prompt, frozen, cache=cache, grad=True, log=False, memo=False, frozen_norms=True)
+        parts = []
+        for layer in range(n_layers):
+            here = (features[:, 0] == layer).nonzero()[:, 0]
+            x = run.cache["mlp_in", layer][0]  # [pos, d]
+            enc = transcoders[layer].W_enc.to(x.device, x.dtype)
+            parts.append((x[features[here, 1]] * enc[:, features[here, 2]].T).sum(-1))
+        last = run.logits[0, -1].float()
+        parts.append(last[logit_ids] - last.mean())
+        self.targets = torch.cat([p.float() for p in parts])  # in node order: features by layer, then logits
+        self.inputs = [run.cache["mlp_out", layer] for layer in range(n_layers)] + [run.cache["resid_pre", 0]]
+        self.embed = run.cache["resid_pre", 0][0].detach().float().cpu()
+        self.recorded = [run.cache[key] for key in cache]  # (a grad run's cache keeps .grad: cleared per chunk)
+
+    def gradients(self, rows: torch.Tensor):
+        """([layer] -> [rows, pos, d] d target / d mlp_out[layer], [rows, pos, d] d target / d resid_pre[0])."""
+        seeds = torch.zeros(len(rows), len(self.targets), dtype=self.targets.dtype, device=self.targets.device)
+        seeds[torch.arange(len(rows)), rows.to(seeds.device)] = 1
+        grads = torch.autograd.grad(self.targets, self.inputs, grad_outputs=seeds, retain_graph=True,
+                                    is_grads_batched=True, allow_unused=True)
+        for t in self.recorded:  # a chunk's .grad would be summed with the next one's, of another batch size
+            t.grad = None
+        out = [torch.zeros(len(rows), *t.shape[1:]) if g is None else g[:, 0].detach().float().cpu()
+               for g, t in zip(grads, self.inputs)]
+        return out[:-1], out[-1]
+
+
+def _bar(total: int, progress: bool):
+    if not isinstance(progress, bool):
+        raise InterplabError(f"progress={progress!r}: True (a progress bar) or False.")
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="attribution graph", unit="target", leave=False)
+
+
+def _advance(bar, n: int) -> None:
+    if bar is not None:
+        bar.update(n)

@@ -1,0 +1,203 @@
+"""Attribution graphs (interplab.analyses.graph) against a hand-written replacement model.
+
+The reference is a GPT-2 forward written out here from the transformers model's weights (no interplab site, hook or
+edit): every LayerNorm's scale and every attention pattern frozen at the real run's values (read with
+output_attentions and the model's own LayerNorm inputs), each MLP's output a constant plus an injected vector.
+Autograd through it gives each edge: d target / d injection at the source's layer and position, times the source's
+vector. Transcoders: random, seeded, TopK, so the test does not depend on the shipped ones."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import interplab as ilab
+from interplab.errors import InterplabError, OutOfRangeError
+
+PROMPT = "When Mary and John went to the store, John gave a drink to"
+
+
+@pytest.fixture(scope="module")
+def lab():
+    return ilab.Lab.load("ioi-tiny")
+
+
+def random_transcoders(n_layers: int, d: int, d_tc: int = 64, k: int = 6, seed: int = 0) -> ilab.Transcoders:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for layer in range(n_layers):
+        W_enc = torch.randn(d, d_tc, generator=g) / d ** 0.5
+        W_dec = torch.randn(d_tc, d, generator=g) / d_tc ** 0.5
+        b_enc, b_dec = torch.randn(d_tc, generator=g) * 0.1, torch.randn(d, generator=g) * 0.1
+        out.append(ilab.Transcoder(W_enc, b_enc, W_dec, b_dec, layer=layer, activation="topk", k=k))
+    return ilab.Transcoders(out)
+
+
+@pytest.fixture(scope="module")
+def tcs(lab):
+    return random_transcoders(lab.n_layers, lab.d_model)
+
+
+@pytest.fixture(scope="module")
+def graph(lab, tcs):
+    return ilab.attribution_graph(lab, PROMPT, tcs, progress=False)
+
+
+class HandReplacement:
+    """ioi-tiny's forward, written out, with norms' scales and patterns frozen and MLP outputs constant."""
+
+    def __init__(self, model, ids: torch.Tensor):
+        self.model, self.ids = model, ids
+        tr = model.transformer
+        seen = {}
+        handles = [m.register_forward_hook(lambda m, a, o, n=n: seen.__setitem__(n, (a[0][0].detach(), o[0].detach())))
+                   for n, m in [*[(f"ln1.{i}", b.ln_1) for i, b in enumerate(tr.h)],
+                                *[(f"ln2.{i}", b.ln_2) for i, b in enumerate(tr.h)],
+                                *[(f"mlp.{i}", b.mlp) for i, b in enumerate(tr.h)], ("lnf", tr.ln_f)]]
+        try:
+            with torch.no_grad():
+                out = model(ids, output_attentions=True)
+        finally:
+            for h in handles:
+                h.remove()
+        self.logits = out.logits[0]
+        self.patterns = [a[0].detach() for a in out.attentions]  # [head, q, k]
+        self.mlp_in = [seen[f"ln2.{i}"][1] for i in range(len(tr.h))]
+        self.mlp_out = [seen[f"mlp.{i}"][1] for i in range(len(tr.h))]
+        eps = model.config.layer_norm_epsilon
+        self.scales = {n: (x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True).add(eps).sqrt()
+                       for n, (x, _) in seen.items() if n.startswith(("ln", "lnf"))}
+
+    def norm(self, ln, name: str, x: torch.Tensor) -> torch.Tensor:
+        return (x - x.mean(-1, keepdim=True)) / self.scales[name] * ln.weight + ln.bias
+
+    def forward(self, inject: list[torch.Tensor], embed_delta: torch.Tensor):
+        """(mlp inputs per layer, logits [pos, vocab]) with inject[l] added to MLP l's (constant) output."""
+        tr, cfg = self.model.transformer, self.model.config
+        n_head, t = cfg.n_head, self.ids.shape[1]
+        h = tr.wte(self.ids[0]) + tr.wpe(torch.arange(t)) + embed_delta
+        ins = []
+        for i, block in enumerate(tr.h):
+            a = self.norm(block.ln_1, f"ln1.{i}", h)
+            v = (a @ block.attn.c_attn.weight + block.attn.c_attn.bias)[:, 2 * cfg.n_embd:]
+            v = v.view(t, n_head, -1).transpose(0, 1)  # [head, pos, d_head]
+            z = (self.patterns[i] @ v).transpose(0, 1).reshape(t, cfg.n_embd)
+            h = h + z @ block.attn.c_proj.weight + block.attn.c_proj.bias
+            ins.append(self.norm(block.ln_2, f"ln2.{i}", h))
+            h = h + self.mlp_out[i] + inject[i]
+        final = self.norm(tr.ln_f, "lnf", h)
+        return ins, final @ tr.wte.weight.T
+
+
+def hand_rows(lab, tcs, g: ilab.AttributionGraph, rows: list[int]) -> torch.Tensor:
+    """The adjacency rows `rows` (targets) over every source, by autograd through HandReplacement."""
+    ids = lab.tokenizer(PROMPT, return_tensors="pt").input_ids
+    hand = HandReplacement(lab.model, ids)
+    t, d = ids.shape[1], lab.d_model
+    embed = (lab.model.transformer.wte(ids[0]) + lab.model.transformer.wpe(torch.arange(t))).detach()
+    errors = [hand.mlp_out[i] - tcs[i](hand.mlp_in[i]) for i in range(lab.n_layers)]
+    acts = [tcs[i].encode(hand.mlp_in[i]) for i in range(lab.n_layers)]
+    out = torch.zeros(len(rows), len(g.adjacency))
+    for r, row in enumerate(rows):
+        inject = [torch.zeros(t, d, requires_grad=True) for _ in range(lab.n_layers)]
+        delta = torch.zeros(t, d, requires_grad=True)
+        ins, logits = hand.forward(inject, delta)
+        node = g.node(row)
+        if node["kind"] == "feature":
+            target = ins[node["layer"]][node["pos"]] @ tcs[node["layer"]].W_enc[:, node["feature"]]
+        else:
+            target = logits[-1, node["token_id"]] - logits[-1].mean()
+        grads = torch.autograd.grad(target, inject + [delta], allow_unused=True)
+        grads = [torch.zeros(t, d) if x is None else x for x in grads]
+        for col in range(g.logit_start):
+            src = g.node(col)
+            if src["kind"] == "feature":
+                vec = acts[src["layer"]][src["pos"], src["feature"]] * tcs[src["layer"]].W_dec[src["feature"]]
+                out[r, col] = grads[src["layer"]][src["pos"]] @ vec
+            elif src["kind"] == "error":
+                out[r, col] = grads[src["layer"]][src["pos"]] @ errors[src["layer"]][src["pos"]]
+            else:
+                out[r, col] = grads[-1][src["pos"]] @ embed[src["pos"]]
+    return out
+
+
+def test_the_hand_replacement_computes_the_models_logits(lab):
+    ids = lab.tokenizer(PROMPT, return_tensors="pt").input_ids
+    hand = HandReplacement(lab.model, ids)
+    zeros = [torch.zeros(ids.shape[1], lab.d_model) for _ in range(lab.n_layers)]
+    _, logits = hand.forward(zeros, torch.zeros(ids.shape[1], lab.d_model))
+    assert (logits - hand.logits).abs().max() < 1e-4  # (so the reference below is the model's own computation)
+
+
+def test_edges_equal_autograd_through_a_hand_written_replacement_model(lab, tcs, graph):
+    g = graph
+    assert g.n_features > 50 and len(g.logit_ids) >= 1
+    # the last feature of each layer at the last position, one feature at S2, and every logit node
+    rows = sorted({int(((g.features[:, 0] == layer)).nonzero()[-1, 0]) for layer in range(1, lab.n_layers)}
+                  | {int(((g.features[:, 0] == 2) & (g.features[:, 1] == 9)).nonzero()[0, 0])}
+                  | set(range(g.logit_start, len(g.adjacency))))
+    want = hand_rows(lab, tcs, g, rows)
+    got = g.adjacency[rows]
+    for r, row in enumerate(rows):
+        scale = want[r].abs().max()
+        assert scale > 0, g.node(row)
+        assert (got[r] - want[r]).abs().max() <= 1e-4 * scale + 1e-6, (g.node(row), (got[r] - want[r]).abs().max())
+    # nothing flows backwards: a feature's inputs come from earlier layers (or its own layer's attention: tokens)
+    feat_layers = g.features[:, 0]
+    later = feat_layers[None, :] >= feat_layers[:, None]
+    assert g.adjacency[:g.n_features, :g.n_features][later].abs().max() == 0
+
+
+def test_pruning_and_scores_in_circuit_tracers_meaning(graph):
+    g = graph
+    keep, edges = g.prune()
+    assert keep[g.token_start:].all()  # tokens and logits always stay
+    # a kept feature sends and receives a kept edge
+    for i in keep[:g.n_features].nonzero()[:, 0].tolist():
+        assert edges[:, i].any() and edges[i].any()
+    # pruning keeps at least the influence it promises: the kept features' influence reaches node_threshold
+    inf = g.influence()[:g.token_start]
+    keep_all, _ = g.prune(1.0, 1.0)
+    assert keep_all[:g.n_features].sum() >= keep[:g.n_features].sum()
+    replacement, completeness = g.scores()
+    assert 0 < replacement <= 1 and 0 < completeness <= 1
+    # completeness, computed again from its definition: the influence-weighted share of non-error inputs
+    a = g.adjacency.abs()
+    norm = a / a.sum(1, keepdim=True).clamp(min=1e-10)
+    w = g.logit_weights()
+    total, step = torch.zeros(len(a)), w @ norm
+    while step.abs().sum() > 0:
+        total, step = total + step, step @ norm
+    out = total + w
+    non_error = 1 - norm[:, g.error_start:g.token_start].sum(1)
+    assert abs(float((non_error * out).sum() / out.sum()) - completeness) < 1e-5
+    assert abs(float(total[:g.token_start].sum() - inf.sum())) < 1e-4 * float(inf.sum())
+
+
+def test_the_json_is_the_graph_frontends_format(graph):
+    data = json.loads(graph.to_json(slug="ioi"))
+    assert set(data) == {"metadata", "qParams", "nodes", "links"}
+    ids = {n["node_id"] for n in data["nodes"]}
+    assert len(ids) == len(data["nodes"]) == len(graph.nodes)
+    assert all(link["source"] in ids and link["target"] in ids for link in data["links"])
+    kinds = {n["feature_type"] for n in data["nodes"]}
+    assert {"embedding", "logit"} <= kinds
+    assert data["metadata"]["prompt_tokens"] == graph.tokens
+    assert sum(n["is_target_logit"] for n in data["nodes"]) == 1
+
+
+def test_bad_input_is_refused_and_leaves_no_hook(lab, tcs):
+    with pytest.raises(OutOfRangeError, match="layers"):
+        ilab.attribution_graph(lab, PROMPT, ilab.Transcoders(list(tcs)[:2]))
+    wide = random_transcoders(lab.n_layers, lab.d_model + 1)
+    with pytest.raises(OutOfRangeError, match="another model"):
+        ilab.attribution_graph(lab, PROMPT, wide)
+    for bad in (0, 1.5, -0.1):
+        with pytest.raises(OutOfRangeError, match="node_threshold"):
+            ilab.attribution_graph(lab, PROMPT, tcs, node_threshold=bad)
+    with pytest.raises(InterplabError, match="transcoder set"):
+        ilab.attribution_graph(lab, PROMPT, tcs[0])
+    assert ilab.attached_hooks() == []
+    assert lab.model.transformer.h[0].ln_1._forward_hooks == {}
