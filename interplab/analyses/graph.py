@@ -276,6 +276,10 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
     if not isinstance(prompt, str) or not prompt:
         raise InterplabError(f"attribution_graph takes one prompt (a non-empty string), got {prompt!r}.")
     transcoders.check_fits(engine)
+    if any(t.W_skip is not None for t in transcoders):
+        raise InterplabError("attribution_graph does not yet follow a transcoder's skip connection (W_skip, a linear "
+                             "path from the MLP's input to its output): its edges would be missing. Use transcoders "
+                             "without a skip term.")
     _positive_int(max_n_logits, "max_n_logits")
     _positive_int(batch_size, "batch_size")
     if isinstance(desired_logit_prob, bool) or not isinstance(desired_logit_prob, (int, float)) \

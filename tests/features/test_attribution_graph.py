@@ -201,3 +201,28 @@ def test_bad_input_is_refused_and_leaves_no_hook(lab, tcs):
         ilab.attribution_graph(lab, PROMPT, tcs[0])
     assert ilab.attached_hooks() == []
     assert lab.model.transformer.h[0].ln_1._forward_hooks == {}
+
+
+def hand_spliced_logits(lab, tcs, ids) -> torch.Tensor:
+    """The model's logits with each MLP's output replaced by its transcoder's, by hooks on the model's MLPs."""
+    handles = [block.mlp.register_forward_hook(lambda m, args, out, layer=layer: tcs[layer](args[0]))
+               for layer, block in enumerate(lab.model.transformer.h)]
+    try:
+        with torch.no_grad():
+            return lab.model(ids).logits
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def test_the_replacement_model_with_and_without_its_errors(lab, tcs):
+    ids = lab.tokenizer(PROMPT, return_tensors="pt").input_ids
+    with torch.no_grad():
+        model_logits = lab.model(ids).logits
+    with_errors = ilab.replacement(lab, PROMPT, tcs)
+    assert (with_errors.logits - model_logits).abs().max() <= 1e-5 * model_logits.abs().max()
+    alone = ilab.replacement(lab, PROMPT, tcs, errors=False)
+    want = hand_spliced_logits(lab, tcs, ids)
+    assert (alone.logits - want).abs().max() <= 1e-4 * want.abs().max()
+    assert alone.kl() > 10 * with_errors.kl() + 1e-3  # random transcoders: far from the model without the errors
+    assert ilab.attached_hooks() == []
