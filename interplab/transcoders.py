@@ -16,6 +16,7 @@ The arithmetic is SAELens's transcoder (and circuit-tracer's single-layer transc
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -73,6 +74,20 @@ class Transcoder:
         skip = ", skip" if self.W_skip is not None else ""
         return (f"Transcoder(layer {self.layer}: mlp_in -> mlp_out, {self.d_tc} features, {self.activation}"
                 f"{f' k={self.k}' if self.k else ''}{skip})")
+
+    @property
+    def site(self) -> str:
+        return "mlp_in"  # where it reads (it writes mlp_out)
+
+    @property
+    def digest(self) -> str:
+        """A hash of the weights and settings: what identifies this transcoder in a cache key (as SAE.digest)."""
+        h = hashlib.blake2b(digest_size=16)
+        for t in (self.W_enc, self.b_enc, self.W_dec, self.b_dec, self.threshold, self.W_skip):
+            if t is not None:
+                h.update(t.detach().cpu().contiguous().float().numpy().tobytes())
+        h.update(repr((self.activation, self.k, self.layer)).encode())
+        return h.hexdigest()
 
     # ---- arithmetic ----------------------------------------------------------------------------------------
     def _w(self, name: str, like: torch.Tensor) -> torch.Tensor:
