@@ -52,6 +52,7 @@ class AttributionGraph:
     edge_threshold: float = EDGE_THRESHOLD
     transcoders: str | None = None
     lab: object = field(default=None, repr=False)
+    transcoders_obj: Transcoders | None = field(default=None, repr=False)
 
     # ---- node index ranges ---------------------------------------------------------------------------------
     @property
@@ -197,6 +198,72 @@ class AttributionGraph:
         q = {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": None, "sg_pos": ""}
         return json.dumps({"metadata": meta, "qParams": q, "nodes": nodes, "links": links})
 
+    # ---- interventions -------------------------------------------------------------------------------------
+    def feature_nodes(self, nodes) -> list[int]:
+        """Node indices of features, from indices or (layer, pos, feature) triples; OutOfRangeError for anything
+        that is not a feature node of this graph."""
+        if isinstance(nodes, (int, tuple)) and not isinstance(nodes, bool):
+            nodes = [nodes]
+        out = []
+        for n in nodes:
+            if isinstance(n, tuple) and len(n) == 3:
+                out.append(self.index(*(int(v) for v in n)))
+            elif isinstance(n, int) and not isinstance(n, bool) and 0 <= n < self.n_features:
+                out.append(n)
+            else:
+                raise OutOfRangeError(f"node {n!r}: interventions act on feature nodes, given as node indices "
+                                      f"0..{self.n_features - 1} or (layer, pos, feature); g.nodes lists them.")
+        if not out:
+            raise OutOfRangeError("no node given: pass feature nodes (indices or (layer, pos, feature)).")
+        return sorted(set(out))
+
+    def predicted(self, nodes, factor: float = 0.0) -> dict:
+        """What the graph predicts for the logit nodes when the features' activations are multiplied by factor:
+        'direct' through the intervened features' own edges to the logits; 'total' also through every feature
+        downstream, each responding linearly to its pre-activation's change (errors and tokens fixed). In units of
+        each logit node's target: the logit minus the mean logit."""
+        idx = self.feature_nodes(nodes)
+        change = torch.zeros(self.n_features)
+        change[idx] = float(factor) - 1.0  # relative change of each intervened feature's activation
+        to_feat = self.adjacency[:self.n_features, :self.n_features]
+        to_logit = self.adjacency[self.logit_start:, :self.n_features]
+        direct = to_logit @ change
+        rel = change.clone()
+        acts = self.activations.clamp(min=1e-12)
+        for _ in range(self.n_layers):  # features only read earlier layers: n_layers rounds reach the fixed point
+            delta_pre = to_feat @ rel  # change of each feature's pre-activation
+            rel = change + torch.where(change == 0, delta_pre / acts, torch.zeros_like(delta_pre))
+        return {"direct": direct.tolist(), "total": (to_logit @ rel).tolist()}
+
+    def intervene(self, nodes, factor: float = 0.0) -> dict:
+        """Run the model (everything live) with these features' activations multiplied by factor (0: ablated):
+        each one's decoder vector times (factor - 1) * activation added to its MLP's output at its position.
+        Returns the logit nodes' targets (logit minus mean logit) before and after, the graph's prediction
+        (`predicted`) and the new top tokens."""
+        from ..metrics import top_k
+
+        engine = engine_of(self.lab)
+        if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor != factor:
+            raise OutOfRangeError(f"factor={factor!r}: a number (0 ablates, 1 leaves as is, 2 doubles).")
+        idx = self.feature_nodes(nodes)
+        if self.transcoders_obj is None:
+            raise InterplabError("this graph does not hold its transcoders (made elsewhere): build it with "
+                                 "ilab.attribution_graph to intervene.")
+        vectors: dict[tuple[int, int], torch.Tensor] = {}
+        for i in idx:
+            layer, pos, feat = (int(v) for v in self.features[i])
+            vec = (float(factor) - 1.0) * float(self.activations[i]) * self.transcoders_obj[layer].W_dec[feat]
+            vectors[layer, pos] = vectors.get((layer, pos), 0) + vec
+        steers = [edits.steer("mlp_out", layer, vector=v, pos=pos) for (layer, pos), v in vectors.items()]
+        before = engine.run(self.prompt, log=False).last_logits[0].float()
+        after = engine.run(self.prompt, steers, log=False, memo=False).last_logits[0].float()
+        target = lambda logits: [float(logits[i] - logits.mean()) for i in self.logit_ids]  # noqa: E731
+        ids, probs = top_k(after[None], 5)
+        tokens = [engine.to_string([i]) for i in ids[0]]
+        return {"nodes": idx, "factor": float(factor), "before": target(before), "after": target(after),
+                "real": [a - b for a, b in zip(target(after), target(before))],
+                "predicted": self.predicted(idx, factor), "top": list(zip(tokens, probs[0]))}
+
     def show(self, **kw):
         """The graph view (interplab.views.graph)."""
         return display.view(self, **kw)
@@ -335,7 +402,7 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
     tokens = engine.to_str_tokens(prompt)
     return AttributionGraph(prompt, tokens, features, activations, logit_ids,
                             [engine.to_string([i]) for i in logit_ids], logit_probs, adjacency, n_layers,
-                            node_threshold, edge_threshold, transcoders.source, lab)
+                            node_threshold, edge_threshold, transcoders.source, lab, transcoders)
 
 
 class _Linearised:

@@ -226,3 +226,35 @@ def test_the_replacement_model_with_and_without_its_errors(lab, tcs):
     assert (alone.logits - want).abs().max() <= 1e-4 * want.abs().max()
     assert alone.kl() > 10 * with_errors.kl() + 1e-3  # random transcoders: far from the model without the errors
     assert ilab.attached_hooks() == []
+
+
+def test_an_intervention_runs_the_model_and_reports_the_graphs_prediction(lab, tcs, graph):
+    g = graph
+    i = int(g.influence()[:g.n_features].argmax())
+    layer, pos, feat = (int(v) for v in g.features[i])
+    r = g.intervene([(layer, pos, feat)], 0.0)
+    # the real change, by a hook on the model's own MLP removing the feature's decoder vector there
+    ids = lab.tokenizer(PROMPT, return_tensors="pt").input_ids
+    vec = float(g.activations[i]) * tcs[layer].W_dec[feat]
+
+    def remove(m, args, out):
+        out = out.clone()
+        out[0, pos] -= vec
+        return out
+
+    h = lab.model.transformer.h[layer].mlp.register_forward_hook(remove)
+    try:
+        with torch.no_grad():
+            last = lab.model(ids).logits[0, -1]
+    finally:
+        h.remove()
+    want = [float(last[t] - last.mean()) for t in g.logit_ids]
+    assert max(abs(a - b) for a, b in zip(r["after"], want)) <= 1e-4 * max(map(abs, want))
+    # the direct prediction is minus the feature's edges to the logits
+    assert max(abs(p + float(g.adjacency[g.logit_start + j, i]))
+               for j, p in enumerate(r["predicted"]["direct"])) <= 1e-6 * float(g.adjacency[g.logit_start:].abs().max())
+    with pytest.raises(OutOfRangeError, match="not active"):
+        g.intervene([(0, 0, 10_000)])
+    with pytest.raises(OutOfRangeError, match="feature nodes"):
+        g.intervene([g.token_start])
+    assert ilab.attached_hooks() == []
