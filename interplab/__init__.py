@@ -2,6 +2,7 @@
 
 # compat first: it hides CUDA builds of torchvision & co. that cannot load beside a CPU torch (see its docstring)
 from . import compat, lens, steering, vectors, zoo  # noqa: F401
+from .analyses.attention_attribution import QKAttribution, edge_heads, qk_attribution
 from .analyses.feature_stats import FeatureStats, feature_stats
 from .analyses.graph import AttributionGraph, attribution_graph
 from .analyses.replacement import replacement
@@ -47,6 +48,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Lab", "Run", "Edit", "SITE_NAMES", "settle", "SAE", "Transcoder", "Transcoders", "attribution_graph",
     "AttributionGraph", "replacement", "feature_stats", "FeatureStats",
+    "edge_heads", "qk_attribution", "QKAttribution",
     "patch", "zero", "mean_ablate", "scale", "steer", "project", "clamp", "set_value",
     "edits_to_json", "edits_from_json",
     "logit_diff", "prob", "logprob", "SweepResult", "SweepCancelled", "attached_hooks",

@@ -53,6 +53,24 @@ class AttributionGraph:
     transcoders: str | None = None
     lab: object = field(default=None, repr=False)
     transcoders_obj: Transcoders | None = field(default=None, repr=False)
+    errors: torch.Tensor | None = field(default=None, repr=False)  # [layer, pos, d] each MLP's error term
+
+    def frozen_edits(self) -> list:
+        """The edits that make a run the replacement model's linear part (norms are frozen by the run itself)."""
+        return frozen_edits(self.n_layers)
+
+    def edge_from(self, source: int, grads_out: list, grad_embed: torch.Tensor, embed: torch.Tensor) -> torch.Tensor:
+        """[rows] the edge from node `source` to each row's target, given the targets' gradients at the MLP outputs
+        ([layer] -> [rows, pos, d]) and at the first block's input ([rows, pos, d], whose value is embed)."""
+        n = self.node(source)
+        if n["kind"] == "feature":
+            vec = self.activations[source] * self.transcoders_obj[n["layer"]].W_dec[n["feature"]]
+            return grads_out[n["layer"]][:, n["pos"]] @ vec
+        if n["kind"] == "error":
+            return grads_out[n["layer"]][:, n["pos"]] @ self.errors[n["layer"], n["pos"]]
+        if n["kind"] == "token":
+            return grad_embed[:, n["pos"]] @ embed[n["pos"]]
+        raise OutOfRangeError(f"node {source} is a logit: logits are targets, not sources.")
 
     # ---- node index ranges ---------------------------------------------------------------------------------
     @property
@@ -373,9 +391,8 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
     token_start = n_feat + n_layers * n_pos
     n_nodes = token_start + n_pos + n_logits
     adjacency = torch.zeros(n_nodes, n_nodes)
-    frozen = ([edits.stop_grad("pattern", layer) for layer in range(n_layers)]
-              + [edits.stop_grad("mlp_out", layer) for layer in range(n_layers)])
-    replacement = _Linearised(engine, prompt, frozen, features, logit_ids, transcoders, n_layers)
+    frozen = frozen_edits(n_layers)
+    replacement = Linearised(engine, prompt, frozen, features, logit_ids, transcoders, n_layers)
     bar = _bar(n_feat + n_logits, progress)
     try:
         for start in range(0, n_feat + n_logits, batch_size):
@@ -402,10 +419,17 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
     tokens = engine.to_str_tokens(prompt)
     return AttributionGraph(prompt, tokens, features, activations, logit_ids,
                             [engine.to_string([i]) for i in logit_ids], logit_probs, adjacency, n_layers,
-                            node_threshold, edge_threshold, transcoders.source, lab, transcoders)
+                            node_threshold, edge_threshold, transcoders.source, lab, transcoders, errors)
 
 
-class _Linearised:
+def frozen_edits(n_layers: int) -> list:
+    """Attention patterns frozen (no gradient through them) and each MLP's output a constant: its transcoder's
+    features and error term, whose gradients the graph reads at the MLP's output."""
+    return ([edits.stop_grad("pattern", layer) for layer in range(n_layers)]
+            + [edits.stop_grad("mlp_out", layer) for layer in range(n_layers)])
+
+
+class Linearised:
     """One forward of the replacement model's linear part: patterns and MLP outputs' gradients stopped, norms frozen
     (the values are the model's own). Its targets are every active feature's pre-activation and each logit node's
     logit minus the mean logit; `gradients(rows)` backpropagates a chunk of them at once (a batched vector-Jacobian

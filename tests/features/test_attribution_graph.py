@@ -73,18 +73,26 @@ class HandReplacement:
     def norm(self, ln, name: str, x: torch.Tensor) -> torch.Tensor:
         return (x - x.mean(-1, keepdim=True)) / self.scales[name] * ln.weight + ln.bias
 
-    def forward(self, inject: list[torch.Tensor], embed_delta: torch.Tensor):
-        """(mlp inputs per layer, logits [pos, vocab]) with inject[l] added to MLP l's (constant) output."""
+    def forward(self, inject: list[torch.Tensor], embed_delta: torch.Tensor, open_heads=None):
+        """(mlp inputs per layer, logits [pos, vocab]) with inject[l] added to MLP l's (constant) output.
+        open_heads: the (layer, head) whose value path passes gradients (all where None); self.attn_out, self.q,
+        self.k: each layer's attention output and its queries and keys [head, pos, d_head]."""
         tr, cfg = self.model.transformer, self.model.config
         n_head, t = cfg.n_head, self.ids.shape[1]
         h = tr.wte(self.ids[0]) + tr.wpe(torch.arange(t)) + embed_delta
-        ins = []
+        ins, self.attn_out, self.q, self.k, self.resid = [], [], [], [], []
         for i, block in enumerate(tr.h):
+            self.resid.append(h)
             a = self.norm(block.ln_1, f"ln1.{i}", h)
-            v = (a @ block.attn.c_attn.weight + block.attn.c_attn.bias)[:, 2 * cfg.n_embd:]
-            v = v.view(t, n_head, -1).transpose(0, 1)  # [head, pos, d_head]
+            qkv = (a @ block.attn.c_attn.weight + block.attn.c_attn.bias).view(t, 3, n_head, -1).permute(1, 2, 0, 3)
+            q, k, v = qkv  # [head, pos, d_head] each
+            self.q.append(q)
+            self.k.append(k)
+            if open_heads is not None:
+                v = torch.stack([v[hd] if (i, hd) in open_heads else v[hd].detach() for hd in range(n_head)])
             z = (self.patterns[i] @ v).transpose(0, 1).reshape(t, cfg.n_embd)
-            h = h + z @ block.attn.c_proj.weight + block.attn.c_proj.bias
+            self.attn_out.append(z @ block.attn.c_proj.weight + block.attn.c_proj.bias)
+            h = h + self.attn_out[-1]
             ins.append(self.norm(block.ln_2, f"ln2.{i}", h))
             h = h + self.mlp_out[i] + inject[i]
         final = self.norm(tr.ln_f, "lnf", h)
@@ -257,4 +265,68 @@ def test_an_intervention_runs_the_model_and_reports_the_graphs_prediction(lab, t
         g.intervene([(0, 0, 10_000)])
     with pytest.raises(OutOfRangeError, match="feature nodes"):
         g.intervene([g.token_start])
+    assert ilab.attached_hooks() == []
+
+
+def test_edge_heads_equal_the_hand_model_with_one_head_open(lab, tcs, graph):
+    g = graph
+    # an edge between positions: a layer-0 feature at S2 (pos 9) to the first logit node
+    s = int(((g.features[:, 0] == 0) & (g.features[:, 1] == 9)).nonzero()[0, 0])
+    t = g.logit_start
+    got = ilab.edge_heads(g, s, t)
+    assert abs(got["edge"] - float(g.adjacency[t, s])) < 1e-6
+    ids = lab.tokenizer(PROMPT, return_tensors="pt").input_ids
+    hand = HandReplacement(lab.model, ids)
+    n, d = ids.shape[1], lab.d_model
+    acts = tcs[0].encode(hand.mlp_in[0])
+    vec = acts[9, int(g.features[s, 2])] * tcs[0].W_dec[int(g.features[s, 2])]
+    for (layer, head), value in got["heads"].items():
+        inject = [torch.zeros(n, d, requires_grad=True) for _ in range(lab.n_layers)]
+        _, logits = hand.forward(inject, torch.zeros(n, d), open_heads={(layer, head)})
+        target = logits[-1, g.logit_ids[0]] - logits[-1].mean()
+        (grad,) = torch.autograd.grad(target, inject[0])
+        want = float(grad[9] @ vec)
+        assert abs(value - want) <= 1e-4 * abs(got["edge"]) + 1e-6, ((layer, head), value, want)
+    assert abs(got["residual"]) < 1e-6  # another position: no path without a head
+    assert sum(abs(v) for v in got["heads"].values()) > 0.5 * abs(got["edge"])
+
+
+def test_qk_attribution_equals_the_hand_models_query_and_key_parts(lab, tcs):
+    layer, head, query, key = 3, 0, 13, 1
+    got = ilab.qk_attribution(lab, PROMPT, tcs, layer=layer, head=head, query=query, key=key)
+    ids = lab.tokenizer(PROMPT, return_tensors="pt").input_ids
+    hand = HandReplacement(lab.model, ids)
+    n, d = ids.shape[1], lab.d_model
+    hand.forward([torch.zeros(n, d) for _ in range(lab.n_layers)], torch.zeros(n, d))
+    d_head = d // lab.model.config.n_head
+    scale = d_head ** -0.5
+    score = float((hand.q[layer][head, query] @ hand.k[layer][head, key]).detach()) * scale
+    assert abs(got.score - score) < 1e-4 * abs(score) + 1e-5
+    block = lab.model.transformer.h[layer]
+    W = block.attn.c_attn.weight.view(d, 3, lab.model.config.n_head, d_head)
+    sc = hand.scales[f"ln1.{layer}"]
+
+    def linear(c, pos, which):  # the frozen norm's and the projection's linear part, one head
+        centred = c - c.mean()
+        return (centred / sc[pos] * block.ln_1.weight) @ W[:, which, head]
+
+    embed = lab.model.transformer.wte(ids[0]) + lab.model.transformer.wpe(torch.arange(n))
+    for parts, pos, which, other in ((got.query_parts, query, 0, hand.k[layer][head, key]),
+                                     (got.key_parts, key, 1, hand.q[layer][head, query])):
+        named = dict(parts)
+        want = {"token": embed[pos]}
+        for l_ in range(layer):
+            want[f"L{l_} attention"] = hand.attn_out[l_][pos]
+            acts = tcs[l_].encode(hand.mlp_in[l_][pos])
+            for f in acts.nonzero()[:, 0].tolist():
+                want[f"L{l_} F{f}"] = acts[f] * tcs[l_].W_dec[f]
+            want[f"L{l_} error"] = hand.mlp_out[l_][pos] - tcs[l_](hand.mlp_in[l_][pos])
+        assert set(named) == set(want)
+        for name, c in want.items():
+            value = float(linear(c, pos, which) @ other) * scale
+            assert abs(named[name] - value) <= 1e-4 * abs(score) + 1e-5, (name, named[name], value)
+    # each side's parts and bias add up to the score
+    assert abs(sum(v for _, v in got.query_parts) + got.query_bias - got.score) < 1e-9
+    with pytest.raises(OutOfRangeError, match="after query"):
+        ilab.qk_attribution(lab, PROMPT, tcs, layer=1, head=0, query=2, key=5)
     assert ilab.attached_hooks() == []
