@@ -344,14 +344,18 @@ def _positive_int(v, name: str) -> int:
 
 
 def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max_n_logits: int = 10,
-                      desired_logit_prob: float = 0.95, batch_size: int = 64,
+                      desired_logit_prob: float = 0.95, max_feature_nodes: int | None = None,
+                      batch_size: int | None = None, budget_mb: int = 512,
                       node_threshold: float = NODE_THRESHOLD, edge_threshold: float = EDGE_THRESHOLD,
                       progress: bool = True) -> AttributionGraph:
     """The attribution graph of one prompt over per-layer transcoders (circuit-tracer's `attribute`).
 
     max_n_logits, desired_logit_prob: the logit nodes are the most likely next tokens, as few as reach
         desired_logit_prob of the probability, at most max_n_logits (circuit-tracer's defaults: 10, 0.95).
-    batch_size: targets per backward pass (the prompt is repeated once per target); lower it to use less memory.
+    max_feature_nodes: at most this many features become nodes, chosen as circuit-tracer does: the logits' rows
+        first, then a batch at a time the features the rows so far give the most influence on the logits. None: all.
+        The graph's memory is (kept features + errors + tokens)^2 plus these rows over every active feature.
+    batch_size: targets per backward pass; by default as many as budget_mb (the gradients a batch holds) allows.
     node_threshold, edge_threshold: the pruning that g.nodes, g.edges and g.to_json() show (g.prune(...) for
         others)."""
     engine = engine_of(lab)
@@ -366,7 +370,11 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
                              "path from the MLP's input to its output): its edges would be missing. Use transcoders "
                              "without a skip term.")
     _positive_int(max_n_logits, "max_n_logits")
-    _positive_int(batch_size, "batch_size")
+    if batch_size is not None:
+        _positive_int(batch_size, "batch_size")
+    if max_feature_nodes is not None:
+        _positive_int(max_feature_nodes, "max_feature_nodes")
+    _positive_int(budget_mb, "budget_mb")
     if isinstance(desired_logit_prob, bool) or not isinstance(desired_logit_prob, (int, float)) \
             or not 0 < desired_logit_prob <= 1:
         raise OutOfRangeError(f"desired_logit_prob={desired_logit_prob!r}: a probability in (0, 1].")
@@ -387,39 +395,107 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
         top_p, top_i = probs.topk(min(max_n_logits, len(probs)))
         n_logits = min(int((top_p.cumsum(0) < desired_logit_prob).sum()) + 1, len(top_p))
         logit_ids, logit_probs = top_i[:n_logits].tolist(), top_p[:n_logits].clone()
-    n_pos, n_feat = len(x_in[0]), len(features)
-    token_start = n_feat + n_layers * n_pos
-    n_nodes = token_start + n_pos + n_logits
-    adjacency = torch.zeros(n_nodes, n_nodes)
-    frozen = frozen_edits(n_layers)
-    replacement = Linearised(engine, prompt, frozen, features, logit_ids, transcoders, n_layers)
-    bar = _bar(n_feat + n_logits, progress)
+    n_pos, n_active = len(x_in[0]), len(features)
+    replacement = Linearised(engine, prompt, frozen_edits(n_layers), features, logit_ids, transcoders, n_layers)
+    if batch_size is None:  # per row: the gradients at every MLP output and the input, and one layer's decoder scores
+        d_tc = max(t.d_tc for t in transcoders)
+        row_bytes = 4 * n_pos * ((n_layers + 1) * engine.d_model + d_tc)
+        batch_size = max(1, min(256, budget_mb * 2 ** 20 // row_bytes))
+    sources = _Sources(features, activations, errors, replacement.embed, transcoders, n_layers, n_pos)
+    n_rows = n_active if max_feature_nodes is None else min(max_feature_nodes, n_active)
+    # rows: computed targets (first the logits, then features); columns: every active feature, errors, tokens
+    rows = torch.zeros(n_logits + n_rows, sources.n_cols)
+    row_target = torch.empty(n_logits + n_rows, dtype=torch.long)  # each row's target: a feature or n_active + j
+    bar = _bar(n_logits + n_rows, progress)
+    done = 0
+
+    def compute(targets: torch.Tensor) -> None:
+        nonlocal done
+        for start in range(0, len(targets), batch_size):
+            chunk = targets[start:start + batch_size]
+            grads_out, grad_embed = replacement.gradients(chunk)
+            rows[done:done + len(chunk)] = sources.edges(grads_out, grad_embed)
+            row_target[done:done + len(chunk)] = chunk
+            done += len(chunk)
+            _advance(bar, len(chunk))
+
     try:
-        for start in range(0, n_feat + n_logits, batch_size):
-            rows = torch.arange(start, min(start + batch_size, n_feat + n_logits))
-            grads_out, grad_embed = replacement.gradients(rows)
-            # sources: features (a_s * W_dec[s] . grad at its layer and position), errors, tokens
-            with torch.no_grad():
-                block = torch.zeros(len(rows), n_nodes)
-                for layer in range(n_layers):
-                    here = (features[:, 0] == layer).nonzero()[:, 0]
-                    if len(here):
-                        g = grads_out[layer][:, features[here, 1]]  # [rows, n_here, d]
-                        dec = transcoders[layer].W_dec[features[here, 2]]  # [n_here, d]
-                        block[:, here] = (g * dec).sum(-1) * activations[here]
-                    e0 = n_feat + layer * n_pos
-                    block[:, e0:e0 + n_pos] = (grads_out[layer] * errors[layer]).sum(-1)
-                block[:, token_start:token_start + n_pos] = (grad_embed * replacement.embed).sum(-1)
-                # target rows: features keep their index, logit j is node token_start + n_pos + j
-                adjacency[torch.where(rows < n_feat, rows, rows - n_feat + token_start + n_pos)] = block
-            _advance(bar, len(rows))
+        compute(torch.arange(n_active, n_active + n_logits))
+        if n_rows == n_active:
+            compute(torch.arange(n_active))
+        else:  # circuit-tracer's order: the features the rows so far say influence the logits most, a batch at a time
+            chosen = torch.zeros(n_active, dtype=torch.bool)
+            while done < n_logits + n_rows:
+                inf = _partial_influence(rows[:done], row_target[:done], logit_probs, n_active, sources.n_cols)
+                inf[chosen] = -1
+                pick = inf.topk(min(batch_size, n_logits + n_rows - done)).indices
+                chosen[pick] = True
+                compute(pick)
     finally:
         if bar is not None:
             bar.close()
+    # the graph: the computed features (in layer, pos, feature order), errors, tokens, logits; square
+    kept = row_target[n_logits:].sort().values
+    cols = torch.cat([kept, torch.arange(n_active, sources.n_cols)])
+    n_feat = len(kept)
+    n_nodes = n_feat + n_layers * n_pos + n_pos + n_logits
+    adjacency = torch.zeros(n_nodes, n_nodes)
+    where = torch.full((n_active,), -1, dtype=torch.long)
+    where[kept] = torch.arange(n_feat)
+    is_feat = row_target < n_active
+    targets = torch.where(is_feat, where[row_target.clamp(max=n_active - 1)],
+                          row_target - n_active + n_nodes - n_logits)
+    adjacency[targets, :n_nodes - n_logits] = rows[:, cols]
+    features, activations = features[kept], activations[kept]
     tokens = engine.to_str_tokens(prompt)
     return AttributionGraph(prompt, tokens, features, activations, logit_ids,
                             [engine.to_string([i]) for i in logit_ids], logit_probs, adjacency, n_layers,
                             node_threshold, edge_threshold, transcoders.source, lab, transcoders, errors)
+
+
+class _Sources:
+    """Every source node's edge to a batch of targets: the active features (a_s * W_dec[s] . gradient at its MLP's
+    output and position), the error terms, the tokens. Columns: active features, errors (layer-major), tokens."""
+
+    def __init__(self, features, activations, errors, embed, transcoders, n_layers: int, n_pos: int):
+        self.features, self.activations, self.errors, self.embed = features, activations, errors, embed
+        self.transcoders, self.n_layers, self.n_pos = transcoders, n_layers, n_pos
+        self.by_layer = [(features[:, 0] == layer).nonzero()[:, 0] for layer in range(n_layers)]
+        self.n_cols = len(features) + n_layers * n_pos + n_pos
+
+    def edges(self, grads_out: list, grad_embed: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            n_active = len(self.features)
+            out = torch.zeros(len(grad_embed), self.n_cols)
+            for layer, here in enumerate(self.by_layer):
+                g = grads_out[layer]  # [rows, pos, d]
+                if len(here):  # every feature's decoder against every position, then the active ones
+                    scores = g @ self.transcoders[layer].W_dec.to(g.dtype).T  # [rows, pos, d_tc]
+                    out[:, here] = scores[:, self.features[here, 1], self.features[here, 2]] * self.activations[here]
+                e0 = n_active + layer * self.n_pos
+                out[:, e0:e0 + self.n_pos] = (g * self.errors[layer]).sum(-1)
+            out[:, n_active + self.n_layers * self.n_pos:] = (grad_embed * self.embed).sum(-1)
+            return out
+
+
+def _partial_influence(rows: torch.Tensor, row_target: torch.Tensor, logit_probs: torch.Tensor, n_active: int,
+                       n_cols: int) -> torch.Tensor:
+    """[n_active] each active feature's influence on the logits through the rows computed so far (circuit-tracer's
+    compute_partial_influences: the row-normalised |rows| iterated from the logits' probabilities)."""
+    norm = normalized(rows)
+    # node space: the columns, then one slot per logit; each row's target in it
+    slot = torch.where(row_target < n_active, row_target, row_target - n_active + n_cols)
+    vec = torch.zeros(n_cols + len(logit_probs))
+    vec[n_cols:] = logit_probs
+    total = torch.zeros(n_cols)
+    for _ in range(1000):
+        step = vec[slot] @ norm
+        if not step.any():
+            break
+        total += step
+        vec = torch.zeros_like(vec)
+        vec[:n_cols] = step
+    return total[:n_active]
 
 
 def frozen_edits(n_layers: int) -> list:

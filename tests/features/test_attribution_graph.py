@@ -330,3 +330,18 @@ def test_qk_attribution_equals_the_hand_models_query_and_key_parts(lab, tcs):
     with pytest.raises(OutOfRangeError, match="after query"):
         ilab.qk_attribution(lab, PROMPT, tcs, layer=1, head=0, query=2, key=5)
     assert ilab.attached_hooks() == []
+
+
+def test_max_feature_nodes_keeps_the_most_influential_features_exactly(lab, tcs, graph):
+    small = ilab.attribution_graph(lab, PROMPT, tcs, max_feature_nodes=40, batch_size=16, progress=False)
+    assert small.n_features == 40
+    # every kept feature's row and the logits' rows equal the full graph's, over the kept nodes
+    full_index = [graph.index(*(int(v) for v in f)) for f in small.features]
+    cols = torch.tensor(full_index + list(range(graph.error_start, graph.logit_start)))
+    rows = torch.tensor(full_index + list(range(graph.logit_start, len(graph.adjacency))))
+    want = graph.adjacency[rows][:, cols]
+    got = torch.cat([small.adjacency[:40], small.adjacency[small.logit_start:]])[:, :small.logit_start]
+    assert (got - want).abs().max() <= 1e-5 * want.abs().max()
+    # the chosen ones are among the most influential of the full graph (circuit-tracer's order, not its equal)
+    top = set(graph.influence()[:graph.n_features].argsort(descending=True)[:80].tolist())
+    assert len(top & set(full_index)) >= 30
