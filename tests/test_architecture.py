@@ -30,6 +30,43 @@ def test_layer_contracts_hold():
     assert "0 broken" in out.stdout
 
 
+def import_cycles(package: str = "interplab") -> list[list[str]]:
+    """Every import cycle among the package's modules, each as a chain of modules from one back to itself. The layer
+    contract sees only imports between layers; this sees one inside a layer too (engine.core -> engine.backends ->
+    engine.core was one). A package's own __init__ counts as a module like any other."""
+    import grimp  # import-linter's own import graph
+
+    graph = grimp.build_graph(package)
+    cycles, seen = [], set()
+    for importer in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
+            back = graph.find_shortest_chain(importer=imported, imported=importer)
+            if back and frozenset(back) not in seen:
+                seen.add(frozenset(back))
+                cycles.append([importer, *back])
+    return cycles
+
+
+def test_no_import_cycle_anywhere_in_the_package():
+    cycles = import_cycles()
+    assert not cycles, "import cycles (break each by moving what both sides need below them):\n" + "\n".join(
+        " -> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_sees_a_cycle_inside_one_layer(tmp_path, monkeypatch):
+    """Two modules of one package that import each other (what engine.core and engine.backends did)."""
+    pkg = tmp_path / "cyclepkg"
+    (pkg / "inner").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "inner" / "__init__.py").write_text("")
+    (pkg / "inner" / "core.py").write_text("from . import backends\n")
+    (pkg / "inner" / "backends.py").write_text("from .core import thing\n")
+    (pkg / "inner" / "leaf.py").write_text("from . import core\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cycles = import_cycles("cyclepkg")
+    assert [sorted(set(c)) for c in cycles] == [["cyclepkg.inner.backends", "cyclepkg.inner.core"]]
+
+
 def test_only_the_engine_attaches_hooks():
     found = []
     for rel, tree in _modules():

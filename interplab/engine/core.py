@@ -36,6 +36,7 @@ from ..worker import Worker
 from . import attention, backends, hooks, resume
 from . import generate as gen
 from .memo import Memo
+from .prompts import as_prompts
 
 
 class Cache(dict):
@@ -732,23 +733,6 @@ def _enclosing(model: nn.Module, module: nn.Module) -> list[nn.Module]:
     return [model]
 
 
-def as_prompts(prompts) -> list[str]:
-    if isinstance(prompts, str):
-        prompts = [prompts]
-    if prompts is None or isinstance(prompts, (bytes, bytearray)) or not hasattr(prompts, "__iter__"):
-        raise InterplabError(f"prompts must be a string or a list of strings, got {type(prompts).__name__}: "
-                             f"{prompts!r}" + (" (decode bytes first)" if isinstance(prompts, bytes) else ""))
-    prompts = list(prompts)
-    if not prompts:
-        raise EmptyPromptError("no prompts given: pass a string or a non-empty list of strings.")
-    for p in prompts:
-        if not isinstance(p, str):
-            raise InterplabError(f"prompts must be strings, got {type(p).__name__}: {p!r}")
-        if not p.strip():
-            raise EmptyPromptError("empty prompt: give some text, e.g. 'When Mary and John went to the store,'.")
-    return prompts
-
-
 def _cache_request(cache) -> list:
     """cache=: site names, (name, layer) pairs or raw module paths, in a list; checked before any forward."""
     if cache is None:
@@ -846,7 +830,7 @@ def device_of(device):
 
 
 
-__all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "device_of", "dtype_of", "execution_device",
+__all__ = ["Engine", "Run", "Cache", "InterventionLog", "device_of", "dtype_of", "execution_device",
            "own_weights"]
 
 
