@@ -8,14 +8,13 @@ views on top.
 
 The Lab is the facade: it holds the engine (`lab.engine`, the plumbing: memo, worker, plans, hooks) and delegates
 to the analyses and views, which take the engine and never import the Lab back. Its public names are what a
-notebook needs; the engine's other names still answer on the Lab for one release, with a DeprecationWarning.
+notebook needs; the engine's own are the engine's (lab.engine.clear_memo()).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import warnings
 
 from . import dla, ov, paths, steering
 from . import features as _features
@@ -110,17 +109,6 @@ class Lab:
         """One forward of the prompts with `edits` applied, reading the `cache` sites: a Run (run.logits,
         run.cache["resid_post", 2]). Remembered: the same request again is answered without a forward."""
         return self.engine.run(prompts, edits, cache, grad=grad, log=log)
-
-    def __getattr__(self, name: str):
-        # The engine's plumbing answered on the Lab while it was an Engine: an alias for one release, with a warning.
-        if name.startswith("_") or name == "engine":
-            raise AttributeError(name)
-        engine = self.__dict__.get("engine")
-        if engine is None or not hasattr(engine, name):
-            raise AttributeError(f"'Lab' object has no attribute {name!r}")
-        warnings.warn(f"lab.{name} is the engine's: use lab.engine.{name} (the Lab holds an Engine now; "
-                      f"this alias goes in the next release)", DeprecationWarning, stacklevel=2)
-        return getattr(engine, name)
 
     # ---- loading --------------------------------------------------------------------------------------
     @classmethod

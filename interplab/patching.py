@@ -553,7 +553,7 @@ def _run_cells(lab: Engine, site: str, layer: int, chunk, pairs: _Pairs, metric:
     return _cell_tops(logits[::n_pairs], metric)._replace(values=values)
 
 
-CELL_TOP_K = 8  # next tokens kept per cell for the logit panel (interplab.session.TOP_K)
+CELL_TOP_K = 8  # next tokens kept per cell for the logit panel (interplab.views.logits.TOP_K)
 
 
 class _ChunkOut(NamedTuple):

@@ -188,7 +188,7 @@ class SiteMap:
             raise UnsupportedSiteError(
                 f"site {name!r}: interplab has no site map for architecture {model_type!r}. Supported: "
                 f"{', '.join(sorted(ARCHS))}. Use a raw module path instead, e.g. 'model.layers.3.mlp.output' "
-                f"(see lab.module_names())."
+                f"(see lab.engine.module_names())."
             )
         if name == "embed":
             return HookPoint(self.embed_path or a.embed, "output")
@@ -242,7 +242,7 @@ class SiteMap:
             raise UnknownSiteError(
                 f"unknown site {path!r}: not a canonical site ({', '.join(SITE_NAMES)}) and no module "
                 f"{module!r} in this model. Raw paths look like 'transformer.h.3.mlp.output' or "
-                f"'model.layers.3.mlp.input'; lab.module_names() lists the modules."
+                f"'model.layers.3.mlp.input'; lab.engine.module_names() lists the modules."
             )
         return HookPoint(module, io)
 

@@ -176,7 +176,7 @@ class Engine:
     @property
     def worker(self) -> Worker:
         """The one thread that runs this lab's widget requests (interplab.worker): made on first use, stopped at
-        interpreter exit. `lab.worker.join()` waits until it is idle."""
+        interpreter exit. `lab.engine.worker.join()` waits until it is idle."""
         with self._worker_lock:
             if self._worker is None:
                 self._worker = Worker(f"interplab-worker {self.model_id}")
