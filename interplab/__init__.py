@@ -1,7 +1,13 @@
 """interplab: click to patch, ablate and steer inside language models, from a Jupyter notebook."""
 
 # compat first: it hides CUDA builds of torchvision & co. that cannot load beside a CPU torch (see its docstring)
-from . import compat, lens, steering, vectors, zoo  # noqa: F401
+from . import compat  # noqa: F401
+
+# isort: split
+from . import analyses, zoo  # noqa: F401 (every analysis: ilab.analyses.<module>.<function>(lab, ...))
+from .analyses.patching import SweepCancelled, SweepResult
+from .analyses.steering import ban_expert, ban_token, force_token
+from .analyses.vectors import SteeringVector
 from .edits import (
     Edit,
     clamp,
@@ -15,7 +21,7 @@ from .edits import (
     steer,
     zero,
 )
-from .engine import attached_hooks
+from .engine import Generation, attached_hooks
 from .errors import (
     ContextLengthError,
     EmptyPromptError,
@@ -32,11 +38,8 @@ from .errors import (
 )
 from .lab import Lab, Run, settle
 from .metrics import logit_diff, logprob, prob
-from .patching import SweepCancelled, SweepResult
 from .sae import SAE
 from .sites import SITE_NAMES
-from .steering import Generation, ban_expert, ban_token, force_token
-from .vectors import SteeringVector
 
 __version__ = "0.1.0"
 
@@ -45,7 +48,7 @@ __all__ = [
     "patch", "zero", "mean_ablate", "scale", "steer", "project", "clamp", "set_value",
     "edits_to_json", "edits_from_json",
     "logit_diff", "prob", "logprob", "SweepResult", "SweepCancelled", "attached_hooks",
-    "ban_token", "force_token", "ban_expert", "Generation", "SteeringVector", "vectors", "lens", "steering", "zoo",
+    "ban_token", "force_token", "ban_expert", "Generation", "SteeringVector", "analyses", "zoo",
     "InterplabError", "UnknownSiteError", "UnsupportedSiteError", "OutOfRangeError", "LengthMismatchError",
     "MultiTokenAnswerError", "VectorError", "EmptyPromptError", "LoadError", "ContextLengthError", "NumberError",
     "UnknownTokenError",

@@ -10,7 +10,7 @@ An edit names a site, which layers / positions / heads / batch rows it touches, 
     project  (I - P) h + coeff * P h, P the projection onto a direction (coeff=0 ablates it)
     clamp    clamp the coefficient of h along a direction into [lo, hi]
     set      set to a given vector or tensor
-    ban_expert  set one MoE expert's router logit to -inf (re-routing happens in interplab.steering's router hook)
+    ban_expert  set one MoE expert's router logit to -inf (re-routing: interplab.analyses.steering's router hook)
     stop_grad   leave the value as it is but let no gradient flow back through it (attribution's GradDrop)
 
 An SAE (interplab.sae.SAE) goes wherever a site name goes, with feature= (an int, list, slice or None = all): the
@@ -643,7 +643,8 @@ def _fit_vector(edit: Edit, x: torch.Tensor) -> torch.Tensor:
         what = "d_head" if edit.head is not None else "the site's width"
         raise VectorError(
             f"{edit.op} vector has size {v.shape[-1]} but {what} at {edit.site!r} is {width}. "
-            f"Build it from this model's activations (e.g. ilab.vectors.diff_of_means) or reshape it to {width}."
+            f"Build it from this model's activations (e.g. ilab.analyses.vectors.diff_of_means) or reshape it "
+            f"to {width}."
         )
     try:
         torch.broadcast_shapes(v.shape, x.shape)
@@ -675,7 +676,8 @@ def _check_vector(op: str, v: torch.Tensor) -> None:
     if op in ("project", "clamp") and (v.float().norm(dim=-1) == 0).any():
         raise VectorError(
             f"{op} direction is a zero vector: there is no direction to {op} along (normalising it divides by zero "
-            f"and fills the run with NaN). Give a non-zero direction, e.g. ilab.vectors.diff_of_means(lab, ...).")
+            f"and fills the run with NaN). Give a non-zero direction, e.g. "
+            f"ilab.analyses.vectors.diff_of_means(lab, ...).")
 
 
 def _number(value, what: str, how: str) -> float:

@@ -23,8 +23,8 @@ import torch
 from .. import edits as ed
 from ..errors import InterplabError, NumberError, OutOfRangeError, UnsupportedSiteError
 from ..sites import FULL_FORWARD, HEADED
-from . import resume
 from . import generate as gen
+from . import resume
 from .prompts import as_prompts
 
 BACKENDS = (None, "hf", "vllm")

@@ -162,7 +162,7 @@ class Engine:
         self.load_options: dict = {}  # Lab.load's placement keywords (device_map, ...), for the log's to_code()
         self.sites = SiteMap(model)
         self.log = InterventionLog(self)
-        # runs, and the click path's cached keys/values (interplab.patching); bounded in bytes per device
+        # runs, and the click path's cached keys/values (interplab.analyses.patching); bounded in bytes per device
         # (memo_budget: bytes, {device: bytes}, or None for a share of free memory; engine.memo)
         self.memo = Memo(model, memo_size, memo_budget)
         self._worker: Worker | None = None
@@ -836,5 +836,5 @@ __all__ = ["Engine", "Run", "Cache", "InterventionLog", "device_of", "dtype_of",
 
 def engine_of(lab) -> Engine:
     """The Engine behind what a caller passed: a Lab (which holds one as lab.engine) or an Engine itself. Analyses
-    and views call it first, so `ilab.vectors.diff_of_means(lab, ...)` takes the notebook's Lab."""
+    and views call it first, so `ilab.analyses.vectors.diff_of_means(lab, ...)` takes the notebook's Lab."""
     return lab if isinstance(lab, Engine) else getattr(lab, "engine", lab)

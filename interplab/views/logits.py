@@ -94,16 +94,16 @@ TOP_K = 8
 PROB_DIGITS = 4  # probabilities as views show them (bars print 3 digits); a saved notebook stays small
 
 
-def top_k(lab: Engine, logits: torch.Tensor, k: int = TOP_K) -> tuple[list[str], list[float]]:
+def top_k(engine: Engine, logits: torch.Tensor, k: int = TOP_K) -> tuple[list[str], list[float]]:
     """Top-k next tokens and probabilities of one row of last-position logits."""
     (ids,), (probs,) = top_tokens(logits[None], k)
-    return [token_text(lab.tokenizer, t) for t in ids], [round(float(x), PROB_DIGITS) for x in probs]
+    return [token_text(engine.tokenizer, t) for t in ids], [round(float(x), PROB_DIGITS) for x in probs]
 
 
-def top_k_probs(lab: Engine, probs: torch.Tensor, k: int = TOP_K) -> tuple[list[str], list[float]]:
+def top_k_probs(engine: Engine, probs: torch.Tensor, k: int = TOP_K) -> tuple[list[str], list[float]]:
     """Top-k next tokens of one row of probabilities (e.g. the mean over a dataset's pairs)."""
     p, ids = probs.topk(k)
-    return [token_text(lab.tokenizer, int(t)) for t in ids], [round(float(x), PROB_DIGITS) for x in p]
+    return [token_text(engine.tokenizer, int(t)) for t in ids], [round(float(x), PROB_DIGITS) for x in p]
 
 
 # ---- tokens as views label them ------------------------------------------------------------------------------
@@ -173,6 +173,6 @@ def token_text(tokenizer, i: int) -> str:
     return token_texts(tokenizer, [i])[0]
 
 
-def prompt_tokens(lab: Engine, prompt: str) -> list[str]:
+def prompt_tokens(engine: Engine, prompt: str) -> list[str]:
     """A prompt's tokens as views label them: lab.to_str_tokens(prompt)'s positions, byte pieces readable."""
-    return token_texts(lab.tokenizer, lab.tokenizer(prompt)["input_ids"])
+    return token_texts(engine.tokenizer, engine.tokenizer(prompt)["input_ids"])

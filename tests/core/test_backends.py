@@ -117,7 +117,7 @@ def test_a_sweeps_cells_equal_one_patched_run_each(lab, site, cells):
 def test_steering_generate_takes_a_lab_and_runs_the_hugging_face_model(lab):
     import warnings
 
-    from interplab import steering
+    from interplab.analyses import steering
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing deprecated is reached

@@ -207,8 +207,10 @@ PLUMBING = {"plan_edit", "contexts", "kv_prefix", "paired", "resolve", "warm", "
 
 def test_the_lab_is_a_face_holding_an_engine(lab):
     """Tab completion is where a notebook user learns the API: at most 40 names, each documented, none of the
-    engine's plumbing; the engine is lab.engine, and its names answer there only (no alias on the Lab). The names are read
-    in a fresh interpreter, as a notebook's kernel sees them (no other test's patches)."""
+    engine's plumbing (a new analysis adds none: it is ilab.analyses.<module>.<function>(lab, ...),
+    docs/ARCHITECTURE.md "Where to add things"); the engine is lab.engine, and its names answer there only (no
+    alias on the Lab). The names are read in a fresh interpreter, as a notebook's kernel sees them (no other test's
+    patches)."""
     import json
     import subprocess
     import sys
