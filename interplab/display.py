@@ -1,7 +1,7 @@
 """How a result reaches its view without importing upward: each view module registers the result class it shows.
 
     display.register(SweepResult, heatmap_for)   # interplab.views.patching, when it is imported
-    display.view(result, engine=engine)               # SweepResult.show(): the viewer's widget, or None
+    display.view(result, lab=lab)                # SweepResult.show(): the viewer's widget, or None
 """
 
 from __future__ import annotations

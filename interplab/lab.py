@@ -269,17 +269,17 @@ class Lab:
     # ---- features
     def feature_acts(self, prompts, sae):
         """[batch, pos, d_sae] activations of an SAE's features on the prompts (see interplab.analyses.features)."""
-        return _features.feature_acts(self, prompts, sae)
+        return _features.feature_acts(self.engine, prompts, sae)
 
     def features(self, prompt: str, sae, k: int = 5):
         """The k most active features of an SAE at each token of a prompt (see interplab.analyses.features)."""
-        return _features.features(self, prompt, sae, k)
+        return _features.features(self.engine, prompt, sae, k)
 
     def feature(self, sae, index: int):
         """One feature of an SAE as an object: its logit effects, top contexts, activations, and the edits that
         ablate or steer it. Attribution over every feature x position: lab.patch_sweep(clean, corrupt, sae,
         ("feature", "pos"), metric, method="attribution") (see interplab.analyses.features)."""
-        return _features.Feature(self, sae, index)
+        return _features.Feature(self.engine, sae, index)
 
 
 

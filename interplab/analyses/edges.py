@@ -51,12 +51,12 @@ class EdgeScores:
     def as_dict(self) -> dict[str, float]:
         return dict(zip(self.edges, self.scores.tolist()))
 
-    def show(self, engine=None, clean=None, corrupt=None, metric=None, direction: str = "denoise", count=None):
+    def show(self, lab=None, clean=None, corrupt=None, metric=None, direction: str = "denoise", count=None):
         """The circuit graph (nodes by layer, edges by score, a slider choosing the top edges); with the lab and the
         pair, clicking an edge patches it exactly and a button evaluates the chosen circuit. None without widgets."""
         from .. import display
 
-        return display.view(self, engine=engine, clean=clean, corrupt=corrupt, metric=metric,
+        return display.view(self, lab=lab, clean=clean, corrupt=corrupt, metric=metric,
                             direction=direction, count=count)
 
 

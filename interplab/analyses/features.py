@@ -249,11 +249,12 @@ def top_contexts(lab: Engine, prompts, sae: SAE, features=None, k: int = 10, *, 
 class Feature:
     """One feature of an SAE on a lab's model: what a click on a feature shows, and the edits it offers."""
 
-    engine: object = field(repr=False)
+    engine: Engine = field(repr=False)  # (a Lab given here is replaced by its engine)
     sae: SAE = field(repr=False)
     index: int = 0
 
     def __post_init__(self):
+        self.engine = engine_of(self.engine)
         _check(self.engine, self.sae)
         if isinstance(self.index, bool) or not isinstance(self.index, int):
             raise OutOfRangeError(f"feature {self.index!r}: one feature index, an int 0..{self.sae.d_sae - 1}.")

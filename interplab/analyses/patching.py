@@ -182,9 +182,10 @@ class SweepResult:
                           yaxis={"tickvals": list(range(len(ylab))), "ticktext": ylab, "autorange": "reversed"})
         return fig
 
-    def show(self, engine: Engine | None = None):
-        """The clickable heatmap with its logit panel (a static plotly figure if widgets cannot load)."""
-        shown = display.view(self, engine=engine or self.engine)
+    def show(self, lab=None):
+        """The clickable heatmap with its logit panel (a static plotly figure if widgets cannot load); lab: a Lab or
+        an Engine (default: the sweep's own)."""
+        shown = display.view(self, lab=lab or self.engine)
         return self.figure() if shown is None else shown
 
 
@@ -218,9 +219,9 @@ class HeadSweeps:
         fig.update_layout(title=f"every part of every head, {first.metric_name}, {first.method}")
         return fig
 
-    def show(self, engine: Engine | None = None):
+    def show(self, lab=None):
         """The five heatmaps as one view (a static plotly figure where no widget viewer is registered)."""
-        shown = display.view(self, engine=engine)
+        shown = display.view(self, lab=lab)
         return self.figure() if shown is None else shown
 
 

@@ -718,4 +718,4 @@ class HeadSweepsView(Composite):
 display.register(SweepResult, heatmap_for)  # res.show() reaches the heatmap through the registry
 
 
-display.register(HeadSweeps, lambda sweeps, engine=None: HeadSweepsView(sweeps, engine))
+display.register(HeadSweeps, lambda sweeps, lab=None: HeadSweepsView(sweeps, lab))
