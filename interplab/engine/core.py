@@ -31,7 +31,7 @@ from ..errors import (
     short,
 )
 from ..metrics import as_metric
-from ..sites import HEADED, IN_ATTENTION, LAYERED, SITE_NAMES, Site, SiteMap
+from ..sites import HEADED, IN_ATTENTION, LAYERED, NEURONS, SITE_NAMES, Site, SiteMap
 from ..worker import Worker
 from . import attention, backends, hooks, resume
 from . import generate as gen
@@ -448,8 +448,11 @@ class Engine:
                 )
             if e.head is not None:
                 self.sites.heads_of(e.head, site.n_heads)
-            if e.vector is not None and e.op in ("steer", "project", "clamp") and canonical and not site.heads:
-                if self.d_model and e.vector.shape[-1] != self.d_model and e.site not in ("logits",):
+            if e.neuron is not None:
+                self.sites.neurons_of(e.neuron)
+            residual = canonical and not site.heads and e.site not in ("logits", *NEURONS)
+            if e.vector is not None and e.op in ("steer", "project", "clamp") and residual:
+                if self.d_model and e.vector.shape[-1] != self.d_model:
                     raise VectorError(
                         f"{e.op} vector has size {e.vector.shape[-1]} but {e.site!r} has width d_model="
                         f"{self.d_model}. Vectors must come from this model's residual stream."
