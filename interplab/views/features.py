@@ -26,7 +26,7 @@ from ..errors import InterplabError
 from ..metrics import as_metric
 from ..widgets.base import Float, Int, Labels, LabWidget
 from ..widgets.jobs import job
-from .logits import PROB_DIGITS, TOP_K, prompt_tokens, token_text, top_k
+from .logits import Bars, prompt_tokens, token_text
 
 CONTEXTS = 5  # top contexts shown per feature
 EFFECTS = 6  # tokens raised and lowered shown per feature
@@ -120,22 +120,14 @@ def feature_panels(engine: Engine, sae, prompt: str, feats: list[int], contexts:
 def edited_logits(engine: Engine, prompt: str, sae, feature: int, alpha: float, ablate: bool, metric=None) -> dict:
     """Next-token bars of the prompt as is and with the feature edited (steered by alpha at every position, or set
     to 0 there: ablated; the site rebuilt as decode(edited features) + error), and the metric of each."""
-    base = engine.run(prompt, log=False).last_logits
-    series, values = [], {}
-
-    def shown(logits, name):
-        toks, probs = top_k(engine, logits[0], TOP_K)
-        series.append({"name": name, "tokens": toks, "probs": [round(p, PROB_DIGITS) for p in probs]})
-        if metric is not None:
-            values[name] = float(metric(logits)[0])
-
-    shown(base, "base")
+    bars = Bars(engine, metric)
+    bars.add("base", engine.run(prompt, log=False).last_logits)
     edits = ([zero(sae, feature=feature)] if ablate else []) + (
         [steer(sae, feature=feature, alpha=alpha)] if alpha != 0 else [])
     if edits:
         what = " + ".join((["ablated"] if ablate else []) + ([f"steered alpha {alpha:g}"] if alpha != 0 else []))
-        shown(engine.last_logits(prompt, edits, log=False), f"F{feature} {what}")
-    return {"series": series, "metric": {"name": metric.name, "values": values} if metric is not None else {}}
+        bars.add(f"F{feature} {what}", engine.last_logits(prompt, edits, log=False))
+    return bars.panel()
 
 
 # ---- the wiring: requests become jobs on the lab's worker --------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -27,7 +28,7 @@ from ..engine import Engine
 from ..metrics import top_k as top_tokens
 from ..widgets.base import Converted, Int, LabWidget, plain
 
-__all__ = ["LogitPanel", "Series", "clean_series"]
+__all__ = ["LogitPanel", "Series", "clean_series", "Bars"]
 
 
 def clean_series(value: Any) -> list[dict[str, Any]]:
@@ -104,6 +105,50 @@ def top_k_probs(engine: Engine, probs: torch.Tensor, k: int = TOP_K) -> tuple[li
     """Top-k next tokens of one row of probabilities (e.g. the mean over a dataset's pairs)."""
     p, ids = probs.topk(k)
     return [token_text(engine.tokenizer, int(t)) for t in ids], [round(float(x), PROB_DIGITS) for x in p]
+
+
+@dataclass
+class Bars:
+    """What a logit panel shows, one series at a time: each series' top-k next tokens and, with a metric, its value
+    on the metric line. Every view with next-token bars builds them here (the patching explorer, the feature view,
+    the steering panel):
+
+        bars = Bars(engine, metric)                 # metric: bound, last logits [rows, vocab] -> [rows]; or None
+        bars.add("clean", run.last_logits)          # row `row` of the logits, or (row=None) the mean over rows
+        bars.add("patched: L2 pos 5", logits, key="patched")   # the metric line names it by key
+        bars.panel()                                # {"series": [...], "metric": {"name", "values"}} (LogitPanel)
+    """
+
+    engine: Engine
+    metric: Any = None
+    metric_name: str | None = None  # the metric line's name (default: the metric's own)
+    row: int | None = 0  # which row of the logits a series shows; None: the mean over the rows (a dataset)
+    series: list[dict] = field(default_factory=list)
+    values: dict[str, float] = field(default_factory=dict)
+
+    def add(self, name: str, logits: torch.Tensor, key: str | None = None) -> None:
+        """A series from last-position logits [rows, vocab]; its metric value under `key` (default: the name)."""
+        if self.row is None:
+            tokens, probs = top_k_probs(self.engine, logits.float().softmax(-1).mean(0))
+        else:
+            tokens, probs = top_k(self.engine, logits[self.row])
+        value = None
+        if self.metric is not None:
+            per_row = self.metric(logits)
+            value = float(per_row.mean() if self.row is None else per_row[self.row])
+        self.add_top(name, tokens, probs, value, key)
+
+    def add_top(self, name: str, tokens: list[str], probs: list[float], value: float | None = None,
+                key: str | None = None) -> None:
+        """A series already computed (a sweep's cell holds its top tokens and metric)."""
+        self.series.append({"name": name, "tokens": tokens, "probs": [round(float(p), PROB_DIGITS) for p in probs]})
+        if value is not None:
+            self.values[key or name] = float(value)
+
+    def panel(self) -> dict:
+        """The LogitPanel's series and metric traits."""
+        name = self.metric_name or getattr(self.metric, "name", None)
+        return {"series": self.series, "metric": {"name": name, "values": self.values} if name is not None else {}}
 
 
 # ---- tokens as views label them ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from ..metrics import as_metric, logit_diff
 from ..widgets.composite import Composite
 from ..widgets.jobs import job, settle_in_batch
 from .heatmap import PatchingHeatmap
-from .logits import PROB_DIGITS, TOP_K, LogitPanel, prompt_tokens, token_text, top_k, top_k_probs
+from .logits import PROB_DIGITS, TOP_K, Bars, LogitPanel, prompt_tokens, token_text
 
 
 @dataclass
@@ -222,38 +222,25 @@ class PatchSession:
         from the sweep, which ran that very patched forward (see cell_run). log=False: the patched run is not
         recorded in lab.log (the explorer records each click when it arrives)."""
         engine = self.engine
-        series, values = [], {}
-
-        def shown(logits: torch.Tensor, name: str) -> None:
-            # one pair's top tokens and metric, or (a dataset, pair None) the mean probabilities and mean metric
-            per_pair = self.metric(logits)
-            if self.pair is None:
-                toks, probs = top_k_probs(engine, logits.float().softmax(-1).mean(0))
-                values[name] = float(per_pair.mean())
-            else:
-                toks, probs = top_k(engine, logits[self.pair])
-                values[name] = float(per_pair[self.pair])
-            series.append({"name": name, "tokens": toks, "probs": probs})
-
-        shown(engine.run(self._as_run(self.clean), log=False).last_logits, "clean")
-        shown(engine.run(self._as_run(self.corrupt), log=False).last_logits, "corrupt")
+        # one pair's top tokens and metric, or (a dataset, pair None) the mean probabilities and mean metric
+        bars = Bars(engine, self.metric, self.metric_label(), row=self.pair)
+        bars.add("clean", engine.run(self._as_run(self.clean), log=False).last_logits)
+        bars.add("corrupt", engine.run(self._as_run(self.corrupt), log=False).last_logits)
         if edits:
             run = self.cell_run(cells[0]) if cells is not None and len(cells) == len(edits) == 1 else None
+            name = f"patched: {_short(edits)}"
             if run is not None:
                 ids, p, value = run
-                toks, probs = [token_text(engine.tokenizer, i) for i in ids], [round(float(x), PROB_DIGITS) for x in p]
                 if log:
                     engine.log.record(list(self.as_prompts(self.base)), edits, [])  # as if the forward had run
-                series.append({"name": f"patched: {_short(edits)}", "tokens": toks, "probs": probs})
-                values["patched"] = value
+                bars.add_top(name, [token_text(engine.tokenizer, i) for i in ids], list(p), value, "patched")
             else:
-                patched = engine.last_logits(self._as_run(self.base), edits, log=log)
-                shown(patched, "patched")
-                series[-1]["name"] = f"patched: {_short(edits)}"
+                bars.add(name, engine.last_logits(self._as_run(self.base), edits, log=log), "patched")
+            values = bars.values
             denom = values["clean"] - values["corrupt"]
             if abs(denom) > 1e-9:
                 values["normalised"] = (values["patched"] - values["corrupt"]) / denom
-        return {"series": series, "metric": {"name": self.metric_label(), "values": values}}
+        return bars.panel()
 
     @staticmethod
     def _as_run(prompts):

@@ -51,7 +51,7 @@ from ..widgets.base import (
     Str,
 )
 from ..widgets.jobs import job
-from .logits import Series, top_k
+from .logits import Bars, Series
 
 __all__ = ["SteeringPanel", "POSITIONS", "prompt_lines"]
 
@@ -161,15 +161,13 @@ def steering_preview(lab: Engine, prompt: str, vector: torch.Tensor | None, site
                      positions: str) -> list[dict]:
     """Next-token top-k without and with the steer (h + alpha * v) at the chosen positions."""
     engine = engine_of(lab)
-    base = engine.run(prompt, log=False).last_logits[0]
-    toks, probs = top_k(engine, base)
-    out = [{"name": "base", "tokens": toks, "probs": probs}]
+    bars = Bars(engine)
+    bars.add("base", engine.run(prompt, log=False).last_logits)
     if vector is not None:
         pos = {"all": None, "last": -1, "prompt": None}[positions]
-        steered = engine.run(prompt, edits=[steer(site, layer, vector, alpha=alpha, pos=pos)], log=False).last_logits[0]
-        toks, probs = top_k(engine, steered)
-        out.append({"name": f"steered (alpha {alpha:g})", "tokens": toks, "probs": probs})
-    return out
+        steered = engine.run(prompt, edits=[steer(site, layer, vector, alpha=alpha, pos=pos)], log=False)
+        bars.add(f"steered (alpha {alpha:g})", steered.last_logits)
+    return bars.series
 
 
 def steering_vector(lab: Engine, positive: list[str], negative: list[str], site: str, layer: int) -> torch.Tensor:
