@@ -37,7 +37,7 @@ from .errors import (
     VectorError,
 )
 from .lab import Lab, Run, settle
-from .metrics import logit_diff, logprob, prob
+from .metrics import AnswerSpaceWarning, logit_diff, logprob, prob
 from .sae import SAE
 from .sites import SITE_NAMES
 
@@ -47,7 +47,7 @@ __all__ = [
     "Lab", "Run", "Edit", "SITE_NAMES", "settle", "SAE",
     "patch", "zero", "mean_ablate", "scale", "steer", "project", "clamp", "set_value",
     "edits_to_json", "edits_from_json",
-    "logit_diff", "prob", "logprob", "SweepResult", "SweepCancelled", "attached_hooks",
+    "logit_diff", "prob", "logprob", "AnswerSpaceWarning", "SweepResult", "SweepCancelled", "attached_hooks",
     "ban_token", "force_token", "ban_expert", "Generation", "SteeringVector", "analyses", "zoo",
     "InterplabError", "UnknownSiteError", "UnsupportedSiteError", "OutOfRangeError", "LengthMismatchError",
     "MultiTokenAnswerError", "VectorError", "EmptyPromptError", "LoadError", "ContextLengthError", "NumberError",

@@ -125,7 +125,7 @@ def edited_logits(engine: Engine, prompt: str, sae, feature: int, alpha: float, 
     edits = ([zero(sae, feature=feature)] if ablate else []) + (
         [steer(sae, feature=feature, alpha=alpha)] if alpha != 0 else [])
     if edits:
-        what = " + ".join((["ablated"] if ablate else []) + ([f"steered alpha {alpha:g}"] if alpha != 0 else []))
+        what = " + ".join((["ablated"] if ablate else []) + ([f"steered (alpha {alpha:.3g})"] if alpha != 0 else []))
         bars.add(f"F{feature} {what}", engine.last_logits(prompt, edits, log=False))
     return bars.panel()
 

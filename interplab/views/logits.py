@@ -2,8 +2,9 @@
 
 Traits:
     series  list[{name: str, tokens: list[str], probs: list[float]}]   one bar subplot per entry
-    metric  {name: str, values: {label: float}}   shown as text, e.g. {"name": "logit diff",
-            "values": {"clean": 3.2, "corrupt": -3.1, "patched": 1.0}}
+    metric  {name: str, values: {label: float}, notes?: [str]}   shown as text, e.g. {"name": "logit diff",
+            "values": {"clean": 3.2, "corrupt": -3.1, "patched": 1.0}}; notes (the metric's: an answer without
+            its leading space) each on a line below
     title, status, error   str
     link    str   the heatmap whose exact-sweep clicks this panel paints at once (PatchingHeatmap.cell_tops)
     pairs   list[str]  a dataset's pairs, named (a menu chooses what the panel shows); [] = one pair, no menu
@@ -85,7 +86,10 @@ class LogitPanel(LabWidget):
         for k, v in dict(m.get("values", {})).items():
             f = float(plain(v))
             vals[str(k)] = f if math.isfinite(f) else None
-        return {"name": str(m.get("name", "metric")), "values": vals}
+        out = {"name": str(m.get("name", "metric")), "values": vals}
+        if m.get("notes"):
+            out["notes"] = [str(n) for n in m["notes"]]
+        return out
 
 
 # ---- what the view shows, as plain numbers ----------------------------------------------------------------------
@@ -148,7 +152,11 @@ class Bars:
     def panel(self) -> dict:
         """The LogitPanel's series and metric traits."""
         name = self.metric_name or getattr(self.metric, "name", None)
-        return {"series": self.series, "metric": {"name": name, "values": self.values} if name is not None else {}}
+        if name is None:
+            return {"series": self.series, "metric": {}}
+        notes = list(getattr(self.metric, "notes", ()))  # an answer without its leading space: said every time
+        metric = {"name": name, "values": self.values, **({"notes": notes} if notes else {})}
+        return {"series": self.series, "metric": metric}
 
 
 # ---- tokens as views label them ------------------------------------------------------------------------------
