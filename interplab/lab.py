@@ -89,7 +89,8 @@ class Lab:
         return self.engine.to_tokens(prompts)
 
     def to_str_tokens(self, prompt: str) -> list[str]:
-        """A prompt's tokens as strings, one per position (what the heatmaps label their columns with)."""
+        """A prompt's tokens as strings, one per position, as every view labels them: a piece of a character that
+        several tokens make reads as the character and its own bytes ('😀 <F0 9F>'), never U+FFFD."""
         return self.engine.to_str_tokens(prompt)
 
     def to_string(self, ids) -> str:

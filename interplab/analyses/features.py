@@ -26,6 +26,7 @@ from .. import display, edits
 from ..engine import Engine, as_prompts, engine_of, own_weights
 from ..errors import InterplabError, NumberError, OutOfRangeError
 from ..sae import SAE
+from ..tokens import token_text
 from .patching import SweepResult, budget_bytes, patch_sweep
 
 
@@ -150,9 +151,11 @@ def feature_logit_effects(lab: Engine, sae: SAE, feature: int, k: int = 10) -> L
         values = unembed.weight.detach().float().cpu() @ v
     k = _k(k, values.numel())
     top, low = values.topk(k), values.topk(k, largest=False)
-    name = engine.tokenizer.decode
-    return LogitEffects(feature, values, [(name([int(i)]), float(x)) for x, i in zip(*top)],
-                        [(name([int(i)]), float(x)) for x, i in zip(*low)])
+    def name(i) -> str:  # as the views name a token: a lone byte piece as its bytes ('<C0>'), not U+FFFD
+        return token_text(engine.tokenizer, int(i))
+
+    return LogitEffects(feature, values, [(name(i), float(x)) for x, i in zip(*top)],
+                        [(name(i), float(x)) for x, i in zip(*low)])
 
 
 @dataclass

@@ -32,6 +32,7 @@ from ..errors import (
 )
 from ..metrics import as_metric
 from ..sites import HEADED, IN_ATTENTION, LAYERED, NEURONS, SITE_NAMES, Site, SiteMap
+from ..tokens import token_texts
 from ..worker import Worker
 from . import attention, backends, hooks, resume
 from . import generate as gen
@@ -266,8 +267,8 @@ class Engine:
         if not isinstance(prompt, str):  # a list would be tokenized as a batch and come back nested
             raise InterplabError(f"to_str_tokens takes one prompt string, got {type(prompt).__name__}; for several: "
                                  f"[lab.to_str_tokens(p) for p in prompts].")
-        ids = self.tokenizer(prompt)["input_ids"]
-        return [self.tokenizer.decode([i]) for i in ids]
+        # as every view labels them: a lone byte piece of a character as its bytes ('<C0>'), not U+FFFD
+        return token_texts(self.tokenizer, self.tokenizer(prompt)["input_ids"])
 
     def to_string(self, ids) -> str:
         return self.tokenizer.decode(ids)

@@ -24,9 +24,10 @@ from ..edits import steer, zero
 from ..engine import Engine, engine_of
 from ..errors import InterplabError
 from ..metrics import as_metric
+from ..tokens import token_text
 from ..widgets.base import Float, Int, Labels, LabWidget
 from ..widgets.jobs import job
-from .logits import Bars, prompt_tokens, token_text
+from .logits import Bars, prompt_tokens
 
 CONTEXTS = 5  # top contexts shown per feature
 EFFECTS = 6  # tokens raised and lowered shown per feature

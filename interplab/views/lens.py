@@ -18,8 +18,9 @@ import traitlets as t
 
 from ..analyses.lens import logit_lens
 from ..engine import Engine, engine_of
+from ..tokens import token_text
 from ..widgets.base import Int, Labels, LabWidget, NumberGrid, TextGrid
-from .logits import prompt_tokens, token_text
+from .logits import prompt_tokens
 
 __all__ = ["LensView"]
 

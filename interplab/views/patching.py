@@ -17,10 +17,11 @@ from ..edits import Edit, SourceRef, patch
 from ..engine import Engine, engine_of
 from ..errors import InterplabError
 from ..metrics import as_metric, logit_diff
+from ..tokens import token_text
 from ..widgets.composite import Composite
 from ..widgets.jobs import job, settle_in_batch
 from .heatmap import PatchingHeatmap
-from .logits import PROB_DIGITS, TOP_K, Bars, LogitPanel, prompt_tokens, token_text
+from .logits import PROB_DIGITS, TOP_K, Bars, LogitPanel, prompt_tokens
 
 
 @dataclass

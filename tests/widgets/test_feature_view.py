@@ -222,6 +222,11 @@ def test_the_tokens_a_feature_raises_and_lowers_are_named_as_every_view_names_th
         assert [v for _, v in shown] == pytest.approx(top.values.tolist(), abs=1e-3)
     assert not any("\ufffd" in t for t, _ in panel["raised"] + panel["lowered"])
     assert any(t.startswith("<") and t.endswith(">") for t, _ in panel["lowered"])
+    # the analysis prints them so too: Feature.logit_effects() names each token as the view does
+    effects = lab.feature(sae, feature).logit_effects(k=len(panel["lowered"]))
+    assert [t for t, _ in effects.lowered] == [named(int(i)) for i in values.topk(len(panel["lowered"]),
+                                                                                 largest=False).indices]
+    assert "\ufffd" not in repr(effects) and "<" in repr(effects)
 
 
 def _bytes_to_unicode() -> dict[int, str]:
