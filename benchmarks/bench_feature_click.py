@@ -96,7 +96,7 @@ def bench(browser, server, n: int) -> dict:
             time.sleep(0.3)  # the previous step's trailing paints settle
             ms = timed(nb, lambda x=x: nb.page.mouse.click(x, box["y"] + box["height"] / 2),
                        "[...v.querySelectorAll('.il-series-name')].some((d) => d.textContent.endsWith("
-                       "'steered alpha ' + Number(v.querySelector('.il-falpha').value)))", timeout=60)
+                       "'steered (alpha ' + Number(v.querySelector('.il-falpha').value) + ')'))", timeout=60)
             if k >= 2:
                 slider.append(ms)
         base = float(nb.exec(

@@ -4,12 +4,13 @@
     python benchmarks/bench_features.py --quick      # 1,000 prompts for the scan: a smoke test, writes nothing
     python benchmarks/bench_features.py --no-write
 
-1. Attribution over every feature x position (ilab.features.feature_attribution: 512 features x every position of
+1. Attribution over every feature x position (ilab.analyses.features.feature_attribution: 512 features x every
+   position of
    8 IOI pairs, one forward of the clean prompts, one forward and backward of the corrupt ones, the encodes) against
    one forward and backward of the plain model on the same corrupt prompts (transformers, no hooks: the metric's
    gradient with respect to the input embeddings). Goal: <= 3x.
 2. Top-activating contexts of all 512 features over 10,000 documents of ioi-tiny's corpus
-   (ilab.features.top_contexts, its default batches and memory budget), in seconds, and against plain batched
+   (ilab.analyses.features.top_contexts, its default batches and memory budget), in seconds, and against plain batched
    forwards of the same documents (transformers, no hooks). Goal: <= 60 s.
 3. The compute of a feature click (what the feature panel asks the kernel for): the feature's logit effects, its top
    contexts shaded (from a scan already made) and the patched last logits with the feature ablated at the clicked
@@ -95,7 +96,8 @@ def main(argv=None):
     clean, corrupt, answer, wrong = pairs(lab)
     metric = ilab.logit_diff(answer, wrong)
     answers, wrongs = (torch.tensor([lab.token_id(t) for t in ts]) for ts in (answer, wrong))
-    attr = median_time(lambda: ilab.features.feature_attribution(lab, clean, corrupt, sae, metric), args.repeats,
+    attr = median_time(lambda: ilab.analyses.features.feature_attribution(lab, clean, corrupt, sae, metric),
+                       args.repeats,
                        clear)
     plain = median_time(lambda: plain_forward_backward(lab, corrupt, answers, wrongs), args.repeats)
     n_pos = len(lab.to_str_tokens(clean[0]))
@@ -103,7 +105,7 @@ def main(argv=None):
     n_docs = 1000 if args.quick else 10_000
     texts = corpus_texts(n_docs, seed=2)
     t = time.perf_counter()
-    top = ilab.features.top_contexts(lab, texts, sae, k=10, progress=False)
+    top = ilab.analyses.features.top_contexts(lab, texts, sae, k=10, progress=False)
     scan = time.perf_counter() - t
     t = time.perf_counter()
     plain_forwards(lab, texts)

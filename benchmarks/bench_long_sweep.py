@@ -77,7 +77,7 @@ def run(args) -> dict:
     # (b) the exact sweep; every forward (the sweep's two full runs too) passes the final norm once: its input's
     # rows x positions is that forward's size
     kw = {"max_batch": args.max_batch}
-    takes_budget = "memory_budget" in inspect.signature(ilab.patching.patch_sweep).parameters
+    takes_budget = "memory_budget" in inspect.signature(ilab.analyses.patching.patch_sweep).parameters
     if takes_budget and args.memory_budget is not None:
         kw["memory_budget"] = args.memory_budget * 2**20
     rows = []

@@ -1,11 +1,16 @@
 """interplab: click to patch, ablate and steer inside language models, from a Jupyter notebook."""
 
 # compat first: it hides CUDA builds of torchvision & co. that cannot load beside a CPU torch (see its docstring)
-from . import compat, lens, steering, vectors, zoo  # noqa: F401
-from .analyses.attention_attribution import QKAttribution, edge_heads, qk_attribution
-from .analyses.feature_stats import FeatureStats, feature_stats
-from .analyses.graph import AttributionGraph, attribution_graph
-from .analyses.replacement import replacement
+from . import compat  # noqa: F401
+
+# isort: split
+from . import analyses, zoo  # noqa: F401 (every analysis: ilab.analyses.<module>.<function>(lab, ...))
+from .analyses.attention_attribution import QKAttribution
+from .analyses.feature_stats import FeatureStats
+from .analyses.graph import AttributionGraph
+from .analyses.patching import SweepCancelled, SweepResult
+from .analyses.steering import ban_expert, ban_token, force_token
+from .analyses.vectors import SteeringVector
 from .edits import (
     Edit,
     clamp,
@@ -19,7 +24,7 @@ from .edits import (
     steer,
     zero,
 )
-from .engine import attached_hooks
+from .engine import Generation, attached_hooks
 from .errors import (
     ContextLengthError,
     EmptyPromptError,
@@ -35,24 +40,20 @@ from .errors import (
     VectorError,
 )
 from .lab import Lab, Run, settle
-from .metrics import logit_diff, logprob, prob
-from .patching import SweepCancelled, SweepResult
+from .metrics import AnswerSpaceWarning, logit_diff, logprob, prob
 from .sae import SAE
 from .sites import SITE_NAMES
-from .steering import Generation, ban_expert, ban_token, force_token
 from .transcoders import Transcoder, Transcoders
-from .vectors import SteeringVector
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Lab", "Run", "Edit", "SITE_NAMES", "settle", "SAE", "Transcoder", "Transcoders", "attribution_graph",
-    "AttributionGraph", "replacement", "feature_stats", "FeatureStats",
-    "edge_heads", "qk_attribution", "QKAttribution",
+    "Lab", "Run", "Edit", "SITE_NAMES", "settle", "SAE", "Transcoder", "Transcoders", "AttributionGraph",
+    "FeatureStats", "QKAttribution",
     "patch", "zero", "mean_ablate", "scale", "steer", "project", "clamp", "set_value",
     "edits_to_json", "edits_from_json",
-    "logit_diff", "prob", "logprob", "SweepResult", "SweepCancelled", "attached_hooks",
-    "ban_token", "force_token", "ban_expert", "Generation", "SteeringVector", "vectors", "lens", "steering", "zoo",
+    "logit_diff", "prob", "logprob", "AnswerSpaceWarning", "SweepResult", "SweepCancelled", "attached_hooks",
+    "ban_token", "force_token", "ban_expert", "Generation", "SteeringVector", "analyses", "zoo",
     "InterplabError", "UnknownSiteError", "UnsupportedSiteError", "OutOfRangeError", "LengthMismatchError",
     "MultiTokenAnswerError", "VectorError", "EmptyPromptError", "LoadError", "ContextLengthError", "NumberError",
     "UnknownTokenError",

@@ -1,6 +1,7 @@
 """What: small serialisable edit specs, and how each one transforms an activation tensor.
 
-An edit names a site, which layers / positions / heads / batch rows it touches, and an operation:
+An edit names a site, which layers / positions / heads / batch rows (and, on mlp_pre / mlp_post, which of the MLP's
+neurons: neuron=) it touches, and an operation:
 
     patch    copy the activation of another run (or a given tensor)
     zero     set to 0
@@ -10,7 +11,7 @@ An edit names a site, which layers / positions / heads / batch rows it touches, 
     project  (I - P) h + coeff * P h, P the projection onto a direction (coeff=0 ablates it)
     clamp    clamp the coefficient of h along a direction into [lo, hi]
     set      set to a given vector or tensor
-    ban_expert  set one MoE expert's router logit to -inf (re-routing happens in interplab.steering's router hook)
+    ban_expert  set one MoE expert's router logit to -inf (re-routing: interplab.analyses.steering's router hook)
     stop_grad   leave the value as it is but let no gradient flow back through it (attribution's GradDrop)
 
 An SAE (interplab.sae.SAE) goes wherever a site name goes, with feature= (an int, list, slice or None = all): the
@@ -21,6 +22,11 @@ each selected feature's decoder direction.
 
     ilab.zero(sae, feature=12, pos=-1)    ilab.scale(sae, 2.0, feature=12)    ilab.set_value(sae, 5.0, feature=12)
     ilab.steer(sae, feature=12, alpha=4)  ilab.patch(sae, feature=12, source=lab.run(clean))
+
+On the MLP's hidden units (mlp_pre, mlp_post: [batch, pos, d_mlp]) neuron= selects units; the operation acts on
+those units alone (a steer or set_value vector: one number, one per selected neuron, or the whole d_mlp):
+
+    ilab.zero("mlp_post", 1, neuron=7, pos=-1)    ilab.set_value("mlp_pre", 0, 3.0, neuron=[2, 5])
 
 Selections: an int, a list, a slice, or None (= all). Positions count within each prompt's own tokens, so -1 is the
 last real token of every row even when prompts of different lengths are padded into one batch.
@@ -60,6 +66,7 @@ from .errors import (
     VectorError,
 )
 from .sae import SAE
+from .sites import NEURONS, SITE_NAMES
 
 OPS = ("patch", "zero", "mean", "scale", "steer", "project", "clamp", "set", "ban_expert", "stop_grad")
 POS_SELECTORS = ("all", "prompt", "generated", "newest", "content")
@@ -96,6 +103,7 @@ class Edit:
     steps: Any = None  # decoding steps whose tokens are edited (None = all; 0 = prefill); int, list, range, slice
     sae: Any = None  # an interplab.sae.SAE: the edit acts on its features at its site (site and layer are its own)
     feature: Any = None  # with sae: the features edited (int, list, slice; None = all)
+    neuron: Any = None  # on mlp_pre / mlp_post: the MLP's hidden units edited (int, list, slice; None = all)
 
     def __post_init__(self):
         # Everything a value alone can get wrong fails here, at construction (and in from_dict / with_), before
@@ -110,8 +118,10 @@ class Edit:
             raise InterplabError(
                 f"unknown position selector {self.pos!r}: allowed {', '.join(POS_SELECTORS)}, an int, a list, a "
                 f"slice or None (= all).")
-        for name in ("layer", "head", "batch") + (() if isinstance(self.pos, str) else ("pos",)):
+        for name in ("layer", "head", "batch", "neuron") + (() if isinstance(self.pos, str) else ("pos",)):
             setattr(self, name, _selection(getattr(self, name), name))
+        if self.neuron is not None:
+            self._check_neurons()
         if self.steps is not None:
             _check_steps(self.steps)
         if self.op == "scale":
@@ -133,6 +143,8 @@ class Edit:
             self._check_features()
         elif self.vector is not None:
             self.vector = as_tensor(self.vector, what=f"{self.op} vector")
+            if self.neuron is not None and self.vector.dim() == 0:  # one number for every selected neuron
+                self.vector = self.vector.reshape(1)
             _check_vector(self.op, self.vector)
         if self.op == "ban_expert":
             experts = self.meta.get("experts")
@@ -140,6 +152,17 @@ class Edit:
                     isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in experts):
                 raise OutOfRangeError(
                     f"ban_expert expert={experts!r}: experts are router indices, ints >= 0 (or a non-empty list).")
+
+    def _check_neurons(self) -> None:
+        if self.site in SITE_NAMES and self.site not in NEURONS or self.sae is not None or self.feature is not None:
+            op = self.op if self.op != "mean" else "mean_ablate"
+            raise UnsupportedSiteError(
+                f"neuron={_sel_str(self.neuron)} on {self.site!r}: neurons are the MLP's hidden units, sites "
+                f"{' and '.join(map(repr, sorted(NEURONS)))} (e.g. ilab.{op}('mlp_post', layer, neuron=...)).")
+        if self.head is not None:
+            raise UnsupportedSiteError(f"head={self.head!r} with neuron=: the MLP has no heads; drop head=.")
+        if self.op == "ban_expert":
+            raise UnsupportedSiteError("ban_expert re-routes tokens; it selects no neurons: drop neuron=.")
 
     def _check_features(self) -> None:
         sae = self.sae
@@ -186,6 +209,8 @@ class Edit:
             parts.append(f"L{_sel_str(self.layer)}")
         if self.head is not None:
             parts.append(f"H{_sel_str(self.head)}")
+        if self.neuron is not None:
+            parts.append(f"N{_sel_str(self.neuron)}")
         if self.feature is not None or self.sae is not None:
             parts.append(f"F{'all' if self.feature is None else _sel_str(self.feature)}")
         if self.pos is not None:
@@ -415,6 +440,8 @@ def apply_edit(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
             "`with lab.edit([...]): lab.run(...)` or lab.bind([...]).")
     if edit.sae is not None:
         return _apply_features(edit, h, ctx)
+    if edit.neuron is not None:
+        return _apply_neurons(edit, h, ctx)
     b, t = h.shape[0], h.shape[1]
     heads = edit.head is not None
     if heads:
@@ -441,6 +468,23 @@ def apply_edit(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
         mask = mask[:, :, None] & hm  # [b, t, H]
     out = torch.where(mask[..., None], new, x)
     return out.reshape(h.shape)
+
+
+def _apply_neurons(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
+    """An edit of some of the MLP's neurons: the same edit on those units alone (their slice of h, of the source and
+    of a vector), written back into h (out of place, so gradients flow through the rest)."""
+    width = h.shape[-1]
+    idx = torch.tensor(_indices(edit.neuron, width, "neuron"), device=h.device)
+
+    def units(v):  # a value over the site's width -> the selected units' values; anything else as it is
+        return v.index_select(-1, idx.to(v.device)) if v is not None and v.dim() and v.shape[-1] == width else v
+
+    vector = units(edit.vector)
+    if vector is not None and edit.op in ("steer", "set", "project", "clamp") and vector.shape[-1] == 1 < len(idx):
+        vector = vector.expand(*vector.shape[:-1], len(idx))
+    one = replace(edit, neuron=None, vector=vector)
+    part = apply_edit(one, h.index_select(-1, idx), replace(ctx, source=units(ctx.source)))
+    return h.index_copy(-1, idx, part.to(h.dtype))
 
 
 def _apply_features(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
@@ -643,7 +687,8 @@ def _fit_vector(edit: Edit, x: torch.Tensor) -> torch.Tensor:
         what = "d_head" if edit.head is not None else "the site's width"
         raise VectorError(
             f"{edit.op} vector has size {v.shape[-1]} but {what} at {edit.site!r} is {width}. "
-            f"Build it from this model's activations (e.g. ilab.vectors.diff_of_means) or reshape it to {width}."
+            f"Build it from this model's activations (e.g. ilab.analyses.vectors.diff_of_means) or reshape it "
+            f"to {width}."
         )
     try:
         torch.broadcast_shapes(v.shape, x.shape)
@@ -675,7 +720,8 @@ def _check_vector(op: str, v: torch.Tensor) -> None:
     if op in ("project", "clamp") and (v.float().norm(dim=-1) == 0).any():
         raise VectorError(
             f"{op} direction is a zero vector: there is no direction to {op} along (normalising it divides by zero "
-            f"and fills the run with NaN). Give a non-zero direction, e.g. ilab.vectors.diff_of_means(lab, ...).")
+            f"and fills the run with NaN). Give a non-zero direction, e.g. "
+            f"ilab.analyses.vectors.diff_of_means(lab, ...).")
 
 
 def _number(value, what: str, how: str) -> float:

@@ -8,22 +8,21 @@ views on top.
 
 The Lab is the facade: it holds the engine (`lab.engine`, the plumbing: memo, worker, plans, hooks) and delegates
 to the analyses and views, which take the engine and never import the Lab back. Its public names are what a
-notebook needs; the engine's other names still answer on the Lab for one release, with a DeprecationWarning.
+notebook needs; the engine's own are the engine's (lab.engine.clear_memo()).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import warnings
 
-from . import dla, ov, paths, steering
-from . import features as _features
-from .edges import circuit, edge_attribution, edge_patch
+from .analyses import dla, ov, paths, steering
+from .analyses import features as _features
+from .analyses.edges import circuit, edge_attribution, edge_patch
+from .analyses.patching import patch_sweep, patch_sweep_heads
 from .engine import Cache, Engine, InterventionLog, Run  # noqa: F401 (interplab.lab's public names)
 from .errors import InterplabError, LoadError, UnknownSiteError  # noqa: F401
 from .loading import embedded_path, load_pretrained
-from .patching import patch_sweep, patch_sweep_heads
 from .views import KINDS  # noqa: F401 (importing the views registers what res.show() opens)
 from .views.attention import attention_widget
 from .views.dashboard import Dashboard
@@ -90,7 +89,8 @@ class Lab:
         return self.engine.to_tokens(prompts)
 
     def to_str_tokens(self, prompt: str) -> list[str]:
-        """A prompt's tokens as strings, one per position (what the heatmaps label their columns with)."""
+        """A prompt's tokens as strings, one per position, as every view labels them: a piece of a character that
+        several tokens make reads as the character and its own bytes ('😀 <F0 9F>'), never U+FFFD."""
         return self.engine.to_str_tokens(prompt)
 
     def to_string(self, ids) -> str:
@@ -110,17 +110,6 @@ class Lab:
         """One forward of the prompts with `edits` applied, reading the `cache` sites: a Run (run.logits,
         run.cache["resid_post", 2]). Remembered: the same request again is answered without a forward."""
         return self.engine.run(prompts, edits, cache, grad=grad, log=log)
-
-    def __getattr__(self, name: str):
-        # The engine's plumbing answered on the Lab while it was an Engine: an alias for one release, with a warning.
-        if name.startswith("_") or name == "engine":
-            raise AttributeError(name)
-        engine = self.__dict__.get("engine")
-        if engine is None or not hasattr(engine, name):
-            raise AttributeError(f"'Lab' object has no attribute {name!r}")
-        warnings.warn(f"lab.{name} is the engine's: use lab.engine.{name} (the Lab holds an Engine now; "
-                      f"this alias goes in the next release)", DeprecationWarning, stacklevel=2)
-        return getattr(engine, name)
 
     # ---- loading --------------------------------------------------------------------------------------
     @classmethod
@@ -169,7 +158,7 @@ class Lab:
 
     def patch_sweep(self, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
                     direction: str = "denoise", method: str = "exact", backend: str | None = "hf", **kw):
-        """Activation-patching heatmap values for every cell (see interplab.patching.patch_sweep);
+        """Activation-patching heatmap values for every cell (see interplab.analyses.patching.patch_sweep);
         backend="vllm": each cell a request on the lab's vLLM engine."""
 
         return patch_sweep(self.engine, clean, corrupt, site, by, metric, direction, method, backend=backend, **kw)
@@ -177,42 +166,42 @@ class Lab:
     def patch_sweep_heads(self, clean, corrupt, metric, by=("layer", "head"), direction: str = "denoise",
                           method: str = "exact", **kw):
         """Sweeps of every head's output, query, key, value and pattern in one call, shown side by side
-        (see interplab.patching.patch_sweep_heads)."""
+        (see interplab.analyses.patching.patch_sweep_heads)."""
 
         return patch_sweep_heads(self.engine, clean, corrupt, metric, by, direction, method, **kw)
 
     def direct_logit_attribution(self, prompts, metric):
         """Each head's, MLP's and embedding's direct share of a metric linear in the logits, at every position,
-        adding up to the model's own metric (see interplab.dla)."""
+        adding up to the model's own metric (see interplab.analyses.dla)."""
 
         return dla.direct_logit_attribution(self.engine, prompts, metric)
 
     def copying_scores(self, prompts, positions, k: int = 5):
         """Every head's copying score: the share of the names at `positions` whose OV output ranks the same name
-        in the top k tokens (Wang et al.'s name-mover evidence; see interplab.ov)."""
+        in the top k tokens (Wang et al.'s name-mover evidence; see interplab.analyses.ov)."""
 
         return ov.copying_scores(self.engine, prompts, positions, k)
 
     def path_patch(self, clean, corrupt, metric, senders="heads", receivers="logits", direction: str = "noise",
                    **kw):
-        """Each sender's effect through the receivers only, every other head frozen (see interplab.paths)."""
+        """Each sender's effect through the receivers only, every other head frozen (see interplab.analyses.paths)."""
 
         return paths.path_patch(self.engine, clean, corrupt, metric, senders, receivers, direction, **kw)
 
     def edge_patch(self, clean, corrupt, metric, edges=None, direction: str = "denoise", **kw):
-        """Each edge between components patched on its own, exactly (see interplab.edges)."""
+        """Each edge between components patched on its own, exactly (see interplab.analyses.edges)."""
 
         return edge_patch(self.engine, clean, corrupt, metric, edges, direction, **kw)
 
     def edge_attribution(self, clean, corrupt, metric, method: str = "eap", steps: int = 5,
                          direction: str = "denoise"):
-        """Every edge's effect estimated from gradients: EAP, or EAP-IG (see interplab.edges)."""
+        """Every edge's effect estimated from gradients: EAP, or EAP-IG (see interplab.analyses.edges)."""
 
         return edge_attribution(self.engine, clean, corrupt, metric, method, steps, direction)
 
     def circuit(self, clean, corrupt, metric, edges):
         """The metric with only `edges` carrying the clean run, everything else the corrupt run, and its
-        faithfulness (1 = all of the clean behaviour; see interplab.edges.circuit)."""
+        faithfulness (1 = all of the clean behaviour; see interplab.analyses.edges.circuit)."""
 
         return circuit(self.engine, clean, corrupt, metric, edges)
 
@@ -280,18 +269,18 @@ class Lab:
 
     # ---- features
     def feature_acts(self, prompts, sae):
-        """[batch, pos, d_sae] activations of an SAE's features on the prompts (see interplab.features)."""
-        return _features.feature_acts(self, prompts, sae)
+        """[batch, pos, d_sae] activations of an SAE's features on the prompts (see interplab.analyses.features)."""
+        return _features.feature_acts(self.engine, prompts, sae)
 
     def features(self, prompt: str, sae, k: int = 5):
-        """The k most active features of an SAE at each token of a prompt (see interplab.features)."""
-        return _features.features(self, prompt, sae, k)
+        """The k most active features of an SAE at each token of a prompt (see interplab.analyses.features)."""
+        return _features.features(self.engine, prompt, sae, k)
 
     def feature(self, sae, index: int):
         """One feature of an SAE as an object: its logit effects, top contexts, activations, and the edits that
         ablate or steer it. Attribution over every feature x position: lab.patch_sweep(clean, corrupt, sae,
-        ("feature", "pos"), metric, method="attribution") (see interplab.features)."""
-        return _features.Feature(self, sae, index)
+        ("feature", "pos"), metric, method="attribution") (see interplab.analyses.features)."""
+        return _features.Feature(self.engine, sae, index)
 
 
 

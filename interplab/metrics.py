@@ -14,8 +14,17 @@ import torch
 from .errors import InterplabError, LengthMismatchError
 
 
+class AnswerSpaceWarning(UserWarning):
+    """An answer word without its leading space ('Mary' where ' Mary' is a token too). Shown every time a metric is
+    bound to a model (not once per place, Python's default), and by the views on their metric line (Metric.notes)."""
+
+
+warnings.simplefilter("always", AnswerSpaceWarning)
+
+
 class Metric:
     name = "metric"
+    notes: tuple[str, ...] = ()  # what the views print beside the metric line (an answer without its space)
 
     def bind(self, token_id: Callable[[str | int], int]) -> Metric:
         """Resolve answer strings to token ids (raising MultiTokenAnswerError for multi-token strings)."""
@@ -48,24 +57,34 @@ def _check_tokens(tokens, what: str) -> None:
                                  f"them (one per prompt pair); got {type(t).__name__} {t!r}.")
 
 
-def _ids(tokens, token_id) -> torch.Tensor:
+def _ids(tokens, token_id, notes: list[str]) -> torch.Tensor:
     items = list(tokens) if isinstance(tokens, (list, tuple)) else [tokens]
-    return torch.tensor([_warn_unspaced(t, token_id(t), token_id) for t in items], dtype=torch.long)
+    return torch.tensor([_unspaced(t, token_id(t), token_id, notes) for t in items], dtype=torch.long)
 
 
-def _warn_unspaced(token, i: int, token_id) -> int:
+def _unspaced(token, i: int, token_id, notes: list[str]) -> int:
     """A word without its leading space ('Mary') is a token the model rarely predicts after a space; when ' Mary'
-    is one token too, it is almost surely the answer meant: say so (the sweep still runs, on 'Mary')."""
+    is one token too, it is almost surely the answer meant: say so, as a warning and in `notes` (the views show
+    them; the sweep still runs, on 'Mary')."""
     if isinstance(token, str) and token[:1].isalnum():
         try:
             spaced = token_id(" " + token)
         except InterplabError:
             return i
         if spaced != i:
-            warnings.warn(f"answer {token!r} has no leading space: the metric reads the token {token!r} (id {i}), "
-                          f"not {' ' + token!r} (id {spaced}), the word as it follows a space. Use {' ' + token!r} "
-                          f"(or pass the id {i} to keep {token!r}).", UserWarning, stacklevel=2)
+            text = (f"answer {token!r} has no leading space: the metric reads the token {token!r} (id {i}), not "
+                    f"{' ' + token!r} (id {spaced}), the word as it follows a space. Use {' ' + token!r} (or pass "
+                    f"the id {i} to keep {token!r}).")
+            if text not in notes:  # a dataset names the same answer in many pairs: said once per bind
+                notes.append(text)
+                warnings.warn(text, AnswerSpaceWarning, stacklevel=4)
     return i
+
+
+def _bound_to(metric: Metric, token_id) -> bool:
+    """True when the metric is already bound by this token_id (a view binding a bound metric again: no new
+    warning, the same notes)."""
+    return getattr(metric, "_token_id", None) is not None and metric._token_id == token_id
 
 
 def _pick(logits: torch.Tensor, ids: torch.Tensor, pair: torch.Tensor | None) -> torch.Tensor:
@@ -96,8 +115,11 @@ class LogitDiff(Metric):
         return [("answer", self.answer), ("wrong", self.wrong)]
 
     def bind(self, token_id):
-        m = LogitDiff(self.answer, self.wrong)
-        m._a, m._w = _ids(self.answer, token_id), _ids(self.wrong, token_id)
+        if _bound_to(self, token_id):
+            return self
+        m, notes = LogitDiff(self.answer, self.wrong), []
+        m._a, m._w = _ids(self.answer, token_id, notes), _ids(self.wrong, token_id, notes)
+        m.notes, m._token_id = tuple(notes), token_id
         return m
 
     def __call__(self, logits, pair=None):
@@ -118,8 +140,11 @@ class Prob(Metric):
         return [("token", self.token)]
 
     def bind(self, token_id):
-        m = Prob(self.token, self.log)
-        m._t = _ids(self.token, token_id)
+        if _bound_to(self, token_id):
+            return self
+        m, notes = Prob(self.token, self.log), []
+        m._t = _ids(self.token, token_id, notes)
+        m.notes, m._token_id = tuple(notes), token_id
         return m
 
     def __call__(self, logits, pair=None):

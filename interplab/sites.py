@@ -21,10 +21,14 @@ PROBES = "interplab_probes"  # the submodule of each attention module that rot_q
 # any rotary embedding; k and v have the model's key-value heads, fewer than its query heads under grouped-query
 # attention); rot_q, rot_k are the query and key after the rotary embedding, where a model applies one; pattern is
 # the attention weights [batch, head, query pos, key pos], editable: a head's output is its edited pattern times v.
-SITE_NAMES = ("embed", "resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_in", "mlp_out", "z", "q", "k", "v",
-              "rot_q", "rot_k", "pattern", "logits")
-LAYERED = {"resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_in", "mlp_out", "z", "q", "k", "v", "rot_q",
-           "rot_k", "pattern"}
+# mlp_pre and mlp_post are the MLP's hidden units [batch, pos, d_mlp] (TransformerLens's mlp.hook_pre / hook_post):
+# mlp_pre before the activation function (a gated MLP's gate projection), mlp_post what the down projection reads
+# (the activation's output; a gated MLP's act(gate) * up). Edits select units with neuron=.
+SITE_NAMES = ("embed", "resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_in", "mlp_out", "mlp_pre",
+              "mlp_post", "z", "q", "k", "v", "rot_q", "rot_k", "pattern", "logits")
+LAYERED = {"resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_in", "mlp_out", "mlp_pre", "mlp_post", "z", "q",
+           "k", "v", "rot_q", "rot_k", "pattern"}
+NEURONS = {"mlp_pre", "mlp_post"}  # sites whose last dimension is the MLP's neurons (edits' neuron=)
 HEADED = {"z", "q", "k", "v", "rot_q", "rot_k", "pattern"}
 KV_HEADED = {"k", "v", "rot_k"}  # sites with the model's key-value heads (num_key_value_heads)
 # Sites read inside the attention function: their values exist only there, and k/rot_k/pattern span the key
@@ -78,6 +82,10 @@ class Arch:
     attn_in: str | None  # first module of the block whose input is resid_pre (None: no mid-layer residual)
     attn_out: HookPoint | None = None  # override when the attention output is normalised before the add
     mlp_out: HookPoint | None = None
+    # the MLP's hidden units, relative to the block: before the activation (mlp_pre) and what the down projection
+    # reads (mlp_post); None where there is no one hidden layer (mixture-of-experts blocks: see notes)
+    mlp_pre: HookPoint | None = None
+    mlp_post: HookPoint | None = None
     notes: dict[str, str] = field(default_factory=dict)
     # q, k, v before any rotary embedding, relative to the block: (module, layout kind); "third"/"head_third"
     # name a fused projection. None: separate q_proj/k_proj/v_proj outputs under `attn`.
@@ -87,18 +95,26 @@ class Arch:
 
 _GPT2 = Arch("gpt2", "transformer.h", "transformer.wte", "transformer.ln_f", "lm_head",
              attn="attn", mlp="mlp", o_proj="attn.c_proj", attn_in="ln_1",
+             mlp_pre=HookPoint("mlp.c_fc", "output"), mlp_post=HookPoint("mlp.c_proj", "input"),
              qkv=(("attn.c_attn", "third"),) * 3, rotary=False)
 _NEOX = Arch("gpt_neox", "gpt_neox.layers", "gpt_neox.embed_in", "gpt_neox.final_layer_norm", "lm_head",
              attn="attention", mlp="mlp", o_proj="attention.dense", attn_in="input_layernorm",
+             mlp_pre=HookPoint("mlp.dense_h_to_4h", "output"), mlp_post=HookPoint("mlp.dense_4h_to_h", "input"),
              qkv=(("attention.query_key_value", "head_third"),) * 3)
 _NEOX_PARALLEL = Arch(**{**_NEOX.__dict__, "attn_in": None, "notes": {
     "resid_mid": "this GPT-NeoX model uses a parallel residual (use_parallel_residual=True): attention and MLP "
                  "both read resid_pre, so there is no mid-layer residual. Use resid_pre, attn_out or mlp_out."}})
+# A gated MLP (Llama and its kin): down_proj(act(gate_proj(x)) * up_proj(x)); mlp_pre is the gate before act.
+_GATED = dict(mlp_pre=HookPoint("mlp.gate_proj", "output"), mlp_post=HookPoint("mlp.down_proj", "input"))
 _LLAMA = Arch("llama", "model.layers", "model.embed_tokens", "model.norm", "lm_head",
-              attn="self_attn", mlp="mlp", o_proj="self_attn.o_proj", attn_in="input_layernorm")
+              attn="self_attn", mlp="mlp", o_proj="self_attn.o_proj", attn_in="input_layernorm", **_GATED)
+_MOE_NOTES = {n: "this mixture-of-experts block routes each token to some of its experts, each an MLP of its own, "
+                 "so there is no one hidden layer of neurons. Use mlp_out, or one expert's raw module path (e.g. "
+                 "'model.layers.0.mlp.experts.0.down_proj.input'; lab.engine.module_names())." for n in NEURONS}
+_MOE = {"mlp_pre": None, "mlp_post": None, "notes": _MOE_NOTES}
 # Gemma 2/3 normalise each sublayer's output before adding it to the stream: the stream sees the norm's output.
 _GEMMA2 = Arch("gemma2", "model.layers", "model.embed_tokens", "model.norm", "lm_head",
-               attn="self_attn", mlp="mlp", o_proj="self_attn.o_proj", attn_in="input_layernorm",
+               attn="self_attn", mlp="mlp", o_proj="self_attn.o_proj", attn_in="input_layernorm", **_GATED,
                attn_out=HookPoint("post_attention_layernorm", "output"),
                mlp_out=HookPoint("post_feedforward_layernorm", "output"))
 # OLMo 2 normalises sublayer outputs too, and has no norm in front of attention: attention reads the stream itself.
@@ -112,9 +128,10 @@ _QK_NORM_BHTD = (("self_attn.q_norm", "bhtd"), ("self_attn.k_norm", "bhtd"), ("s
 ARCHS: dict[str, Arch] = {
     "gpt2": _GPT2,
     "gpt_neox": _NEOX,
-    **{t: Arch(**{**_LLAMA.__dict__, "name": t})
-       for t in ("llama", "mistral", "qwen2", "gemma", "qwen2_moe", "mixtral")},
-    **{t: Arch(**{**_LLAMA.__dict__, "name": t, "qkv": _QK_NORM_BTHD}) for t in ("qwen3", "qwen3_moe")},
+    **{t: Arch(**{**_LLAMA.__dict__, "name": t}) for t in ("llama", "mistral", "qwen2", "gemma")},
+    **{t: Arch(**{**_LLAMA.__dict__, **_MOE, "name": t}) for t in ("qwen2_moe", "mixtral")},
+    "qwen3": Arch(**{**_LLAMA.__dict__, "name": "qwen3", "qkv": _QK_NORM_BTHD}),
+    "qwen3_moe": Arch(**{**_LLAMA.__dict__, **_MOE, "name": "qwen3_moe", "qkv": _QK_NORM_BTHD}),
     "olmo2": _OLMO2,
     "gemma2": _GEMMA2,
     "gemma3_text": Arch(**{**_GEMMA2.__dict__, "name": "gemma3_text", "qkv": _QK_NORM_BHTD}),
@@ -164,6 +181,9 @@ class SiteMap:
         if not head_dim and self.n_heads and self.d_model:
             head_dim = self.d_model // self.n_heads
         self.d_head = head_dim
+        # the MLP's hidden width (neurons per layer); GPT-2 leaves n_inner None for 4 * n_embd
+        self.d_mlp = getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None) or (
+            4 * self.d_model if self.arch is not None and self.arch.name == "gpt2" and self.d_model else None)
         # Embedding and unembedding found by identity: their attribute names move between versions.
         self.embed_path = self._path_of(getattr(model, "get_input_embeddings", lambda: None)())
         self.unembed_path = self._path_of(getattr(model, "get_output_embeddings", lambda: None)())
@@ -189,7 +209,7 @@ class SiteMap:
             raise UnsupportedSiteError(
                 f"site {name!r}: interplab has no site map for architecture {model_type!r}. Supported: "
                 f"{', '.join(sorted(ARCHS))}. Use a raw module path instead, e.g. 'model.layers.3.mlp.output' "
-                f"(see lab.module_names())."
+                f"(see lab.engine.module_names())."
             )
         if name == "embed":
             return HookPoint(self.embed_path or a.embed, "output")
@@ -213,6 +233,11 @@ class SiteMap:
             return HookPoint(f"{block}.{a.mlp}", "input")
         if name == "mlp_out":
             p = a.mlp_out or HookPoint(a.mlp, "output", 0)
+            return HookPoint(f"{block}.{p.module}", p.io, p.index)
+        if name in NEURONS:
+            p = a.mlp_pre if name == "mlp_pre" else a.mlp_post
+            if p is None:
+                raise UnsupportedSiteError(f"site {name!r}: {a.notes.get(name, 'not mapped on ' + a.name)}")
             return HookPoint(f"{block}.{p.module}", p.io, p.index)
         if name == "z":
             return HookPoint(f"{block}.{a.o_proj}", "input")
@@ -245,7 +270,7 @@ class SiteMap:
             raise UnknownSiteError(
                 f"unknown site {path!r}: not a canonical site ({', '.join(SITE_NAMES)}) and no module "
                 f"{module!r} in this model. Raw paths look like 'transformer.h.3.mlp.output' or "
-                f"'model.layers.3.mlp.input'; lab.module_names() lists the modules."
+                f"'model.layers.3.mlp.input'; lab.engine.module_names() lists the modules."
             )
         return HookPoint(module, io)
 
@@ -305,6 +330,20 @@ class SiteMap:
         for h in out:
             self.check_head(h, n)
         return out
+
+    def neurons_of(self, neuron) -> list[int] | None:
+        """An int, list, slice or None (= all) as neuron numbers of the MLP's hidden layer, each checked."""
+        n = self.d_mlp
+        if neuron is None or n is None:
+            return None
+        if isinstance(neuron, slice):
+            return list(range(n))[neuron]
+        out = list(neuron) if isinstance(neuron, (list, tuple, range)) else [neuron]
+        for i in out:
+            if isinstance(i, bool) or not isinstance(i, int) or not -n <= i < n:
+                raise OutOfRangeError(f"neuron {i!r} out of range: this model's MLPs have {n} neurons (0..{n - 1}, "
+                                      f"or -{n}..-1).")
+        return [i % n for i in out]
 
     def describe(self) -> dict:
         """Every canonical site and where it lives on this model (or why it is missing)."""

@@ -10,7 +10,8 @@
 //   captured; HTML, Label, progress bars, other controls (their description and saved value): drawn plainly;
 //   anything else: its text fallback.
 // - send(): there is no kernel. A click on an exact sweep's heatmap cell is answered by the page itself (the view
-//   paints the linked logit panel from the stored cell_tops); any other request shows a note under the widget.
+//   paints the linked logit panel from the stored cell_tops); any other request shows a note under the widget,
+//   and the same words at the window's bottom edge for a few seconds, each time (toast).
 const STATE_MIME = "application/vnd.jupyter.widget-state+json";
 const VIEW_MIME = "application/vnd.jupyter.widget-view+json";
 const PREFIX = "IPY_MODEL_";
@@ -132,7 +133,25 @@ function unanswered(model, msg) {
     }
     note.textContent = text;
   }
+  toast(text);
   log.notes.push({ model: model.model_id, type: msg?.type, text });
+}
+
+/** The note's words at the window's bottom edge for a few seconds, at every request (the note under a tall widget
+ * may be out of sight; the control the person used is not). */
+let toastTimer = 0;
+function toast(text) {
+  let box = document.querySelector(".interplab-offline-toast");
+  if (!box) {
+    box = document.createElement("div");
+    box.className = "interplab-offline-toast";
+    box.setAttribute("role", "status");
+    document.body.append(box);
+  }
+  box.textContent = text;
+  box.hidden = false;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => (box.hidden = true), 8000);
 }
 
 // ------------------------------------------------------------------------------------------ rendering

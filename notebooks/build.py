@@ -1014,7 +1014,7 @@ lab = ilab.Lab.load("ioi-tiny")
 positive = ["The capital of France is", "The capital city of France is"]
 negative = ["The capital of Spain is", "The capital city of Spain is"]
 layer = lab.n_layers // 2
-v = ilab.vectors.diff_of_means(lab, positive, negative, site="resid_post", layer=layer)  # at the last position
+v = ilab.analyses.vectors.diff_of_means(lab, positive, negative, site="resid_post", layer=layer)  # at the last position
 print(f"steering at resid_post {layer}; vector norm {float(v.norm()):.1f}, "
       f"typical residual norm there {lab.residual_norm('resid_post', layer):.1f}")
 
@@ -1226,7 +1226,7 @@ without showing anything. Once you have compared, open it (click the bar on its 
 """),
     setup("""
 import interplab as ilab
-from interplab.lens import logit_lens
+from interplab.analyses.lens import logit_lens
 
 lab = ilab.Lab.load("ioi-tiny")
 prompt = "When Mary and John went to the store, John gave a drink to"   # IO = Mary, S = John (ABBA)

@@ -74,7 +74,7 @@ def cases(lab) -> dict:
             return torch.stack([unembed(norm(run.cache["resid_post", l][0, -1])).float().cpu()
                                 for l in range(lab.n_layers)])
     c["student lens"] = student_lens
-    c["logit lens"] = lambda: ilab.lens.logit_lens(lab, one_c).probs
+    c["logit lens"] = lambda: ilab.analyses.lens.logit_lens(lab, one_c).probs
     c["attention view"] = lambda: attention_view(lab, one_c, 1, 2)["pattern"]
 
     # sweeps: every site and layout, exact and attribution, AtP*'s options
@@ -132,8 +132,8 @@ def cases(lab) -> dict:
                                                            progress=False).values
         c["feature sweep attribution"] = lambda: lab.patch_sweep(clean, corrupt, sae, ("feature", "pos"), metric,
                                                                  method="attribution", progress=False).values
-        c["feature logit effects"] = lambda: _numbers(ilab.features.feature_logit_effects(lab, sae, 321))
-        c["feature top contexts"] = lambda: _numbers(ilab.features.top_contexts(lab, clean + corrupt, sae,
+        c["feature logit effects"] = lambda: _numbers(ilab.analyses.features.feature_logit_effects(lab, sae, 321))
+        c["feature top contexts"] = lambda: _numbers(ilab.analyses.features.top_contexts(lab, clean + corrupt, sae,
                                                                                 features=[321, 5], k=2))
         c["run with feature edits"] = lambda: lab.run(clean, [ilab.zero(sae, feature=321, pos=6),
                                                               ilab.steer(sae, feature=5, alpha=4.0)],
@@ -142,7 +142,7 @@ def cases(lab) -> dict:
     # generation with edits (greedy: the same ids)
     c["generate"] = lambda: lab.generate(one_c, [ilab.steer("resid_post", 1, torch.ones(lab.d_model), alpha=0.5)],
                                          max_new_tokens=6, greedy=True).ids.float()
-    c["steering vector"] = lambda: ilab.vectors.diff_of_means(lab, [clean[0]], [corrupt[0]], "resid_post", 1)
+    c["steering vector"] = lambda: ilab.analyses.vectors.diff_of_means(lab, [clean[0]], [corrupt[0]], "resid_post", 1)
     c["residual norm"] = lambda: lab.residual_norm("resid_post", 1, prompts=clean)
     return c
 

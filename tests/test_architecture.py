@@ -31,6 +31,43 @@ def test_layer_contracts_hold():
     assert "0 broken" in out.stdout
 
 
+def import_cycles(package: str = "interplab") -> list[list[str]]:
+    """Every import cycle among the package's modules, each as a chain of modules from one back to itself. The layer
+    contract sees only imports between layers; this sees one inside a layer too (engine.core -> engine.backends ->
+    engine.core was one). A package's own __init__ counts as a module like any other."""
+    import grimp  # import-linter's own import graph
+
+    graph = grimp.build_graph(package)
+    cycles, seen = [], set()
+    for importer in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
+            back = graph.find_shortest_chain(importer=imported, imported=importer)
+            if back and frozenset(back) not in seen:
+                seen.add(frozenset(back))
+                cycles.append([importer, *back])
+    return cycles
+
+
+def test_no_import_cycle_anywhere_in_the_package():
+    cycles = import_cycles()
+    assert not cycles, "import cycles (break each by moving what both sides need below them):\n" + "\n".join(
+        " -> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_sees_a_cycle_inside_one_layer(tmp_path, monkeypatch):
+    """Two modules of one package that import each other (what engine.core and engine.backends did)."""
+    pkg = tmp_path / "cyclepkg"
+    (pkg / "inner").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "inner" / "__init__.py").write_text("")
+    (pkg / "inner" / "core.py").write_text("from . import backends\n")
+    (pkg / "inner" / "backends.py").write_text("from .core import thing\n")
+    (pkg / "inner" / "leaf.py").write_text("from . import core\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cycles = import_cycles("cyclepkg")
+    assert [sorted(set(c)) for c in cycles] == [["cyclepkg.inner.backends", "cyclepkg.inner.core"]]
+
+
 def test_only_the_engine_attaches_hooks():
     found = []
     for rel, tree in _modules():
@@ -87,21 +124,52 @@ def test_every_module_is_in_a_layer():
     assert not missing, f"modules in no layer of pyproject.toml's import contract: {missing}"
 
 
-def test_names_that_moved_answer_for_one_release_with_a_warning():
-    import importlib
-    import warnings
+def test_no_alias_keeps_an_old_name_alive():
+    """No release exists, so no one needs a moved name kept: no module-level __getattr__ (PEP 562's alias hook), no
+    __getattr__ on the Lab, no DeprecationWarning raised anywhere in the package."""
+    found = []
+    for rel, tree in _modules():
+        for node in tree.body:
+            names = [node.name] if isinstance(node, ast.FunctionDef) else [
+                n.id for t in getattr(node, "targets", []) for n in ast.walk(t) if isinstance(n, ast.Name)]
+            if "__getattr__" in names:
+                found.append(f"{rel}:{node.lineno} module __getattr__")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(f, ast.FunctionDef) and f.name == "__getattr__" for f in node.body):
+                found.append(f"{rel}:{node.lineno} {node.name}.__getattr__")
+            if isinstance(node, ast.Name) and node.id in ("DeprecationWarning", "FutureWarning"):
+                found.append(f"{rel}:{node.lineno} {node.id}")
+    assert not found, found
 
-    import pytest
 
-    from interplab.views.patching import PatchExplorer, PatchSession
+def _texts(tree):
+    """Every string constant of a module (docstrings, messages, f-strings' literal parts)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
 
-    with pytest.warns(DeprecationWarning, match="interplab.session.PatchSession moved to interplab.views.patching"):
-        assert importlib.import_module("interplab.session").PatchSession is PatchSession
-    with pytest.warns(DeprecationWarning, match="moved to interplab.views.patching.PatchExplorer"):
-        from interplab.widgets.controller import PatchExplorer as old
-    assert old is PatchExplorer
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        from interplab.widgets import LabWidget  # noqa: F401 (stays: the machinery)
-    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
-        importlib.import_module("interplab.widgets.heatmap").nothing  # noqa: B018
+
+def test_every_lab_name_the_package_tells_users_to_call_exists():
+    """A message or docstring that says `lab.x(...)`, `lab.engine.x(...)` or `ilab.x(...)` names something a Lab (or
+    the interplab package) has: moved names leave no message pointing at them."""
+    import re
+
+    import interplab as ilab
+    from interplab.zoo import load_embedded
+
+    lab = ilab.Lab(*load_embedded("ioi-tiny"))
+    call = re.compile(r"\b(lab|ilab)((?:\.[A-Za-z_]\w*)+)\(")
+    missing = []
+    for rel, tree in _modules():
+        if rel.startswith("zoo/"):
+            continue
+        for lineno, text in _texts(tree):
+            for root, chain in call.findall(text):
+                obj = lab if root == "lab" else ilab
+                for part in chain.strip(".").split("."):
+                    if not hasattr(obj, part):
+                        missing.append(f"{rel}:{lineno} {root}{chain}")
+                        break
+                    obj = getattr(obj, part)
+    assert not missing, f"messages that name what does not exist: {missing}"

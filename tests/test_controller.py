@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import interplab as ilab
+from interplab.analyses.lens import logit_lens
 from interplab.errors import InterplabError
-from interplab.lens import logit_lens
 from interplab.views.attention import attention_widget
 from interplab.views.lens import lens_widget
 from interplab.views.patching import PatchExplorer, PatchSession

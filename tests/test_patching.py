@@ -7,7 +7,7 @@ import torch
 from core._hand import hooks_everywhere  # tests/ is on sys.path (rootdir conftest)
 
 import interplab as ilab
-from interplab.patching import SweepCancelled
+from interplab.analyses.patching import SweepCancelled
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
@@ -258,7 +258,7 @@ def test_sweep_errors(models, tokenizer):
 
 def test_out_of_memory_halves_the_chunk_and_retries(models, tokenizer, monkeypatch):
     """A chunk that raises OutOfMemoryError is split in halves until it fits; the numbers do not change."""
-    from interplab import patching
+    from interplab.analyses import patching
 
     lab = ilab.Lab(models["gpt2"], tokenizer)
     m = ilab.logit_diff(5, 9)

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import interplab as ilab
-from interplab import engine, steering, vectors
+from interplab import engine
+from interplab.analyses import steering, vectors
 
 PROMPT = "The capital of France is"
 N = 8

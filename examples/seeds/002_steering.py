@@ -20,7 +20,7 @@ import transformers as tf  # noqa: E402
 from tokenizers import ByteLevelBPETokenizer, processors  # noqa: E402
 
 import interplab as ilab  # noqa: E402
-from interplab import steering, vectors  # noqa: E402
+from interplab.analyses import steering, vectors  # noqa: E402
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest, and polite on a shared machine
 torch.manual_seed(0)

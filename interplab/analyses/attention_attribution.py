@@ -1,7 +1,8 @@
 """Attention explained: which heads carry a graph's edge (OV), and what makes a head attend (QK).
 
-    ilab.edge_heads(g, source, target)      # {(layer, head): the edge through that head alone, ...} + the rest
-    ilab.qk_attribution(lab, prompt, tcs, layer=2, head=1, query=13, key=3)
+    from interplab.analyses.attention_attribution import edge_heads, qk_attribution
+    edge_heads(g, source, target)     # {(layer, head): the edge through that head alone, ...} + the rest
+    qk_attribution(lab, prompt, tcs, layer=2, head=1, query=13, key=3)
 
 Both work in the replacement model of interplab.analyses.graph (attention patterns and norms frozen, each MLP its
 transcoder's features plus an error term), where everything between nodes is linear:
@@ -45,7 +46,8 @@ def edge_heads(g: AttributionGraph, source: int, target: int) -> dict:
         raise OutOfRangeError(f"an edge runs from a feature, error or token node to a feature or logit node; got "
                               f"{src['kind']} -> {tgt['kind']}.")
     if g.transcoders_obj is None:
-        raise InterplabError("this graph does not hold its transcoders: build it with ilab.attribution_graph.")
+        raise InterplabError("this graph does not hold its transcoders: build it with "
+                             "ilab.analyses.graph.attribution_graph.")
     first = 0 if src["kind"] == "token" else src["layer"] + 1  # the first attention that reads the source
     last = tgt["layer"] if tgt["kind"] == "feature" else g.n_layers - 1
     heads = [(layer, h) for layer in range(first, last + 1) for h in range(engine.n_heads)]

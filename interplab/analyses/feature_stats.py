@@ -1,6 +1,7 @@
 """Feature statistics over a corpus: what a feature's page shows (Neuronpedia's and sae-dashboard's meanings).
 
-    stats = ilab.feature_stats(lab, corpus, sae)        # every feature of an SAE (or a Transcoder), one pass
+    from interplab.analyses.feature_stats import feature_stats
+    stats = feature_stats(lab, corpus, sae)     # every feature of an SAE (or a Transcoder), one pass
     stats.density[321], stats.mean[321], stats.max[321]   # share of tokens it fires on; mean when firing; max
     stats.feature(321)        # its page: density, histogram, top examples and examples at each activation band
     stats.dense(0.1)          # features firing on more than 10% of tokens
@@ -120,10 +121,11 @@ class FeatureStats:
         engine = engine_of(lab) if lab is not None else None
         if dictionary is not None and key["dictionary"] != _dictionary_digest(dictionary):
             raise LoadError(f"{path} holds the statistics of another SAE or transcoder than the one given (its "
-                            f"weights differ): compute them again with ilab.feature_stats(lab, corpus, sae).")
+                            f"weights differ): compute them again with "
+                            f"ilab.analyses.feature_stats.feature_stats(lab, corpus, sae).")
         if engine is not None and key["model"] != model_digest(engine):
             raise LoadError(f"{path} holds statistics made with another model than this lab's ({engine.model_id}): "
-                            f"compute them again with ilab.feature_stats(lab, corpus, sae).")
+                            f"compute them again with ilab.analyses.feature_stats.feature_stats(lab, corpus, sae).")
         return cls(int(meta["n_docs"]), int(meta["n_tokens"]), **{n: tensors[n] for n in cls.TENSORS}, key=key,
                    tokenizer=engine.tokenizer if engine is not None else None)
 

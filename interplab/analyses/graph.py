@@ -1,7 +1,7 @@
 """Attribution graphs over transcoders: which features write which, down to the logits (circuit-tracer's meaning).
 
     tcs = ilab.Transcoders.load("ioi-tiny-transcoders")
-    g = ilab.attribution_graph(lab, "When Mary and John went to the store, John gave a drink to", tcs)
+    g = ilab.analyses.graph.attribution_graph(lab, "When Mary and John went to the store, John gave a drink", tcs)
     g.nodes, g.edges            # the pruned graph: node dicts, (source, target, weight) links
     g.scores()                  # (replacement score, completeness score)
     g.to_json()                 # the graph file circuit-tracer's and Neuronpedia's graph frontend reads
@@ -266,7 +266,7 @@ class AttributionGraph:
         idx = self.feature_nodes(nodes)
         if self.transcoders_obj is None:
             raise InterplabError("this graph does not hold its transcoders (made elsewhere): build it with "
-                                 "ilab.attribution_graph to intervene.")
+                                 "ilab.analyses.graph.attribution_graph to intervene.")
         vectors: dict[tuple[int, int], torch.Tensor] = {}
         for i in idx:
             layer, pos, feat = (int(v) for v in self.features[i])

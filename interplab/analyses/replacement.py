@@ -1,8 +1,9 @@
 """The replacement model: every MLP replaced by its transcoder, with or without the error terms.
 
-    out = ilab.replacement(lab, prompts, tcs)                 # with errors: the model's own logits, rebuilt
-    out = ilab.replacement(lab, prompts, tcs, errors=False)   # the transcoders alone
-    out.logits, out.model_logits, out.kl()                    # [batch, pos, vocab]; KL(model || replacement)
+    from interplab.analyses.replacement import replacement
+    out = replacement(lab, prompts, tcs)                 # with errors: the model's own logits, rebuilt
+    out = replacement(lab, prompts, tcs, errors=False)   # the transcoders alone
+    out.logits, out.model_logits, out.kl()               # [batch, pos, vocab]; KL(model || replacement)
 
 With the error terms (each MLP's real output minus its transcoder's) the replacement computes the model's logits
 exactly, which is what makes an attribution graph's nodes account for the whole output. Without them each MLP's

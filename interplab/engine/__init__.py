@@ -6,6 +6,7 @@ resume  forwards that start from a cached residual and shared cached keys/values
 memo    results keyed by what was asked and the model's state, so they are never stale
 core    Engine: tokens, runs with edits and caches, resumed runs, the memo and the log (what a Lab holds)
 generate  generation with edits under hooks, and edits bound to every call of the plain model
+prompts what a caller may pass as prompts (as_prompts), below everything that takes them
 backends  the Backend interface (a forward with edits, generation with edits, a sweep's cells), the Hugging Face
         backend, and choosing one per call (backend=); vllm: the vLLM backend
 """
@@ -16,7 +17,6 @@ from .core import (
     Engine,
     InterventionLog,
     Run,
-    as_prompts,
     device_of,
     dtype_of,
     engine_of,
@@ -26,6 +26,7 @@ from .core import (
 from .generate import Generation
 from .hooks import HookManager, Plan, PlannedEdit, attach, attached_hooks, forward, install, run_lock, with_input
 from .memo import Memo, model_state
+from .prompts import as_prompts
 from .resume import (
     default_budget,
     default_max_rows,

@@ -23,8 +23,9 @@ import torch
 from .. import edits as ed
 from ..errors import InterplabError, NumberError, OutOfRangeError, UnsupportedSiteError
 from ..sites import FULL_FORWARD, HEADED
-from . import core, resume
 from . import generate as gen
+from . import resume
+from .prompts import as_prompts
 
 BACKENDS = (None, "hf", "vllm")
 
@@ -277,7 +278,7 @@ def sample(engine, prompts, edits=None, *, n: int = 1, max_new_tokens: int = 20,
     token's log-probability, and the log-probabilities of the `score` tokens at every step (e.g. [" love", " hate"]
     to read a steering vector's effect). temperature=None samples greedily (then n must be 1). On the vLLM engine
     when the lab has one; the same numbers come from the Hugging Face model with backend='hf'."""
-    prompts = core.as_prompts(prompts)
+    prompts = as_prompts(prompts)
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
         raise OutOfRangeError(f"n must be an int >= 1 (completions per prompt), got {n!r}.")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:

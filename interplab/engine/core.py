@@ -31,11 +31,13 @@ from ..errors import (
     short,
 )
 from ..metrics import as_metric
-from ..sites import HEADED, IN_ATTENTION, LAYERED, SITE_NAMES, Site, SiteMap
+from ..sites import HEADED, IN_ATTENTION, LAYERED, NEURONS, SITE_NAMES, Site, SiteMap
+from ..tokens import token_texts
 from ..worker import Worker
 from . import attention, backends, frozen, hooks, resume
 from . import generate as gen
 from .memo import Memo
+from .prompts import as_prompts
 
 
 class Cache(dict):
@@ -161,7 +163,7 @@ class Engine:
         self.load_options: dict = {}  # Lab.load's placement keywords (device_map, ...), for the log's to_code()
         self.sites = SiteMap(model)
         self.log = InterventionLog(self)
-        # runs, and the click path's cached keys/values (interplab.patching); bounded in bytes per device
+        # runs, and the click path's cached keys/values (interplab.analyses.patching); bounded in bytes per device
         # (memo_budget: bytes, {device: bytes}, or None for a share of free memory; engine.memo)
         self.memo = Memo(model, memo_size, memo_budget)
         self._worker: Worker | None = None
@@ -175,7 +177,7 @@ class Engine:
     @property
     def worker(self) -> Worker:
         """The one thread that runs this lab's widget requests (interplab.worker): made on first use, stopped at
-        interpreter exit. `lab.worker.join()` waits until it is idle."""
+        interpreter exit. `lab.engine.worker.join()` waits until it is idle."""
         with self._worker_lock:
             if self._worker is None:
                 self._worker = Worker(f"interplab-worker {self.model_id}")
@@ -265,8 +267,8 @@ class Engine:
         if not isinstance(prompt, str):  # a list would be tokenized as a batch and come back nested
             raise InterplabError(f"to_str_tokens takes one prompt string, got {type(prompt).__name__}; for several: "
                                  f"[lab.to_str_tokens(p) for p in prompts].")
-        ids = self.tokenizer(prompt)["input_ids"]
-        return [self.tokenizer.decode([i]) for i in ids]
+        # as every view labels them: a lone byte piece of a character as its bytes ('<C0>'), not U+FFFD
+        return token_texts(self.tokenizer, self.tokenizer(prompt)["input_ids"])
 
     def to_string(self, ids) -> str:
         return self.tokenizer.decode(ids)
@@ -450,8 +452,11 @@ class Engine:
                 )
             if e.head is not None:
                 self.sites.heads_of(e.head, site.n_heads)
-            if e.vector is not None and e.op in ("steer", "project", "clamp") and canonical and not site.heads:
-                if self.d_model and e.vector.shape[-1] != self.d_model and e.site not in ("logits",):
+            if e.neuron is not None:
+                self.sites.neurons_of(e.neuron)
+            residual = canonical and not site.heads and e.site not in ("logits", *NEURONS)
+            if e.vector is not None and e.op in ("steer", "project", "clamp") and residual:
+                if self.d_model and e.vector.shape[-1] != self.d_model:
                     raise VectorError(
                         f"{e.op} vector has size {e.vector.shape[-1]} but {e.site!r} has width d_model="
                         f"{self.d_model}. Vectors must come from this model's residual stream."
@@ -735,23 +740,6 @@ def _enclosing(model: nn.Module, module: nn.Module) -> list[nn.Module]:
     return [model]
 
 
-def as_prompts(prompts) -> list[str]:
-    if isinstance(prompts, str):
-        prompts = [prompts]
-    if prompts is None or isinstance(prompts, (bytes, bytearray)) or not hasattr(prompts, "__iter__"):
-        raise InterplabError(f"prompts must be a string or a list of strings, got {type(prompts).__name__}: "
-                             f"{prompts!r}" + (" (decode bytes first)" if isinstance(prompts, bytes) else ""))
-    prompts = list(prompts)
-    if not prompts:
-        raise EmptyPromptError("no prompts given: pass a string or a non-empty list of strings.")
-    for p in prompts:
-        if not isinstance(p, str):
-            raise InterplabError(f"prompts must be strings, got {type(p).__name__}: {p!r}")
-        if not p.strip():
-            raise EmptyPromptError("empty prompt: give some text, e.g. 'When Mary and John went to the store,'.")
-    return prompts
-
-
 def _cache_request(cache) -> list:
     """cache=: site names, (name, layer) pairs or raw module paths, in a list; checked before any forward."""
     if cache is None:
@@ -849,11 +837,11 @@ def device_of(device):
 
 
 
-__all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "device_of", "dtype_of", "execution_device",
+__all__ = ["Engine", "Run", "Cache", "InterventionLog", "device_of", "dtype_of", "execution_device",
            "own_weights"]
 
 
 def engine_of(lab) -> Engine:
     """The Engine behind what a caller passed: a Lab (which holds one as lab.engine) or an Engine itself. Analyses
-    and views call it first, so `ilab.vectors.diff_of_means(lab, ...)` takes the notebook's Lab."""
+    and views call it first, so `ilab.analyses.vectors.diff_of_means(lab, ...)` takes the notebook's Lab."""
     return lab if isinstance(lab, Engine) else getattr(lab, "engine", lab)

@@ -172,7 +172,8 @@ def _router_path(lab, site: str, layer: int) -> str:
         try:
             lab.model.get_submodule(path)
         except AttributeError:
-            raise UnknownSiteError(f"ban_expert: no module {path!r} in this model; see lab.module_names().") from None
+            raise UnknownSiteError(f"ban_expert: no module {path!r} in this model; "
+                                   f"see lab.engine.module_names().") from None
         return path
     arch = lab.sites.arch
     if arch is None:

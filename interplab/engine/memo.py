@@ -6,10 +6,10 @@ attention implementation. A fine-tuning step, `load_state_dict`, `with torch.no_
 `model.train()` all change the key, so the next lookup computes afresh.
 
 One hole, PyTorch's own: an in-place write through `.data` (`w.data.zero_()`) bumps no version counter, so it
-cannot be seen without reading every weight. Call `lab.clear_memo()` after such a write. Weights offloaded by a
+cannot be seen without reading every weight. Call `lab.engine.clear_memo()` after such a write. Weights offloaded by a
 device_map (accelerate) sit in the module as "meta" placeholders that accelerate replaces at every forward: the key
 holds only their dtype and shape, so a write to the offloaded copy (its weights map, the offload folder) needs
-`lab.clear_memo()` too.
+`lab.engine.clear_memo()` too.
 
 The memo is bounded in bytes, on the host and on each device separately: an entry is sized by the storages of the
 tensors it holds (a Run's logits and cache, a key/value cache), per device; the oldest entries (least recently

@@ -52,25 +52,25 @@ class AttentionView(LabWidget):
 
 # ---- what the view shows, as plain numbers ----------------------------------------------------------------------
 def attention_view(lab: Engine, prompt: str, layer: int, head: int) -> dict:
-    lab = engine_of(lab)
-    layer = lab.sites.layer_index(layer)
-    lab.sites.check_head(head)
-    run = lab.run(prompt, cache=[("pattern", layer)], log=False)
-    return {"tokens": prompt_tokens(lab, prompt), "pattern": run.cache["pattern", layer][0, head].tolist(),
+    engine = engine_of(lab)
+    layer = engine.sites.layer_index(layer)
+    engine.sites.check_head(head)
+    run = engine.run(prompt, cache=[("pattern", layer)], log=False)
+    return {"tokens": prompt_tokens(engine, prompt), "pattern": run.cache["pattern", layer][0, head].tolist(),
             "title": f"attention pattern L{layer} H{head}"}
 
 
 # ---- the wiring: requests become jobs on the lab's worker --------------------------------------------------------
 def attention_widget(lab: Engine, prompt: str, layer: int = 0, head: int = 0, *, part: bool = False) -> AttentionView:
-    lab = engine_of(lab)
-    view = AttentionView(n_layers=lab.n_layers, n_heads=lab.n_heads, layer=layer, head=head, part=part,
-                         **attention_view(lab, prompt, layer, head))
-    worker = lab.worker
+    engine = engine_of(lab)
+    view = AttentionView(n_layers=engine.n_layers, n_heads=engine.n_heads, layer=layer, head=head, part=part,
+                         **attention_view(engine, prompt, layer, head))
+    worker = engine.worker
 
     def select(layer, head):
         def show(d):
             view.pattern, view.title = d["pattern"], d["title"]
-        job(worker, view, f"attention:{id(view)}", lambda: attention_view(lab, prompt, layer, head), show)
+        job(worker, view, f"attention:{id(view)}", lambda: attention_view(engine, prompt, layer, head), show)
 
     view.on_select(select)
     return view

@@ -33,7 +33,7 @@ from typing import Any
 import traitlets as t
 
 from .. import display
-from .. import edges as edges_
+from ..analyses import edges as edges_
 from ..edits import patch
 from ..engine import Engine, engine_of
 from ..errors import InterplabError
@@ -185,7 +185,7 @@ def edge_graph(scores: edges_.EdgeScores, limit: int = 2000) -> dict:
         writer, _, reader = name.partition(" -> ")
         w, r = _WRITER.fullmatch(writer), _READER.fullmatch(reader)
         if w is None or r is None:
-            raise ValueError(f"edge {name!r}: expected 'writer -> reader' as interplab.edges names them")
+            raise ValueError(f"edge {name!r}: expected 'writer -> reader' as interplab.analyses.edges names them")
         for m, (lh, hh, mlp) in ((w, (1, 2, 3)), (r, (1, 2, 4))):
             if m.group(lh) is not None:
                 layers.add(int(m.group(lh)))
@@ -212,36 +212,36 @@ def edge_graph(scores: edges_.EdgeScores, limit: int = 2000) -> dict:
 
 def edge_exact(lab: Engine, clean, corrupt, metric, edge: str, direction: str = "denoise") -> float:
     """One edge patched exactly: metric(patched) - metric(base), as lab.edge_patch gives it."""
-    lab = engine_of(lab)
-    return float(edges_.edge_patch(lab, clean, corrupt, metric, edges=[edge], direction=direction).scores[0])
+    engine = engine_of(lab)
+    return float(edges_.edge_patch(engine, clean, corrupt, metric, edges=[edge], direction=direction).scores[0])
 
 
 def node_exact(lab: Engine, clean, corrupt, metric, node: str, direction: str = "denoise") -> float | None:
     """A graph node's whole output patched, source into base at every position: metric(patched) - metric(base),
     the mean over pairs (the units of edge scores). "embed": the whole input, so the source run's own metric;
     "logits" reads, writes nothing: None."""
-    lab = engine_of(lab)
+    engine = engine_of(lab)
     base, source = (corrupt, clean) if direction == "denoise" else (clean, corrupt)
-    bound = as_metric(metric).bind(lab.token_id)
-    base_value = float(bound(lab.run(base, log=False).last_logits).mean())
+    bound = as_metric(metric).bind(engine.token_id)
+    base_value = float(bound(engine.run(base, log=False).last_logits).mean())
     if node == "logits":
         return None
     if node == "embed":
-        return float(bound(lab.run(source, log=False).last_logits).mean()) - base_value
+        return float(bound(engine.run(source, log=False).last_logits).mean()) - base_value
     head = re.fullmatch(r"L(\d+)H(\d+)", node)
     mlp = re.fullmatch(r"MLP(\d+)", node)
     if head is None and mlp is None:
         raise InterplabError(f"node {node!r}: a head (L2H3), an MLP (MLP1), 'embed' or 'logits'")
     site, layer, h = ("z", int(head[1]), int(head[2])) if head else ("mlp_out", int(mlp[1]), None)
-    src = lab.run(source, cache=[(site, layer)], log=False)
-    patched = lab.last_logits(base, [patch(site, layer, head=h, source=src)], log=False)
+    src = engine.run(source, cache=[(site, layer)], log=False)
+    patched = engine.last_logits(base, [patch(site, layer, head=h, source=src)], log=False)
     return float(bound(patched).mean()) - base_value
 
 
 def circuit_view(lab: Engine, clean, corrupt, metric, edges: list[str]) -> dict:
     """A set of edges evaluated for faithfulness (lab.circuit), as plain numbers."""
-    lab = engine_of(lab)
-    r = edges_.circuit(lab, clean, corrupt, metric, list(edges))
+    engine = engine_of(lab)
+    r = edges_.circuit(engine, clean, corrupt, metric, list(edges))
     return {"n_edges": r.n_edges, "total_edges": r.total_edges, "value": r.value, "faithfulness": r.faithfulness,
             "clean_value": r.clean_value, "corrupt_value": r.corrupt_value}
 
@@ -252,10 +252,10 @@ def edges_for(scores, lab: Engine | None = None, clean=None, corrupt=None, metri
     """The circuit graph of an EdgeScores (scores.show(lab, clean, corrupt, metric)): the top `count` edges (20 by
     default) drawn and chosen; with the lab and the pair, a clicked edge is patched exactly on the lab's worker and
     the button evaluates the chosen circuit's faithfulness. Without them, the estimates only."""
-    lab = engine_of(lab) if lab is not None else None
+    engine = engine_of(lab) if lab is not None else None
     view = CircuitGraph(**edge_graph(scores, limit))
     view.count = min(20, len(view.edges)) if count is None else count
-    live = lab is not None and clean is not None and corrupt is not None and metric is not None
+    live = engine is not None and clean is not None and corrupt is not None and metric is not None
     if not live:
         view.status = "estimates only: scores.show(lab, clean, corrupt, metric) patches a clicked edge exactly"
     if getattr(scores, "method", "") == "exact":  # the scores are exact already: a click has nothing to compute
@@ -277,7 +277,8 @@ def edges_for(scores, lab: Engine | None = None, clean=None, corrupt=None, metri
             view.exact = {**view.exact, edge: value}
             view.status = f"{edge}: exact {value:.4g}, in {1000 * (time.perf_counter() - t0):.0f} ms"
 
-        job(lab.worker, view, f"edge:{id(view)}", lambda: edge_exact(lab, clean, corrupt, metric, edge, direction),
+        job(engine.worker, view, f"edge:{id(view)}",
+            lambda: edge_exact(engine, clean, corrupt, metric, edge, direction),
             show)
 
     def on_node(node: str) -> None:  # the comm thread: the patch runs on the worker
@@ -290,7 +291,8 @@ def edges_for(scores, lab: Engine | None = None, clean=None, corrupt=None, metri
             view.node_exact = {**view.node_exact, node: value}
             view.status = f"{node}: its output patched, {view.metric_name} changes by {value:+.4g}"
 
-        job(lab.worker, view, f"node:{id(view)}", lambda: node_exact(lab, clean, corrupt, metric, node, direction),
+        job(engine.worker, view, f"node:{id(view)}",
+            lambda: node_exact(engine, clean, corrupt, metric, node, direction),
             show)
 
     def on_circuit() -> None:
@@ -301,10 +303,11 @@ def edges_for(scores, lab: Engine | None = None, clean=None, corrupt=None, metri
 
         def show(result):
             view.circuit = result
-            view.status = f"circuit of {result['n_edges']} edges evaluated in " \
+            view.status = f"circuit of {result['n_edges']} edges evaluated in "\
                           f"{1000 * (time.perf_counter() - t0):.0f} ms"
 
-        job(lab.worker, view, f"circuit:{id(view)}", lambda: circuit_view(lab, clean, corrupt, metric, chosen), show)
+        job(engine.worker, view, f"circuit:{id(view)}",
+            lambda: circuit_view(engine, clean, corrupt, metric, chosen), show)
 
     view.on_edge(on_edge)
     view.on_node(on_node)

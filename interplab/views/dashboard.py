@@ -19,13 +19,13 @@ class Dashboard(Composite):
 
     def __init__(self, lab: Engine, clean: str, corrupt: str, answer, wrong, site: str = "resid_pre",
                  by=("layer", "pos"), direction: str = "denoise", sweep: bool = True, progressive: bool = False):
-        lab = engine_of(lab)
-        session = PatchSession(lab, clean, corrupt, answer, wrong, site, tuple(by), direction)
+        engine = engine_of(lab)
+        session = PatchSession(engine, clean, corrupt, answer, wrong, site, tuple(by), direction)
         self.explorer = PatchExplorer(session, part=True)
         self.heatmap, self.logits = self.explorer.heatmap, self.explorer.logits
-        self.steering = SteeringController(lab, corrupt, [clean], [corrupt], site="resid_post", part=True)
-        self.lens = lens_widget(lab, clean, part=True)
-        self.attention = attention_widget(lab, clean, part=True)
+        self.steering = SteeringController(engine, corrupt, [clean], [corrupt], site="resid_post", part=True)
+        self.lens = lens_widget(engine, clean, part=True)
+        self.attention = attention_widget(engine, clean, part=True)
         super().__init__(
             {"heatmap": self.heatmap, "logits": self.logits, "steering": self.steering.panel, "lens": self.lens,
              "attention": self.attention},

@@ -4,7 +4,7 @@ bars (DLAResult.show()). The numbers are the result's own: nothing runs on a cli
 from __future__ import annotations
 
 from .. import display
-from ..dla import DLAResult
+from ..analyses.dla import DLAResult
 from ..widgets.composite import Composite
 from .heatmap import PatchingHeatmap
 from .values import ValueBars

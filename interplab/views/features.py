@@ -19,14 +19,15 @@ import torch
 import traitlets as t
 
 from .. import display
+from ..analyses.features import Feature, TokenFeatures, feature_acts, feature_logit_effects, features, top_contexts
 from ..edits import steer, zero
 from ..engine import Engine, engine_of
 from ..errors import InterplabError
-from ..features import Feature, TokenFeatures, feature_acts, feature_logit_effects, features, top_contexts
 from ..metrics import as_metric
+from ..tokens import token_text
 from ..widgets.base import Float, Int, Labels, LabWidget
 from ..widgets.jobs import job
-from .logits import PROB_DIGITS, TOP_K, prompt_tokens, token_text, top_k
+from .logits import Bars, prompt_tokens
 
 CONTEXTS = 5  # top contexts shown per feature
 EFFECTS = 6  # tokens raised and lowered shown per feature
@@ -85,15 +86,15 @@ def token_tops(tf: TokenFeatures) -> list[list[list]]:
     return [[[f, round(a, 4)] for f, a in tf.at(p)] for p in range(len(tf.tokens))]
 
 
-def feature_panels(lab: Engine, sae, prompt: str, feats: list[int], contexts: list[str] | None) -> dict:
+def feature_panels(engine: Engine, sae, prompt: str, feats: list[int], contexts: list[str] | None) -> dict:
     """{str(feature): panel} for the page: the feature's activation at each token of `prompt`, its top contexts in
     `contexts` (each token's activation, for shading) and the tokens its decoder direction raises and lowers most."""
     if not feats:
         return {}
-    here = feature_acts(lab, prompt, sae)[0][:, feats]  # [pos, n]
-    found = top_contexts(lab, contexts, sae, feats, k=CONTEXTS, progress=False) if contexts else None
+    here = feature_acts(engine, prompt, sae)[0][:, feats]  # [pos, n]
+    found = top_contexts(engine, contexts, sae, feats, k=CONTEXTS, progress=False) if contexts else None
     shown = sorted({int(i) for i in found.prompt_index[torch.isfinite(found.values)].tolist()}) if found else []
-    acts = feature_acts(lab, [contexts[i] for i in shown], sae)[..., feats] if shown else None  # one batched run
+    acts = feature_acts(engine, [contexts[i] for i in shown], sae)[..., feats] if shown else None  # one batched run
     row_of = {i: r for r, i in enumerate(shown)}
     out = {}
     for j, f in enumerate(feats):
@@ -102,40 +103,32 @@ def feature_panels(lab: Engine, sae, prompt: str, feats: list[int], contexts: li
             for v, i, p in zip(found.values[j].tolist(), found.prompt_index[j].tolist(), found.pos[j].tolist()):
                 if not math.isfinite(v) or v <= 0:
                     continue
-                toks = prompt_tokens(lab, contexts[i])
+                toks = prompt_tokens(engine, contexts[i])
                 ctx.append({"tokens": toks, "acts": [round(x, 4) for x in acts[row_of[i], :len(toks), j].tolist()],
                             "pos": int(p)})
-        effects = feature_logit_effects(lab, sae, f, EFFECTS)
+        effects = feature_logit_effects(engine, sae, f, EFFECTS)
         # named as every view names a token: a lone byte piece by its bytes ('<E2>'), not the decoder's U+FFFD
         ids_up = effects.values.topk(len(effects.raised)).indices.tolist()
         ids_down = effects.values.topk(len(effects.lowered), largest=False).indices.tolist()
         out[str(f)] = {"acts": [round(x, 4) for x in here[:, j].tolist()], "contexts": ctx,
-                       "raised": [[token_text(lab.tokenizer, i), round(v, 4)]
+                       "raised": [[token_text(engine.tokenizer, i), round(v, 4)]
                                   for i, (_, v) in zip(ids_up, effects.raised)],
-                       "lowered": [[token_text(lab.tokenizer, i), round(v, 4)]
+                       "lowered": [[token_text(engine.tokenizer, i), round(v, 4)]
                                    for i, (_, v) in zip(ids_down, effects.lowered)]}
     return out
 
 
-def edited_logits(lab: Engine, prompt: str, sae, feature: int, alpha: float, ablate: bool, metric=None) -> dict:
+def edited_logits(engine: Engine, prompt: str, sae, feature: int, alpha: float, ablate: bool, metric=None) -> dict:
     """Next-token bars of the prompt as is and with the feature edited (steered by alpha at every position, or set
     to 0 there: ablated; the site rebuilt as decode(edited features) + error), and the metric of each."""
-    base = lab.run(prompt, log=False).last_logits
-    series, values = [], {}
-
-    def shown(logits, name):
-        toks, probs = top_k(lab, logits[0], TOP_K)
-        series.append({"name": name, "tokens": toks, "probs": [round(p, PROB_DIGITS) for p in probs]})
-        if metric is not None:
-            values[name] = float(metric(logits)[0])
-
-    shown(base, "base")
+    bars = Bars(engine, metric)
+    bars.add("base", engine.run(prompt, log=False).last_logits)
     edits = ([zero(sae, feature=feature)] if ablate else []) + (
         [steer(sae, feature=feature, alpha=alpha)] if alpha != 0 else [])
     if edits:
-        what = " + ".join((["ablated"] if ablate else []) + ([f"steered alpha {alpha:g}"] if alpha != 0 else []))
-        shown(lab.last_logits(prompt, edits, log=False), f"F{feature} {what}")
-    return {"series": series, "metric": {"name": metric.name, "values": values} if metric is not None else {}}
+        what = " + ".join((["ablated"] if ablate else []) + ([f"steered (alpha {alpha:.3g})"] if alpha != 0 else []))
+        bars.add(f"F{feature} {what}", engine.last_logits(prompt, edits, log=False))
+    return bars.panel()
 
 
 # ---- the wiring: requests become jobs on the lab's worker --------------------------------------------------------
@@ -146,17 +139,17 @@ class FeatureExplorer:
 
     def __init__(self, lab, prompt: str, sae, *, feature: int | None = None, k: int = 5, contexts=None,
                  metric=None, alpha_range: tuple[float, float] = (-8.0, 8.0)):
-        self.lab = lab = engine_of(lab)
+        self.engine = engine = engine_of(lab)
         self.prompt, self.sae = prompt, sae
         self.contexts = list(contexts) if contexts is not None else default_contexts()
-        self.metric = as_metric(metric).bind(lab.token_id) if metric is not None else None
-        tf = features(lab, prompt, sae, k)
+        self.metric = as_metric(metric).bind(engine.token_id) if metric is not None else None
+        tf = features(engine, prompt, sae, k)
         top = token_tops(tf)
         feats = sorted({f for row in top for f, _ in row} | ({feature} if feature is not None else set()))
         last = len(tf.tokens) - 1
         first = feature if feature is not None else (top[last][0][0] if top[last] else (feats[0] if feats else 0))
-        self.view = FeatureView(tokens=prompt_tokens(lab, prompt), top=top,
-                                panels=feature_panels(lab, sae, prompt, feats, self.contexts),
+        self.view = FeatureView(tokens=prompt_tokens(engine, prompt), top=top,
+                                panels=feature_panels(engine, sae, prompt, feats, self.contexts),
                                 pos=last, feature=first, d_sae=sae.d_sae, alpha_min=float(alpha_range[0]),
                                 alpha_max=float(alpha_range[1]),
                                 title=f"{sae.describe()} on {prompt[-60:]!r}")
@@ -177,8 +170,8 @@ class FeatureExplorer:
                 v.panels = {**v.panels, **panel}
                 v.status = ""
 
-            job(self.lab.worker, v, f"panel:{id(self)}",
-                lambda: feature_panels(self.lab, self.sae, self.prompt, [index], self.contexts), show)
+            job(self.engine.worker, v, f"panel:{id(self)}",
+                lambda: feature_panels(self.engine, self.sae, self.prompt, [index], self.contexts), show)
         self.refresh()
 
     def _edit(self, alpha: float | None = None, ablate: bool | None = None) -> None:
@@ -198,7 +191,7 @@ class FeatureExplorer:
         def show(out: dict[str, Any]):
             v.logits, v.metric = out["series"], out["metric"]
 
-        job(self.lab.worker, v, f"logits:{id(self)}", lambda: edited_logits(self.lab, *args), show)
+        job(self.engine.worker, v, f"logits:{id(self)}", lambda: edited_logits(self.engine, *args), show)
 
 
 def default_contexts(n: int = 200) -> list[str]:
@@ -210,15 +203,15 @@ def default_contexts(n: int = 200) -> list[str]:
 
 def show_token_features(tf: TokenFeatures, **kw) -> FeatureView:
     """TokenFeatures.show(): the view on its prompt."""
-    if tf.lab is None or tf.sae is None:
+    if tf.engine is None or tf.sae is None:
         raise InterplabError("these token features know no lab or SAE: lab.features(prompt, sae).show()")
     kw.setdefault("k", int(tf.ids.shape[-1]))  # as many features per token as lab.features(..., k) found
-    return FeatureExplorer(tf.lab, tf.prompt, tf.sae, **kw).view
+    return FeatureExplorer(tf.engine, tf.prompt, tf.sae, **kw).view
 
 
 def show_feature(f: Feature, prompt: str, **kw) -> FeatureView:
     """Feature.show(prompt): the view on that prompt, this feature selected."""
-    return FeatureExplorer(f.lab, prompt, f.sae, feature=f.index, **kw).view
+    return FeatureExplorer(f.engine, prompt, f.sae, feature=f.index, **kw).view
 
 
 display.register(TokenFeatures, show_token_features)

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import traitlets as t
 
+from ..analyses.lens import logit_lens
 from ..engine import Engine, engine_of
-from ..lens import logit_lens
+from ..tokens import token_text
 from ..widgets.base import Int, Labels, LabWidget, NumberGrid, TextGrid
-from .logits import prompt_tokens, token_text
+from .logits import prompt_tokens
 
 __all__ = ["LensView"]
 
@@ -60,18 +61,18 @@ class LensView(LabWidget):
 
 # ---- what the view shows, as plain numbers ----------------------------------------------------------------------
 def lens_view(lab: Engine, prompt: str, k: int = 5) -> dict:
-    lab = engine_of(lab)
-    res = logit_lens(lab, prompt, k=k)
-    texts = [[[token_text(lab.tokenizer, i) for i in cell] for cell in layer] for layer in res.top_ids.tolist()]
+    engine = engine_of(lab)
+    res = logit_lens(engine, prompt, k=k)
+    texts = [[[token_text(engine.tokenizer, i) for i in cell] for cell in layer] for layer in res.top_ids.tolist()]
     top = [[cell[0] for cell in layer] for layer in texts]
     probs = res.top_probs[..., 0].tolist()
     hover = [[" | ".join(f"{t!r} {p:.2f}" for t, p in zip(cell, ps)) for cell, ps in zip(layer, lp)]
              for layer, lp in zip(texts, res.top_probs.tolist())]
-    return {"x_labels": prompt_tokens(lab, prompt), "y_labels": [f"L{l}" for l in range(res.n_layers)],
+    return {"x_labels": prompt_tokens(engine, prompt), "y_labels": [f"L{l}" for l in range(res.n_layers)],
             "top_tokens": top, "probs": probs, "hover": hover, "title": f"logit lens ({res.site})"}
 
 
 # ---- the wiring: requests become jobs on the lab's worker --------------------------------------------------------
 def lens_widget(lab: Engine, prompt: str, *, part: bool = False) -> LensView:
-    lab = engine_of(lab)
-    return LensView(**lens_view(lab, prompt), part=part)
+    engine = engine_of(lab)
+    return LensView(**lens_view(engine, prompt), part=part)

@@ -12,15 +12,16 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .. import display
+from ..analyses.patching import Cells, HeadSweeps, SweepCancelled, SweepResult, patch_sweep
 from ..edits import Edit, SourceRef, patch
 from ..engine import Engine, engine_of
 from ..errors import InterplabError
 from ..metrics import as_metric, logit_diff
-from ..patching import Cells, HeadSweeps, SweepCancelled, SweepResult, patch_sweep
+from ..tokens import token_text
 from ..widgets.composite import Composite
 from ..widgets.jobs import job, settle_in_batch
 from .heatmap import PatchingHeatmap
-from .logits import PROB_DIGITS, TOP_K, LogitPanel, prompt_tokens, token_text, top_k, top_k_probs
+from .logits import PROB_DIGITS, TOP_K, Bars, LogitPanel, prompt_tokens
 
 
 @dataclass
@@ -28,7 +29,7 @@ class PatchSession:
     """A clean/corrupt pair (or a dataset of pairs, as tuples of prompts), a metric, and the edits a user has clicked
     on. With pairs, the logit panel shows the mean over them (`pair=None`) or pair number `pair`."""
 
-    lab: Engine
+    engine: Engine
     clean: str | tuple[str, ...]
     corrupt: str | tuple[str, ...]
     answer: str | int | None
@@ -43,9 +44,9 @@ class PatchSession:
     _tokens: list[str] | None = field(default=None, repr=False)
 
     def __post_init__(self):
-        self.lab = engine_of(self.lab)
-        self.lab.check_pair(self._as_run(self.clean), self._as_run(self.corrupt))
-        self.metric = as_metric(self.metric or logit_diff(self.answer, self.wrong)).bind(self.lab.token_id)
+        self.engine = engine_of(self.engine)
+        self.engine.check_pair(self._as_run(self.clean), self._as_run(self.corrupt))
+        self.metric = as_metric(self.metric or logit_diff(self.answer, self.wrong)).bind(self.engine.token_id)
 
     @property
     def base(self) -> str:
@@ -66,7 +67,7 @@ class PatchSession:
     def tokens(self) -> list[str]:
         """The (first) clean prompt's tokens: a dataset's pairs share their positions (check_pair)."""
         if self._tokens is None:  # the tokenizer once, not per click
-            self._tokens = prompt_tokens(self.lab, self._first(self.clean))  # (byte pieces readable)
+            self._tokens = prompt_tokens(self.engine, self._first(self.clean))  # (byte pieces readable)
         return self._tokens
 
     def pair_names(self) -> list[str]:
@@ -80,7 +81,7 @@ class PatchSession:
         if self.n_pairs == 1:
             return f"next token after: {self._first(self.base)[-60:]!r}"
         if self.pair is None:
-            return f"mean over {self.n_pairs} pairs (next token after each prompt; pair 0: " \
+            return f"mean over {self.n_pairs} pairs (next token after each prompt; pair 0: "\
                    f"{self._first(self.base)[-40:]!r})"
         return f"pair {self.pair} of {self.n_pairs}: next token after {self.base[self.pair][-60:]!r}"
 
@@ -94,7 +95,7 @@ class PatchSession:
 
         def token(tokens) -> str:  # that pair's answer (one answer for all, or one per pair), as text
             t = tokens[k if len(tokens) > 1 else 0] if isinstance(tokens, (list, tuple)) else tokens
-            return repr(t if isinstance(t, str) else self.lab.tokenizer.decode([int(t)]))
+            return repr(t if isinstance(t, str) else self.engine.tokenizer.decode([int(t)]))
 
         answer, wrong = getattr(self.metric, "answer", None), getattr(self.metric, "wrong", None)
         if answer is not None and wrong is not None:  # a logit difference
@@ -107,13 +108,13 @@ class PatchSession:
 
     # ---- the sweep -------------------------------------------------------------------------------------------
     def sweep(self, **kw) -> SweepResult:
-        self.result = patch_sweep(self.lab, self.clean, self.corrupt, self.sae or self.site, self.by, self.metric,
+        self.result = patch_sweep(self.engine, self.clean, self.corrupt, self.sae or self.site, self.by, self.metric,
                                   self.direction, **kw)
         return self.result
 
     def estimate(self, **kw) -> SweepResult:
         """The attribution estimate of this session's sweep (two runs): what a progressive sweep shows first."""
-        return patch_sweep(self.lab, self.clean, self.corrupt, self.sae or self.site, self.by, self.metric,
+        return patch_sweep(self.engine, self.clean, self.corrupt, self.sae or self.site, self.by, self.metric,
                            self.direction, method="attribution", progress=False, **kw)
 
     @staticmethod
@@ -142,7 +143,7 @@ class PatchSession:
         """What each heatmap cell stands for: the sweep's own, or (before any sweep) every layer of this model."""
         if self.result is not None:
             return self.result.cells
-        return Cells(tuple(self.by), tuple(range(self.lab.n_layers)), tuple(self.tokens()), self.lab.n_heads)
+        return Cells(tuple(self.by), tuple(range(self.engine.n_layers)), tuple(self.tokens()), self.engine.n_heads)
 
     def grid(self, result: SweepResult | None = None) -> dict:
         """Heatmap traits for a result: values as rows x cols, axis labels and titles."""
@@ -173,7 +174,7 @@ class PatchSession:
 
     def key_positions(self) -> list[int]:
         """Where the effect is: the positions at which the pair's tokens differ, and the last one."""
-        clean, corrupt = self.tokens(), prompt_tokens(self.lab, self._first(self.corrupt))
+        clean, corrupt = self.tokens(), prompt_tokens(self.engine, self._first(self.corrupt))
         return [i for i, (a, b) in enumerate(zip(clean, corrupt)) if a != b] + [len(clean) - 1]
 
     # ---- clicked cells -> edits ------------------------------------------------------------------------------
@@ -195,7 +196,7 @@ class PatchSession:
         feature at that position)."""
         # the source run caches the whole site once, so no click re-runs it
         site = (self.sae.site, self.sae.layer) if self.sae is not None else self.site
-        source = self.lab.run(self._as_run(self.source), cache=[site], log=False)
+        source = self.engine.run(self._as_run(self.source), cache=[site], log=False)
         return self._patch(row, col, source)
 
     def cell_ref(self, row: int, col: int) -> Edit:
@@ -221,39 +222,26 @@ class PatchSession:
         cells: the heatmap cells (row, col) the edits stand for; one cell of this session's exact sweep is read
         from the sweep, which ran that very patched forward (see cell_run). log=False: the patched run is not
         recorded in lab.log (the explorer records each click when it arrives)."""
-        lab = self.lab
-        series, values = [], {}
-
-        def shown(logits: torch.Tensor, name: str) -> None:
-            # one pair's top tokens and metric, or (a dataset, pair None) the mean probabilities and mean metric
-            per_pair = self.metric(logits)
-            if self.pair is None:
-                toks, probs = top_k_probs(lab, logits.float().softmax(-1).mean(0))
-                values[name] = float(per_pair.mean())
-            else:
-                toks, probs = top_k(lab, logits[self.pair])
-                values[name] = float(per_pair[self.pair])
-            series.append({"name": name, "tokens": toks, "probs": probs})
-
-        shown(lab.run(self._as_run(self.clean), log=False).last_logits, "clean")
-        shown(lab.run(self._as_run(self.corrupt), log=False).last_logits, "corrupt")
+        engine = self.engine
+        # one pair's top tokens and metric, or (a dataset, pair None) the mean probabilities and mean metric
+        bars = Bars(engine, self.metric, self.metric_label(), row=self.pair)
+        bars.add("clean", engine.run(self._as_run(self.clean), log=False).last_logits)
+        bars.add("corrupt", engine.run(self._as_run(self.corrupt), log=False).last_logits)
         if edits:
             run = self.cell_run(cells[0]) if cells is not None and len(cells) == len(edits) == 1 else None
+            name = f"patched: {_short(edits)}"
             if run is not None:
                 ids, p, value = run
-                toks, probs = [token_text(lab.tokenizer, i) for i in ids], [round(float(x), PROB_DIGITS) for x in p]
                 if log:
-                    lab.log.record(list(self.as_prompts(self.base)), edits, [])  # as if the forward had run
-                series.append({"name": f"patched: {_short(edits)}", "tokens": toks, "probs": probs})
-                values["patched"] = value
+                    engine.log.record(list(self.as_prompts(self.base)), edits, [])  # as if the forward had run
+                bars.add_top(name, [token_text(engine.tokenizer, i) for i in ids], list(p), value, "patched")
             else:
-                patched = lab.last_logits(self._as_run(self.base), edits, log=log)
-                shown(patched, "patched")
-                series[-1]["name"] = f"patched: {_short(edits)}"
+                bars.add(name, engine.last_logits(self._as_run(self.base), edits, log=log), "patched")
+            values = bars.values
             denom = values["clean"] - values["corrupt"]
             if abs(denom) > 1e-9:
                 values["normalised"] = (values["patched"] - values["corrupt"]) / denom
-        return {"series": series, "metric": {"name": self.metric_label(), "values": values}}
+        return bars.panel()
 
     @staticmethod
     def _as_run(prompts):
@@ -290,7 +278,7 @@ class PatchSession:
         if not self._own_exact(res):
             return {}
         cells, out = res.cells, []
-        decode = lambda ids: [token_text(self.lab.tokenizer, i) for i in ids]  # noqa: E731
+        decode = lambda ids: [token_text(self.engine.tokenizer, i) for i in ids]  # noqa: E731
         rows, cols = cells.grid(res.raw).shape
         for row in range(rows):
             for col in range(cols):
@@ -308,7 +296,7 @@ class PatchSession:
 
     def warm(self) -> None:
         """Precompute what clicks reuse (the base prompt's cached residuals and keys/values)."""
-        self.lab.warm(self._as_run(self.base))
+        self.engine.warm(self._as_run(self.base))
 
     def hover(self, result: SweepResult | None = None) -> list[list[str]]:
         res = result or self.result
@@ -358,8 +346,8 @@ class PatchExplorer(Composite):
 
     def __init__(self, session: PatchSession, result=None, *, part: bool = False, logits: LogitPanel | None = None):
         self.session = session
-        self.lab = session.lab
-        self.worker = self.lab.worker
+        self.engine = session.engine
+        self.worker = self.engine.worker
         self._edits: dict = {}  # cell id -> its patch, built on the worker (a forward caches the source's site)
         self._building = threading.Lock()  # one build per cell, whichever thread asks first
         self._cancel = threading.Event()
@@ -433,7 +421,7 @@ class PatchExplorer(Composite):
             if edit is not None:
                 edits.append(edit)
         if edits:
-            self.lab.log.record(list(self.session.as_prompts(self.session.base)), edits, [])
+            self.engine.log.record(list(self.session.as_prompts(self.session.base)), edits, [])
 
     def _on_selected(self, change) -> None:
         # comm thread: list the cells; their edits are built in the logit job (the first one runs a forward)
@@ -550,7 +538,7 @@ class PatchExplorer(Composite):
             if isinstance(e, SweepCancelled):  # asked for: the cells computed stay, and clicks patch any cell
                 if "res" in last:  # (in the traits too: a saved notebook or a second display shows them)
                     self._show_result(last["res"], final=False)
-                self.heatmap.status = f"cancelled after {e.done} of {e.total} cells (the grey cells were not " \
+                self.heatmap.status = f"cancelled after {e.done} of {e.total} cells (the grey cells were not "\
                                       f"computed; a click still patches any cell)"
                 return
             self.heatmap.status = ""
@@ -581,7 +569,7 @@ class PatchExplorer(Composite):
         def partial(res):  # the worker thread: only the new exact cells travel
             last["res"] = res
             heat.add_cells(self.session.new_cells(res, sent))
-            heat.status = f"exact: {len(sent)} of {total[0] or '?'} cells, largest |estimate| first (the others: " \
+            heat.status = f"exact: {len(sent)} of {total[0] or '?'} cells, largest |estimate| first (the others: "\
                           f"attribution estimates)"
 
         def run():
@@ -634,23 +622,23 @@ class PatchExplorer(Composite):
             settle_in_batch(self.worker)
 
 
-def _session_of(result, lab: Engine, answer=None, wrong=None) -> PatchSession:
+def _session_of(result, engine: Engine, answer=None, wrong=None) -> PatchSession:
     metric = getattr(result, "metric", None)
     answer = answer if answer is not None else getattr(metric, "answer", None)
     wrong = wrong if wrong is not None else getattr(metric, "wrong", None)
     # a dataset's sweep: a session of all its pairs (the logit panel shows their mean, or one pair)
     clean, corrupt = (result.clean[0], result.corrupt[0]) if len(result.clean) == 1 else (
         tuple(result.clean), tuple(result.corrupt))
-    return PatchSession(lab, clean, corrupt, answer, wrong, result.site, result.by,
+    return PatchSession(engine, clean, corrupt, answer, wrong, result.site, result.by,
                         result.direction, metric=metric if answer is None else None, sae=getattr(result, "sae", None))
 
 
 def heatmap_for(result, lab: Engine | None = None, answer=None, wrong=None):
     """The explorer for a finished sweep (res.show())."""
-    lab = engine_of(lab or getattr(result, "lab", None))
-    if lab is None:
+    engine = engine_of(lab or getattr(result, "engine", None))
+    if engine is None:
         return PatchingHeatmap(values=result.values.reshape(result.values.shape[0], -1).tolist())
-    return PatchExplorer(_session_of(result, lab, answer, wrong), result)
+    return PatchExplorer(_session_of(result, engine, answer, wrong), result)
 
 
 SITE_ROLES = {"z": "output: what each head writes", "q": "query: the position a head looks from",
@@ -666,10 +654,10 @@ class HeadSweepsView(Composite):
     def __init__(self, sweeps, lab: Engine | None = None):
         results = dict(sweeps.results)
         first = next(iter(results.values()))
-        lab = lab or first.lab
-        if lab is None:
+        engine = engine_of(lab) if lab is not None else first.engine
+        if engine is None:
             raise ValueError("the head sweeps' lab is unknown: pass it, sweeps.show(lab)")
-        sessions = {site: _session_of(res, lab) for site, res in results.items()}
+        sessions = {site: _session_of(res, engine) for site, res in results.items()}
         self.logits = LogitPanel(title=sessions[next(iter(sessions))].describe_pairs(),
                                  link=f"heads-{uuid.uuid4().hex}", part=True)
         self.explorers = {site: PatchExplorer(sessions[site], res, part=True, logits=self.logits)
@@ -687,9 +675,9 @@ class HeadSweepsView(Composite):
         super().__init__({**parts, "logits": self.logits}, panes=[{"row": list(parts)}, {"part": "logits"}])
         kept = "clean restored" if first.direction == "denoise" else "clean behaviour kept"
         doing = {"denoise": "denoising", "noise": "noising"}[first.direction]
-        self.status = f"{first.metric_name}, {first.method}, {doing}: 1 = {kept}, 0 = corrupted; click a cell to " \
+        self.status = f"{first.metric_name}, {first.method}, {doing}: 1 = {kept}, 0 = corrupted; click a cell to "\
                       f"patch it, shift-click to add cells"
-        settle_in_batch(engine_of(lab).worker)  # run by nbclient: the views' jobs end in this cell
+        settle_in_batch(engine.worker)  # run by nbclient: the views' jobs end in this cell
 
     def show_pair(self, index: int | None) -> None:
         """The shared logit panel shows pair `index` of the dataset, or (None or -1) the mean over the pairs: every

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from .. import display
-from ..paths import PathPatchResult
+from ..analyses.paths import PathPatchResult
 from ..widgets.composite import Composite
 from .heatmap import PatchingHeatmap
 from .values import ValueBars

@@ -39,9 +39,9 @@ from typing import Any
 import torch
 import traitlets as t
 
+from ..analyses.vectors import diff_of_means
 from ..edits import steer
 from ..engine import Engine, engine_of
-from ..vectors import diff_of_means
 from ..widgets.base import (
     MAX_NAME,
     Choice,
@@ -51,7 +51,7 @@ from ..widgets.base import (
     Str,
 )
 from ..widgets.jobs import job
-from .logits import Series, top_k
+from .logits import Bars, Series
 
 __all__ = ["SteeringPanel", "POSITIONS", "prompt_lines"]
 
@@ -160,32 +160,30 @@ class SteeringPanel(LabWidget):
 def steering_preview(lab: Engine, prompt: str, vector: torch.Tensor | None, site: str, layer: int, alpha: float,
                      positions: str) -> list[dict]:
     """Next-token top-k without and with the steer (h + alpha * v) at the chosen positions."""
-    lab = engine_of(lab)
-    base = lab.run(prompt, log=False).last_logits[0]
-    toks, probs = top_k(lab, base)
-    out = [{"name": "base", "tokens": toks, "probs": probs}]
+    engine = engine_of(lab)
+    bars = Bars(engine)
+    bars.add("base", engine.run(prompt, log=False).last_logits)
     if vector is not None:
         pos = {"all": None, "last": -1, "prompt": None}[positions]
-        steered = lab.run(prompt, edits=[steer(site, layer, vector, alpha=alpha, pos=pos)], log=False).last_logits[0]
-        toks, probs = top_k(lab, steered)
-        out.append({"name": f"steered (alpha {alpha:g})", "tokens": toks, "probs": probs})
-    return out
+        steered = engine.run(prompt, edits=[steer(site, layer, vector, alpha=alpha, pos=pos)], log=False)
+        bars.add(f"steered (alpha {alpha:g})", steered.last_logits)
+    return bars.series
 
 
 def steering_vector(lab: Engine, positive: list[str], negative: list[str], site: str, layer: int) -> torch.Tensor:
-    """The steering vector mean(positive) - mean(negative) at (site, layer) (interplab.vectors.diff_of_means)."""
-    lab = engine_of(lab)
-    return diff_of_means(lab, positive, negative, site, layer)
+    """The steering vector mean(positive) - mean(negative) at (site, layer) (analyses.vectors.diff_of_means)."""
+    engine = engine_of(lab)
+    return diff_of_means(engine, positive, negative, site, layer)
 
 
 def steering_generate(lab: Engine, prompt: str, vector: torch.Tensor | None, site: str, layer: int, alpha: float,
                       positions: str, max_new_tokens: int, cancel=None) -> str:
-    lab = engine_of(lab)
+    engine = engine_of(lab)
     edits = []
     if vector is not None:
         pos = {"all": None, "last": "newest", "prompt": "prompt"}[positions]
         edits.append(steer(site, layer, vector, alpha=alpha, pos=pos))
-    return engine_of(lab).generate(prompt, edits, max_new_tokens=max_new_tokens, cancel=cancel).text
+    return engine.generate(prompt, edits, max_new_tokens=max_new_tokens, cancel=cancel).text
 
 
 # ---- the wiring: requests become jobs on the lab's worker --------------------------------------------------------
@@ -194,12 +192,12 @@ class SteeringController:
 
     def __init__(self, lab: Engine, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
                  layer: int | None = None, alpha_range: tuple[float, float] = (-4.0, 4.0), *, part: bool = False):
-        self.lab = lab = engine_of(lab)
-        self.worker = lab.worker
+        self.engine = engine = engine_of(lab)
+        self.worker = engine.worker
         sites = [s for s in ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
-                 if "unavailable" not in lab.sites.describe()[s]]
-        self.panel = SteeringPanel(n_layers=lab.n_layers, sites=sites, site=site,
-                                   layer=lab.n_layers // 2 if layer is None else layer, alpha=0.0,
+                 if "unavailable" not in engine.sites.describe()[s]]
+        self.panel = SteeringPanel(n_layers=engine.n_layers, sites=sites, site=site,
+                                   layer=engine.n_layers // 2 if layer is None else layer, alpha=0.0,
                                    alpha_min=alpha_range[0], alpha_max=alpha_range[1], prompt=prompt,
                                    positive="\n".join(positive), negative="\n".join(negative),
                                    title="steering: h + alpha * (mean positive - mean negative)", part=part)
@@ -216,11 +214,11 @@ class SteeringController:
         where = (p.site, p.layer)
 
         def run():
-            return steering_vector(self.lab, positive, negative, *where)
+            return steering_vector(self.engine, positive, negative, *where)
 
         def show(v):
             self.vector, self._vector_at = v, where
-            p.status = f"vector from {len(positive)} vs {len(negative)} prompts at {p.site} L{p.layer}, " \
+            p.status = f"vector from {len(positive)} vs {len(negative)} prompts at {p.site} L{p.layer}, "\
                        f"norm {float(v.norm()):.2f}"
             self.preview()
 
@@ -237,7 +235,7 @@ class SteeringController:
         def show(dist):
             p.dist = dist
 
-        job(self.worker, p, f"preview:{id(self)}", lambda: steering_preview(self.lab, *args), show)
+        job(self.worker, p, f"preview:{id(self)}", lambda: steering_preview(self.engine, *args), show)
 
     def generate(self) -> None:
         p = self.panel
@@ -253,14 +251,14 @@ class SteeringController:
             p.error = f"{type(e).__name__}: {e}"
 
         stop = threading.Event()  # set by the worker at interpreter exit: generation ends at the next token
-        job(self.worker, p, f"generate:{id(self)}", lambda: steering_generate(self.lab, *args, cancel=stop), show,
+        job(self.worker, p, f"generate:{id(self)}", lambda: steering_generate(self.engine, *args, cancel=stop), show,
             error=error, cancel=stop)
 
 
 def steering_panel(lab: Engine, prompt: str, positive: list[str], negative: list[str], site: str = "resid_post",
                    layer: int | None = None, alpha_range: tuple[float, float] = (-4.0, 4.0)) -> SteeringPanel:
     """A SteeringPanel wired to the lab (its controller stays reachable as panel.controller)."""
-    lab = engine_of(lab)
-    ctrl = SteeringController(lab, prompt, positive, negative, site, layer, alpha_range)
+    engine = engine_of(lab)
+    ctrl = SteeringController(engine, prompt, positive, negative, site, layer, alpha_range)
     ctrl.panel.controller = ctrl
     return ctrl.panel

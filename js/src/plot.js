@@ -56,6 +56,20 @@ export function fmt(v, digits = 3) {
 
 // ---------------------------------------------------------------- DOM
 /** h("div", {class: "x", onclick: fn}, "text", child) — strings become text nodes, never HTML. */
+/** A metric line's nodes, {name, values: {label: number}, notes?: [str]}: "name: label = value   label = value",
+ * each value on one line (the gaps are boxes, so a wrapped line never hangs its spaces past the panel), and each
+ * note (an answer without its leading space) on a line of its own below. Every view's metric line is this one. */
+export function metricLine(m) {
+  const vals = m && typeof m === "object" && m.values && typeof m.values === "object" ? m.values : {};
+  const entries = Object.entries(vals);
+  const items = entries.flatMap(([k, v], i) => [
+    ...(i ? [h("span", { class: "il-sep", text: "   " })] : []),
+    h("span", { class: "il-metric-item", text: `${k} = ${fmt(v, 4)}` }),
+  ]);
+  const notes = (Array.isArray(m?.notes) ? m.notes : []).map((n) => h("div", { class: "il-metric-note", text: n }));
+  return [...(entries.length ? [`${String(m.name ?? "metric")}: `, ...items] : []), ...notes];
+}
+
 export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -100,6 +114,8 @@ const CSS = `
 .interplab .il-metric { font-family: monospace; overflow-wrap: anywhere; margin: 4px 0; }
 .interplab .il-metric-item { white-space: nowrap; }
 .interplab .il-sep { display: inline-block; white-space: pre; }
+.interplab .il-metric-note { font-family: system-ui, sans-serif; color: #8a5a00; background: #fff6d6;
+  border-left: 3px solid #c90; padding: 2px 6px; margin: 2px 0; }
 .interplab .il-generated { font-family: monospace; white-space: pre-wrap; background: #f7f7f7;
   border: 1px solid #ddd; border-radius: 4px; padding: 6px; min-height: 1.5em; margin: 4px 0; }
 .interplab textarea { font-family: monospace; font-size: 12px; width: 100%; box-sizing: border-box; }

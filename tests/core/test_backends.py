@@ -40,12 +40,10 @@ def test_generation_and_hook_managers_live_in_the_engine():
 
 def test_no_code_outside_the_engine_branches_on_a_backend():
     """No comparison with a backend's name ('hf', 'vllm') and no import of the vLLM backend outside the engine:
-    callers pass backend= through, the engine chooses. Not checked: interplab/served.py, the deprecated aliases of
-    the old vLLM functions (for one release), and Lab.load's engine= option, which names what to start at load."""
+    callers pass backend= through, the engine chooses. Not checked: Lab.load's engine= option, which names what to
+    start at load."""
     found = []
     for rel, tree in _outside_engine():
-        if rel == "served.py":
-            continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "engine" \
                     and rel == "lab.py":  # Lab.load(engine="vllm"): start a vLLM engine after loading
@@ -116,24 +114,13 @@ def test_a_sweeps_cells_equal_one_patched_run_each(lab, site, cells):
     assert (got.float() - base.last_logits.float()).abs().max() > 1e-3  # the patches changed something
 
 
-def test_served_names_warn_and_answer_as_the_lab_does(lab):
-    from interplab import served
-
-    with pytest.warns(DeprecationWarning, match="lab.generate"):
-        g = served.generate(lab, CLEAN, [], max_new_tokens=3)
-    assert g.texts == lab.generate(CLEAN, [], max_new_tokens=3).texts
-    with pytest.warns(DeprecationWarning, match="lab.sample"):
-        s = served.sample(lab, CLEAN, temperature=None, max_new_tokens=2)
-    assert s.ids == lab.sample(CLEAN, temperature=None, max_new_tokens=2).ids
-
-
 def test_steering_generate_takes_a_lab_and_runs_the_hugging_face_model(lab):
     import warnings
 
-    from interplab import steering
+    from interplab.analyses import steering
 
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no alias of the engine's names on the Lab is reached
+        warnings.simplefilter("error")  # nothing deprecated is reached
         got = steering.generate(lab, CLEAN, [ilab.zero("attn_out", 0)], max_new_tokens=3)
         hooks = steering.bind_hooks(lab, [ilab.zero("attn_out", 0)])
         try:

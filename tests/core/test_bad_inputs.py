@@ -22,7 +22,8 @@ from _tiny_models import CORPUS
 
 import interplab as ilab
 import interplab.engine as engine
-from interplab.lens import logit_lens
+from interplab.analyses import vectors
+from interplab.analyses.lens import logit_lens
 
 from ._hand import hooks_everywhere, param_hash
 
@@ -411,37 +412,37 @@ CASES = [
          ilab.VectorError, "zero vector"),
     Case("SteeringVector.clamp lo > hi", lambda x: ilab.SteeringVector(x.v, layer=1).clamp(lo=1.0, hi=0.0),
          ilab.NumberError, "lo=1 > hi=0"),
-    Case("vectors.from_tensor NaN", lambda x: ilab.vectors.from_tensor(x.nan_vec()), ilab.VectorError, "NaN/Inf"),
-    Case("vectors.from_tensor a string", lambda x: ilab.vectors.from_tensor("love"), ilab.VectorError,
+    Case("vectors.from_tensor NaN", lambda x: vectors.from_tensor(x.nan_vec()), ilab.VectorError, "NaN/Inf"),
+    Case("vectors.from_tensor a string", lambda x: vectors.from_tensor("love"), ilab.VectorError,
          "tensor or a list of numbers"),
-    Case("vectors.save into a missing folder", lambda x: ilab.vectors.save(x.tmp / "no" / "v.safetensors", x.v), E,
+    Case("vectors.save into a missing folder", lambda x: vectors.save(x.tmp / "no" / "v.safetensors", x.v), E,
          ("does not exist", "os.makedirs")),
-    Case("vectors.save a NaN vector", lambda x: ilab.vectors.save(x.tmp / "v.safetensors", x.nan_vec()),
+    Case("vectors.save a NaN vector", lambda x: vectors.save(x.tmp / "v.safetensors", x.nan_vec()),
          ilab.VectorError, "NaN/Inf"),
-    Case("vectors.save metadata not a dict", lambda x: ilab.vectors.save(x.tmp / "v.safetensors", x.v, metadata=5),
+    Case("vectors.save metadata not a dict", lambda x: vectors.save(x.tmp / "v.safetensors", x.v, metadata=5),
          E, "metadata must be a dict"),
-    Case("vectors.load a missing file", lambda x: ilab.vectors.load(x.tmp / "none.safetensors"), ilab.LoadError,
+    Case("vectors.load a missing file", lambda x: vectors.load(x.tmp / "none.safetensors"), ilab.LoadError,
          "could not read"),
-    Case("vectors.load a text file", lambda x: ilab.vectors.load(x.file("v.safetensors", "not safetensors")),
+    Case("vectors.load a text file", lambda x: vectors.load(x.file("v.safetensors", "not safetensors")),
          ilab.LoadError, "could not read"),
-    Case("diff_of_means given the model, not the lab", lambda x: ilab.vectors.diff_of_means(
+    Case("diff_of_means given the model, not the lab", lambda x: vectors.diff_of_means(
         x.lab.model, ["I love it"], ["I hate it"]), E, "must be an ilab.Lab"),
-    Case("diff_of_means of no prompts", lambda x: ilab.vectors.diff_of_means(x.lab, [], ["I hate it"]),
+    Case("diff_of_means of no prompts", lambda x: vectors.diff_of_means(x.lab, [], ["I hate it"]),
          ilab.EmptyPromptError, "no prompts"),
     Case("diff_of_means of a prompt past the context (Compute vector)",
-         lambda x: ilab.vectors.diff_of_means(x.lab, [LONG], ["I hate it"]), ilab.ContextLengthError,
+         lambda x: vectors.diff_of_means(x.lab, [LONG], ["I hate it"]), ilab.ContextLengthError,
          ("context is 64 tokens", "Shorten")),
-    Case("diff_of_means pos a float", lambda x: ilab.vectors.diff_of_means(x.lab, ["a"], ["b"], pos=1.5), E,
+    Case("diff_of_means pos a float", lambda x: vectors.diff_of_means(x.lab, ["a"], ["b"], pos=1.5), E,
          "pos must be an int"),
-    Case("diff_of_means pos past a prompt", lambda x: ilab.vectors.diff_of_means(x.lab, ["a"], ["b"], pos=50), E,
+    Case("diff_of_means pos past a prompt", lambda x: vectors.diff_of_means(x.lab, ["a"], ["b"], pos=50), E,
          "out of range", ran=True),
-    Case("diff_of_means of attention patterns", lambda x: ilab.vectors.diff_of_means(x.lab, ["a"], ["b"],
+    Case("diff_of_means of attention patterns", lambda x: vectors.diff_of_means(x.lab, ["a"], ["b"],
                                                                                      site="pattern"),
          ilab.UnsupportedSiteError, "'resid_post'"),
-    Case("diff_of_means at a layer past the model", lambda x: ilab.vectors.diff_of_means(x.lab, ["a"], ["b"],
+    Case("diff_of_means at a layer past the model", lambda x: vectors.diff_of_means(x.lab, ["a"], ["b"],
                                                                                          layer=9),
          ilab.OutOfRangeError, "has 3 layers"),
-    Case("diff_of_means of a non-string prompt", lambda x: ilab.vectors.diff_of_means(x.lab, [None], ["b"]), E,
+    Case("diff_of_means of a non-string prompt", lambda x: vectors.diff_of_means(x.lab, [None], ["b"]), E,
          "prompts must be strings"),
     # ---- logit_lens --------------------------------------------------------------------------------------------
     Case("logit_lens past the context", lambda x: logit_lens(x.lab, LONG), ilab.ContextLengthError,
@@ -516,7 +517,7 @@ def test_context_message_names_the_token_count_and_the_limit(env, tokenizer, whe
     calls = {
         "run": lambda: env.lab.run(LONG_P),
         "sweep": lambda: env.sweep(clean=LONG_P, corrupt=LONG_C),
-        "compute vector": lambda: ilab.vectors.diff_of_means(env.lab, ["I love it"], [LONG_P]),
+        "compute vector": lambda: vectors.diff_of_means(env.lab, ["I love it"], [LONG_P]),
         "residual_norm": lambda: env.lab.residual_norm("resid_post", 0, [LONG_P]),
         "logit_lens": lambda: logit_lens(env.lab, LONG_P),
         "generate": lambda: env.gen(LONG_P, max_new_tokens=3),
@@ -587,8 +588,8 @@ def test_valid_neighbours_are_accepted(env):
     res = lab.patch_sweep([P, P], [C, C], metric=ilab.logit_diff([" Mary", " Mary"], " John"), by=["layer"],
                           max_batch=1, progress=lambda done, total: None, cancel=threading.Event())
     assert res.values.shape == (3,)
-    sv = ilab.vectors.from_tensor([1.0] * D, layer=1)
-    ilab.vectors.save(env.tmp / "v.safetensors", sv, metadata={"note": "ok"})
-    assert torch.equal(ilab.vectors.load(env.tmp / "v.safetensors").tensor, sv.tensor)
+    sv = vectors.from_tensor([1.0] * D, layer=1)
+    vectors.save(env.tmp / "v.safetensors", sv, metadata={"note": "ok"})
+    assert torch.equal(vectors.load(env.tmp / "v.safetensors").tensor, sv.tensor)
     assert logit_lens(lab, P, site="mlp_out", k=320).top_ids.shape[-1] == 320
     assert lab.residual_norm("mlp_out", 2) > 0

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import interplab as ilab
-from interplab import edges as E
+from interplab.analyses import edges as E
 
 from ._hand import hand_run
 from .test_invariants import CLEAN, CORRUPT, build_model

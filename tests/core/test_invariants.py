@@ -29,7 +29,7 @@ import torch
 from _tiny_models import CORPUS
 
 import interplab as ilab
-from interplab.lens import logit_lens
+from interplab.analyses.lens import logit_lens
 
 from ._hand import hooks_everywhere, param_hash
 

@@ -207,8 +207,10 @@ PLUMBING = {"plan_edit", "contexts", "kv_prefix", "paired", "resolve", "warm", "
 
 def test_the_lab_is_a_face_holding_an_engine(lab):
     """Tab completion is where a notebook user learns the API: at most 40 names, each documented, none of the
-    engine's plumbing; the engine is lab.engine, and the old names still answer, with a warning. The names are read
-    in a fresh interpreter, as a notebook's kernel sees them (no other test's patches)."""
+    engine's plumbing (a new analysis adds none: it is ilab.analyses.<module>.<function>(lab, ...),
+    docs/ARCHITECTURE.md "Where to add things"); the engine is lab.engine, and its names answer there only (no
+    alias on the Lab). The names are read in a fresh interpreter, as a notebook's kernel sees them (no other test's
+    patches)."""
     import json
     import subprocess
     import sys
@@ -231,7 +233,9 @@ def test_the_lab_is_a_face_holding_an_engine(lab):
     assert [n for n, documented in docs.items() if not documented and n != "engine"] == []
     here = {n for n in dir(lab) if not n.startswith("_")}
     assert here >= set(docs), "this test's Lab lacks a name a fresh one has"
-    with pytest.warns(DeprecationWarning, match="lab.engine.clear_memo"):
-        lab.clear_memo()
+    for name in PLUMBING:
+        assert hasattr(lab.engine, name), name
+        with pytest.raises(AttributeError):
+            getattr(lab, name)
     with pytest.raises(AttributeError):
         lab.no_such_name  # noqa: B018

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import interplab as ilab
+from interplab.analyses.lens import logit_lens
 from interplab.errors import LoadError
-from interplab.lens import logit_lens
 from interplab.views.patching import PatchSession
 from interplab.zoo import EMBEDDED, random_model
 

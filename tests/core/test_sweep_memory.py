@@ -138,7 +138,7 @@ def test_a_bad_budget_is_a_typed_error_naming_the_argument(models, tokenizer, ba
 @pytest.mark.parametrize("text, size", [("600MiB", 600 * 2**20), ("2 GiB", 2 * 2**30), ("1.5kib", 1536),
                                         (4096, 4096), (1e6, 10**6)])
 def test_budgets_in_bytes_or_with_a_unit(text, size):
-    from interplab.patching import _budget_bytes
+    from interplab.analyses.patching import _budget_bytes
 
     assert _budget_bytes(text, "cpu") == size
 

@@ -367,12 +367,16 @@ def test_a_dashboard_run_by_plain_nbconvert_execute_is_saved_final(tmp_path, chr
 
 def test_an_exported_feature_view_answers_token_and_feature_clicks_offline(tmp_path, chromium):
     """The feature view saved and exported: with no kernel, a real click on a token paints its top features and a
-    click on a feature its panel, from the numbers the saved state holds (the view's own traits)."""
-    from harness import CLEAN, write_notebook
+    click on a feature its panel, from the numbers the saved state holds (the view's own traits). What needs the
+    model (ablate, the steering slider, a cell of notebook 05's feature sweep) says under the view that the kernel
+    is gone, each time."""
+    from harness import CLEAN, CORRUPT, write_notebook
 
     code = ("import interplab as ilab\nlab = ilab.Lab.load('ioi-tiny')\nsae = ilab.SAE.load('ioi-tiny-sae')\n"
             f"view = lab.features({CLEAN!r}, sae).show(contexts=[{CLEAN!r}])\nview")
-    nb = execute(write_notebook(tmp_path / "features.ipynb", [code]), tmp_path / "features.ipynb")
+    sweep = (f"lab.patch_sweep({CLEAN!r}, {CORRUPT!r}, sae, ('feature', 'pos'), ilab.logit_diff(' Mary', ' John'), "
+             "method='attribution', progress=False).show()")
+    nb = execute(write_notebook(tmp_path / "features.ipynb", [code, sweep]), tmp_path / "features.ipynb")
     state = saved_state(nb)
     traits = next(s["state"] for s in state.values() if s.get("state", {}).get("_view_kind") == "features")
     page = OfflinePage(chromium, export(nb))
@@ -389,5 +393,39 @@ def test_an_exported_feature_view_answers_token_and_feature_clicks_offline(tmp_p
         feature = traits["top"][pos][0][0]
         rows.first.click()
         assert fv.locator(".il-fpanel .il-bars-title").first.inner_text().startswith(f"F{feature}:")
+
+        pg = page.page
+        pg.set_viewport_size({"width": 1300, "height": 600})  # the view is taller than the window
+
+        def said(view: str, kind: str, count: int) -> None:
+            """The note of `view`'s widget names the request just sent and is in the window (not below it)."""
+            pg.wait_for_function("([n]) => window.__interplab_offline.notes.length >= n", arg=[count], timeout=5000)
+            pg.wait_for_timeout(100)
+            note = pg.evaluate("""([sel]) => {
+                const el = [...document.querySelectorAll(sel)].pop().closest('.interplab-offline-widget');
+                const n = el.querySelector(':scope > .interplab-offline-note');
+                if (!n) return null;
+                const r = n.getBoundingClientRect();
+                return { text: n.textContent, top: r.top, bottom: r.bottom, h: innerHeight };
+              }""", [view])
+            assert note is not None, f"no note under {view} after {kind}"
+            assert "kernel" in note["text"] and kind in note["text"], note
+            toast = pg.locator(".interplab-offline-toast")  # and where the person is looking: in the window
+            assert toast.is_visible() and toast.inner_text() == note["text"], toast.inner_text()
+            box = toast.bounding_box()
+            assert 0 <= box["y"] and box["y"] + box["height"] <= note["h"], box
+
+        before = len(pg.evaluate("() => window.__interplab_offline.notes"))
+        fv.locator("input.il-fablate").scroll_into_view_if_needed()
+        fv.locator("input.il-fablate").click()  # a real click on the checkbox
+        said(".interplab-features", "ablate", before + 1)
+        fv.locator("input.il-falpha").focus()
+        pg.keyboard.press("ArrowRight")  # the slider moved by the keyboard, as a person may
+        said(".interplab-features", "steer", before + 2)
+        x, y = heatmap_cell_pixel(pg, pg.locator(".interplab-heatmap .js-plotly-plot").count() - 1, 256, 3)
+        assert 0 < y < 600, y  # the middle row of 512, scrolled to the window's middle
+        pg.mouse.click(x, y)  # an attribution sweep's cell: no stored patched run, so the kernel would answer
+        said(".interplab-heatmap", "click", before + 3)
+        assert not page.errors, page.errors
     finally:
         page.close()

@@ -33,7 +33,7 @@ def _pairs(lab, n=4):
 
 def test_attribution_against_exact_feature_patching(lab, sae):
     clean, corrupt, metric = _pairs(lab)
-    est = ilab.features.feature_attribution(lab, clean, corrupt, sae, metric)
+    est = ilab.analyses.features.feature_attribution(lab, clean, corrupt, sae, metric)
     via_sweep = lab.patch_sweep(clean, corrupt, sae, ("feature", "pos"), metric, method="attribution")
     assert torch.equal(via_sweep.raw, est.raw)
     n_pos = len(lab.to_str_tokens(clean[0]))
@@ -90,8 +90,9 @@ def test_top_contexts_equal_a_brute_force_scan(lab, sae):
     prompts = corpus_texts(120, seed=5)
     feats = lab.feature_acts(prompts[:10], sae).sum((0, 1)).topk(4).indices.tolist()  # features that fire
     calls = []
-    top = ilab.features.top_contexts(lab, prompts, sae, features=feats, k=5, batch_size=16, memory_budget="2MiB",
-                                     progress=lambda done, total: calls.append((done, total)))
+    top = ilab.analyses.features.top_contexts(lab, prompts, sae, features=feats, k=5, batch_size=16,
+                                              memory_budget="2MiB",
+                                              progress=lambda done, total: calls.append((done, total)))
     assert calls[-1] == (120, 120) and len(calls) > 120 // 16  # batched, and the budget cut the batches smaller
     every = [(float(v), i, p) for i, text in enumerate(prompts)
              for p, v in enumerate(lab.feature_acts(text, sae)[0, :, feats[0]])]
@@ -112,7 +113,7 @@ def test_top_contexts_equal_a_brute_force_scan(lab, sae):
 def test_top_contexts_and_acts_on_every_site(lab, site, layer):
     sae = random_sae("standard", site, layer)
     prompts = ["When Mary and John went to the store, John gave a drink to", "After Tom and Sue left, Sue called"]
-    top = ilab.features.top_contexts(lab, prompts, sae, [1, 2], k=3, progress=False)
+    top = ilab.analyses.features.top_contexts(lab, prompts, sae, [1, 2], k=3, progress=False)
     acts = lab.feature_acts(prompts, sae)
     assert float(top.values[0, 0]) == pytest.approx(float(acts[..., 1].max()), abs=1e-4)
     assert lab.hooks() == []

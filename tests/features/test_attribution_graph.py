@@ -14,6 +14,9 @@ import pytest
 import torch
 
 import interplab as ilab
+from interplab.analyses.attention_attribution import edge_heads, qk_attribution
+from interplab.analyses.graph import attribution_graph
+from interplab.analyses.replacement import replacement
 from interplab.errors import InterplabError, OutOfRangeError
 
 PROMPT = "When Mary and John went to the store, John gave a drink to"
@@ -42,7 +45,7 @@ def tcs(lab):
 
 @pytest.fixture(scope="module")
 def graph(lab, tcs):
-    return ilab.attribution_graph(lab, PROMPT, tcs, progress=False)
+    return attribution_graph(lab, PROMPT, tcs, progress=False)
 
 
 class HandReplacement:
@@ -198,15 +201,15 @@ def test_the_json_is_the_graph_frontends_format(graph):
 
 def test_bad_input_is_refused_and_leaves_no_hook(lab, tcs):
     with pytest.raises(OutOfRangeError, match="layers"):
-        ilab.attribution_graph(lab, PROMPT, ilab.Transcoders(list(tcs)[:2]))
+        attribution_graph(lab, PROMPT, ilab.Transcoders(list(tcs)[:2]))
     wide = random_transcoders(lab.n_layers, lab.d_model + 1)
     with pytest.raises(OutOfRangeError, match="another model"):
-        ilab.attribution_graph(lab, PROMPT, wide)
+        attribution_graph(lab, PROMPT, wide)
     for bad in (0, 1.5, -0.1):
         with pytest.raises(OutOfRangeError, match="node_threshold"):
-            ilab.attribution_graph(lab, PROMPT, tcs, node_threshold=bad)
+            attribution_graph(lab, PROMPT, tcs, node_threshold=bad)
     with pytest.raises(InterplabError, match="transcoder set"):
-        ilab.attribution_graph(lab, PROMPT, tcs[0])
+        attribution_graph(lab, PROMPT, tcs[0])
     assert ilab.attached_hooks() == []
     assert lab.model.transformer.h[0].ln_1._forward_hooks == {}
 
@@ -227,9 +230,9 @@ def test_the_replacement_model_with_and_without_its_errors(lab, tcs):
     ids = lab.tokenizer(PROMPT, return_tensors="pt").input_ids
     with torch.no_grad():
         model_logits = lab.model(ids).logits
-    with_errors = ilab.replacement(lab, PROMPT, tcs)
+    with_errors = replacement(lab, PROMPT, tcs)
     assert (with_errors.logits - model_logits).abs().max() <= 1e-5 * model_logits.abs().max()
-    alone = ilab.replacement(lab, PROMPT, tcs, errors=False)
+    alone = replacement(lab, PROMPT, tcs, errors=False)
     want = hand_spliced_logits(lab, tcs, ids)
     assert (alone.logits - want).abs().max() <= 1e-4 * want.abs().max()
     assert alone.kl() > 10 * with_errors.kl() + 1e-3  # random transcoders: far from the model without the errors
@@ -273,7 +276,7 @@ def test_edge_heads_equal_the_hand_model_with_one_head_open(lab, tcs, graph):
     # an edge between positions: a layer-0 feature at S2 (pos 9) to the first logit node
     s = int(((g.features[:, 0] == 0) & (g.features[:, 1] == 9)).nonzero()[0, 0])
     t = g.logit_start
-    got = ilab.edge_heads(g, s, t)
+    got = edge_heads(g, s, t)
     assert abs(got["edge"] - float(g.adjacency[t, s])) < 1e-6
     ids = lab.tokenizer(PROMPT, return_tensors="pt").input_ids
     hand = HandReplacement(lab.model, ids)
@@ -293,7 +296,7 @@ def test_edge_heads_equal_the_hand_model_with_one_head_open(lab, tcs, graph):
 
 def test_qk_attribution_equals_the_hand_models_query_and_key_parts(lab, tcs):
     layer, head, query, key = 3, 0, 13, 1
-    got = ilab.qk_attribution(lab, PROMPT, tcs, layer=layer, head=head, query=query, key=key)
+    got = qk_attribution(lab, PROMPT, tcs, layer=layer, head=head, query=query, key=key)
     ids = lab.tokenizer(PROMPT, return_tensors="pt").input_ids
     hand = HandReplacement(lab.model, ids)
     n, d = ids.shape[1], lab.d_model
@@ -328,12 +331,12 @@ def test_qk_attribution_equals_the_hand_models_query_and_key_parts(lab, tcs):
     # each side's parts and bias add up to the score
     assert abs(sum(v for _, v in got.query_parts) + got.query_bias - got.score) < 1e-9
     with pytest.raises(OutOfRangeError, match="after query"):
-        ilab.qk_attribution(lab, PROMPT, tcs, layer=1, head=0, query=2, key=5)
+        qk_attribution(lab, PROMPT, tcs, layer=1, head=0, query=2, key=5)
     assert ilab.attached_hooks() == []
 
 
 def test_max_feature_nodes_keeps_the_most_influential_features_exactly(lab, tcs, graph):
-    small = ilab.attribution_graph(lab, PROMPT, tcs, max_feature_nodes=40, batch_size=16, progress=False)
+    small = attribution_graph(lab, PROMPT, tcs, max_feature_nodes=40, batch_size=16, progress=False)
     assert small.n_features == 40
     # every kept feature's row and the logits' rows equal the full graph's, over the kept nodes
     full_index = [graph.index(*(int(v) for v in f)) for f in small.features]

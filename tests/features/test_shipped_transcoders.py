@@ -1,6 +1,6 @@
 """The transcoders shipped with ioi-tiny: their card (interplab/zoo/ioi_tiny_transcoders/card.json, measured by the
 training script with plain hooks on the transformers model) recomputed through interplab's Lab and
-ilab.replacement, and the issue's thresholds (FVE >= 0.9 per layer, loss recovered >= 0.9 with all four spliced,
+ilab.analyses.replacement, and the issue's thresholds (FVE >= 0.9 per layer, loss recovered >= 0.9 with all four spliced,
 mean L0 <= 32, dead <= 10%)."""
 
 import json
@@ -43,7 +43,7 @@ def test_the_card_recomputed_through_the_lab(lab, tcs):
         for layer in range(lab.n_layers):
             xs[layer].append(run.cache["mlp_in", layer][real])
             ys[layer].append(run.cache["mlp_out", layer][real])
-        spliced = ilab.replacement(lab, batch, tcs, errors=False)
+        spliced = ilab.analyses.replacement.replacement(lab, batch, tcs, errors=False)
         zeroed = lab.run(batch, [ilab.zero("mlp_out", layer) for layer in range(lab.n_layers)], log=False)
         keep = real[:, 1:]
         target = run.input_ids[:, 1:][keep]

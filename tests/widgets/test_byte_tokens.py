@@ -9,9 +9,10 @@ import re
 import pytest
 
 import interplab as ilab
+from interplab.tokens import token_text
 from interplab.views.attention import attention_widget
 from interplab.views.lens import lens_widget
-from interplab.views.logits import prompt_tokens, token_text
+from interplab.views.logits import prompt_tokens
 
 pytestmark = pytest.mark.browser
 
@@ -24,8 +25,9 @@ def lab():
 
 
 def test_byte_pieces_read_as_the_characters_they_make_with_their_exact_bytes(lab):
-    raw = lab.to_str_tokens(PROMPT)
+    raw = [lab.tokenizer.decode([i]) for i in lab.tokenizer(PROMPT)["input_ids"]]  # the decoder's, one by one
     labels = prompt_tokens(lab, PROMPT)
+    assert lab.to_str_tokens(PROMPT) == labels  # the Lab prints tokens as every view labels them
     assert len(labels) == len(raw) and sum("\ufffd" in t for t in raw) >= 6  # the emoji's 4 pieces, é's 2
     assert not any("\ufffd" in t for t in labels), labels
     for char in ("😀", "é"):  # each piece: the character, then its own bytes; together, the character's UTF-8

@@ -36,7 +36,7 @@ def test_the_graph_holds_every_edge_by_score_and_every_node(gpt2_lab, scores):
     names = [n["name"] for n in g["nodes"]]
     assert names[0] == "embed" and names[-1] == "logits"
     assert len(names) == 2 + gpt2_lab.n_layers * (gpt2_lab.n_heads + 1)
-    writers, readers, _ = ilab.edges.graph(gpt2_lab)
+    writers, readers, _ = ilab.analyses.edges.graph(gpt2_lab)
     assert {w.name for w in writers} | {r.name.split(".")[0] for r in readers} == set(names)
     top = edge_graph(scores, limit=10)  # a big model's page gets the edges a slider can reach
     assert [e[0] for e in top["edges"]] == [n for n, _ in scores.top(10)] and "largest 10 of 262" in top["title"]

@@ -77,7 +77,7 @@ def test_steering_and_ablating_the_selected_feature_give_the_hand_hooked_logits(
     view.send_test_message({"type": "steer", "alpha": 2.5})
     lab.engine.worker.join()
     names = [s["name"] for s in view.logits]
-    assert names == ["base", f"F{f} steered alpha 2.5"]
+    assert names == ["base", f"F{f} steered (alpha 2.5)"]
     direction = sae.W_dec[f].double()
     steered = hand(lab, CLEAN, SAE_AT, lambda x: (x.double() + 2.5 * direction).to(x.dtype))
     p, ids = probs_of(steered)
@@ -138,7 +138,7 @@ def test_bad_requests_are_answered_and_change_nothing(lab, view, msg):
 def test_clicks_paint_at_once_and_the_bars_are_the_numbers(page, mount, lab, sae, contexts, monkeypatch):
     from bridge import Bridge  # tests/widgets/bridge.py
 
-    view = lab.features(CLEAN, sae).show(contexts=contexts)
+    view = lab.features(CLEAN, sae).show(contexts=contexts, metric=METRIC)
     lab.engine.worker.join()
     b = Bridge(view, mount, monkeypatch)
     w = b.w
@@ -184,7 +184,11 @@ def test_clicks_paint_at_once_and_the_bars_are_the_numbers(page, mount, lab, sae
     assert view.alpha == pytest.approx(0.5)
     drawn = w.js("(w) => [...w.el.querySelectorAll('.il-series')].map((s) => s.querySelector('.il-series-name')"
                  ".textContent)")
-    assert drawn == [s["name"] for s in view.logits] and drawn[1] == f"F{second} steered alpha 0.5"
+    assert drawn == [s["name"] for s in view.logits] and drawn[1] == f"F{second} steered (alpha 0.5)"
+    # the metric line as the logit panel's: each label, " = ", its value, gaps between (not "alpha 0.5 1.23")
+    values = view.metric["values"]
+    want = f"{view.metric['name']}: " + "   ".join(f"{k} = {v:.4f}" for k, v in values.items())
+    assert w.js("(w) => w.el.querySelector('.il-fmetric').textContent") == want
     page.screenshot(path="artifacts/feature_view.png", full_page=True)
 
 
@@ -218,6 +222,11 @@ def test_the_tokens_a_feature_raises_and_lowers_are_named_as_every_view_names_th
         assert [v for _, v in shown] == pytest.approx(top.values.tolist(), abs=1e-3)
     assert not any("\ufffd" in t for t, _ in panel["raised"] + panel["lowered"])
     assert any(t.startswith("<") and t.endswith(">") for t, _ in panel["lowered"])
+    # the analysis prints them so too: Feature.logit_effects() names each token as the view does
+    effects = lab.feature(sae, feature).logit_effects(k=len(panel["lowered"]))
+    assert [t for t, _ in effects.lowered] == [named(int(i)) for i in values.topk(len(panel["lowered"]),
+                                                                                 largest=False).indices]
+    assert "\ufffd" not in repr(effects) and "<" in repr(effects)
 
 
 def _bytes_to_unicode() -> dict[int, str]:

@@ -6,6 +6,9 @@ widgets on the embedded model and drawn in Chromium, at three widths and after a
 - no text clipped by its plot or its view, no text over other text;
 - no error panel.
 
+"Every view" is the view classes' (interplab.widgets.base.VIEW_CLASSES, one per `_view_kind`): a view class that no
+entry below draws, alone or as a part of a composite, fails the test, so a new view cannot escape it.
+
 tests/geometry.py judges what tests/geometry.js measures; the JupyterLab test (tests/e2e/test_heatmap_frontends.py)
 runs the same checks after window resizes and a sidebar toggle.
 """
@@ -21,6 +24,7 @@ from geometry import judge, measure  # tests/geometry.py
 import interplab as ilab
 from interplab.views.attention import attention_widget
 from interplab.views.lens import lens_widget
+from interplab.widgets.base import VIEW_CLASSES
 from interplab.zoo.evaluate_ioi_tiny import fixed_template_dataset
 
 pytestmark = pytest.mark.browser
@@ -60,7 +64,15 @@ def views(lab):
         "attention": attention_widget(lab, CLEAN, layer=2, head=0),
         "circuit": lab.edge_attribution(CLEAN, CORRUPT, metric).show(lab, CLEAN, CORRUPT, metric),
         "dashboard": lab.show(CLEAN, CORRUPT, " Mary", " John"),
+        # notebook 05's feature view: a token's top features, a feature's panel, the edited next-token bars
+        "features": lab.features(CLEAN, ilab.SAE.load("ioi-tiny-sae")).show(contexts=[CLEAN, CORRUPT],
+                                                                            metric=metric),
     }
+
+
+def kinds_of(widget) -> set[str]:
+    """The view kinds a widget draws: its own, and a composite's parts' (its `parts` trait: [{name, kind}])."""
+    return {widget._view_kind} | {part["kind"] for part in getattr(widget, "parts", []) or []}
 
 
 def settle(page):
@@ -70,8 +82,10 @@ def settle(page):
 
 
 def test_every_view_draws_its_numbers_at_three_widths_and_after_a_resize(page, mount, monkeypatch, lab):
-    shown = {}
-    for name, widget in views(lab).items():
+    shown, drawn = {}, views(lab)
+    missing = set(VIEW_CLASSES) - set().union(*map(kinds_of, drawn.values()))
+    assert not missing, f"view classes no entry of views() draws (add one): {sorted(missing)}"
+    for name, widget in drawn.items():
         # drawn at the widest first: the narrowest, measured next, is a resize that must cut what was drawn wide
         page.evaluate("(w) => { document.body.style.width = w + 'px'; }", WIDTHS[-1])
         bridge = Bridge(widget, mount, monkeypatch)

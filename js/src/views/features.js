@@ -5,7 +5,7 @@
 // those features' panels (traits `top`, `panels`), so a click on a token or a feature paints at once; the request
 // still goes, and the kernel's traits then agree. Steering and ablating need the model: the kernel answers with bars.
 import { barsElement } from "../bars.js";
-import { fmt, h, recordPaint, scheduler, shell, visible } from "../plot.js";
+import { fmt, h, metricLine, recordPaint, scheduler, shell, visible } from "../plot.js";
 
 const ACT = "#4c78a8"; // an activation's shade (its alpha is the activation over the feature's largest)
 
@@ -84,7 +84,7 @@ export function render({ model, el }) {
   const panelBox = h("div");
   const controls = h("div", { class: "il-fcontrols" }, h("label", {}, "steer ", slider, " ", alphaText),
     h("label", {}, ablate, " ablate"));
-  const metricBox = h("div", { class: "il-fmetric" });
+  const metricBox = h("div", { class: "il-metric il-fmetric" });
   const barsBox = h("div");
   state.plot.replaceChildren(titleBox, tokBox, h("div", { class: "il-fcols" }, topBox,
     h("div", { class: "il-fcol il-fpanel" }, panelBox, controls, metricBox, barsBox)));
@@ -138,10 +138,7 @@ export function render({ model, el }) {
     if (document.activeElement !== slider) slider.value = String(alpha);
     alphaText.textContent = `alpha ${fmt(alpha, 2)}`;
     ablate.checked = !!state.get("ablate", false);
-    const metric = state.get("metric", {}) || {};
-    const values = metric.values ?? {};
-    metricBox.textContent = Object.keys(values).length
-      ? `${metric.name}: ` + Object.entries(values).map(([k, v]) => `${k} ${fmt(v)}`).join(", ") : "";
+    metricBox.replaceChildren(...metricLine(state.get("metric", {}) || {}));
     barsBox.replaceChildren(barsElement(state.get("logits", [])));
     recordPaint(state);
   }

@@ -2,7 +2,7 @@
 // Request to Python (protocol.json): pair {index} from the menu of a dataset's pairs (-1: their mean). A heatmap sharing this panel's `link` trait paints a click on a cell of an exact sweep here at
 // once, from the numbers it holds (its cell_tops); the kernel's answer, the same numbers, repaints it later.
 import { paintBars } from "../bars.js";
-import { bus, fmt, h, scheduler, shell } from "../plot.js";
+import { bus, h, metricLine, scheduler, shell } from "../plot.js";
 
 export function render({ model, el }) {
   const state = shell(model, el, "logits");
@@ -26,14 +26,7 @@ export function render({ model, el }) {
   state.watch(["pairs", "pair"], showMenu);
 
   function showMetric(m = model.get("metric")) {
-    const vals = m && typeof m === "object" && m.values && typeof m.values === "object" ? m.values : {};
-    const entries = Object.entries(vals);
-    // each value kept on one line; the gaps are boxes, so a wrapped line never hangs its spaces past the panel
-    const items = entries.flatMap(([k, v], i) => [
-      ...(i ? [h("span", { class: "il-sep", text: "   " })] : []),
-      h("span", { class: "il-metric-item", text: `${k} = ${fmt(v, 4)}` }),
-    ]);
-    metric.replaceChildren(...(entries.length ? [`${String(m.name ?? "metric")}: `, ...items] : []));
+    metric.replaceChildren(...metricLine(m));
   }
 
   function draw() {
@@ -54,7 +47,7 @@ export function render({ model, el }) {
     const values = { clean: vals.clean, corrupt: vals.corrupt, patched: cell.value };
     const denom = vals.clean - vals.corrupt;
     if (Number.isFinite(denom) && Math.abs(denom) > 1e-9) values.normalised = (cell.value - vals.corrupt) / denom;
-    showMetric({ name: m.name, values });
+    showMetric({ name: m.name, values, notes: m.notes });
     paintBars(state, [...base, { name: cell.name, tokens: cell.tokens, probs: cell.probs }],
       String(state.get("title", "")));
   }

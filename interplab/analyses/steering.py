@@ -16,11 +16,11 @@ import operator
 
 import torch
 
-from .edits import Edit
-from .engine import engine_of
-from .engine import generate as gen
-from .engine.generate import Generation, SamplerEdit  # noqa: F401 (their old home)
-from .errors import OutOfRangeError, UnsupportedSiteError
+from ..edits import Edit
+from ..engine import engine_of
+from ..engine import generate as gen
+from ..engine.generate import Generation, SamplerEdit
+from ..errors import OutOfRangeError, UnsupportedSiteError
 
 DEFAULT_NORM_PROMPTS = [
     "The capital of France is Paris.",
@@ -77,12 +77,12 @@ def bind_hooks(lab, edits: list):
 def residual_norm(lab, site: str = "resid_post", layer: int = 0, prompts=None) -> float:
     """Mean L2 norm of the activation at (site, layer) over every real token of `prompts`: the scale to size a
     steering vector against (alpha = 4 * norm is a strong steer)."""
-    lab = engine_of(lab)
+    engine = engine_of(lab)
     prompts = DEFAULT_NORM_PROMPTS if prompts is None else prompts
     if site == "pattern":  # attention weights, [batch, heads, pos, pos]: no width to measure a norm along
         raise UnsupportedSiteError("residual_norm reads an activation [batch, pos, width]; 'pattern' holds attention "
                                    "weights. Use 'resid_post', 'resid_pre', 'attn_out' or 'mlp_out'.")
-    run = lab.run(prompts, cache=[(site, layer)], log=False)
+    run = engine.run(prompts, cache=[(site, layer)], log=False)
     acts = run.cache[site, layer]
     if acts.dim() != 3:
         raise UnsupportedSiteError(f"residual_norm: site {site!r} gives a {acts.dim()}-D activation "
@@ -92,5 +92,4 @@ def residual_norm(lab, site: str = "resid_post", layer: int = 0, prompts=None) -
 
 
 
-__all__ = ["generate", "Generation", "residual_norm", "bind_hooks", "ban_expert", "ban_token", "force_token",
-           "SamplerEdit"]
+__all__ = ["generate", "residual_norm", "bind_hooks", "ban_expert", "ban_token", "force_token"]

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .engine import Engine, as_prompts, engine_of, execution_device, own_weights
-from .errors import InterplabError, LengthMismatchError, UnsupportedSiteError
-from .metrics import as_metric
+from ..engine import Engine, as_prompts, engine_of, execution_device, own_weights
+from ..errors import InterplabError, LengthMismatchError, UnsupportedSiteError
+from ..metrics import as_metric
 
 
 @dataclass
@@ -51,7 +51,7 @@ class DLAResult:
     def show(self, pos: int = -1):
         """Heads at a position (a click on the per-position row picks it) and the other parts as bars (None
         without widgets)."""
-        from . import display
+        from .. import display
 
         return display.view(self, pos=pos)
 
@@ -59,29 +59,29 @@ class DLAResult:
 def direct_logit_attribution(lab: Engine, prompts, metric) -> DLAResult:
     """Each head's, MLP's and embedding's direct contribution to `metric` (linear in the logits, e.g.
     ilab.logit_diff(" Mary", " John")) at every position, averaged over equal-length prompts."""
-    lab = engine_of(lab)
+    engine = engine_of(lab)
     prompts = as_prompts(prompts)
-    arch = lab.sites.arch
+    arch = engine.sites.arch
     if arch is None:
         raise UnsupportedSiteError("direct_logit_attribution needs a known architecture (see ilab.sites.ARCHS).")
     if arch.attn_out is not None or arch.mlp_out is not None:
         raise UnsupportedSiteError(
             f"direct_logit_attribution: this {arch.name} model normalises each sublayer's output before adding it "
             f"to the residual stream, so a head's share of that output is not a fixed sum; use patching instead.")
-    if getattr(lab.model.config, "final_logit_softcapping", None):
+    if getattr(engine.model.config, "final_logit_softcapping", None):
         raise UnsupportedSiteError("direct_logit_attribution: this model soft-caps its logits (tanh), which does not "
                                    "split into parts; use patching instead.")
-    ids, mask, lengths = lab.encode(prompts)
+    ids, mask, lengths = engine.encode(prompts)
     if len(set(lengths)) > 1:
         raise LengthMismatchError(f"direct_logit_attribution averages prompts position by position: give prompts of "
                                   f"equal token length (got {sorted(set(lengths))}), or one prompt at a time.")
-    metric = as_metric(metric).bind(lab.token_id)
+    metric = as_metric(metric).bind(engine.token_id)
     rows = torch.arange(len(prompts))
-    n, H = lab.n_layers, lab.n_heads
+    n, H = engine.n_layers, engine.n_heads
     cache = ["embed", ("resid_pre", 0), ("resid_post", n - 1)] + [(s, layer) for layer in range(n)
                                                                      for s in ("z", "mlp_out")]
-    run = lab.run(prompts, cache=cache, log=False)
-    unembed = lab.model.get_output_embeddings()
+    run = engine.run(prompts, cache=cache, log=False)
+    unembed = engine.model.get_output_embeddings()
     with own_weights(unembed):  # (offloaded by a device_map: loaded for this block)
         param = unembed.weight
         direction = _metric_direction(metric, rows, param.shape[0])  # [rows, vocab]
@@ -90,7 +90,7 @@ def direct_logit_attribution(lab: Engine, prompts, metric) -> DLAResult:
         bias = getattr(unembed, "bias", None)
         bias_value = None if bias is None else float((direction.to(bias.device, bias.dtype) @ bias).mean())
     final = run.cache["resid_post", n - 1].to(d_resid.device, d_resid.dtype)
-    frozen, shift = _frozen_final_norm(lab.model.get_submodule(arch.final_norm), final)
+    frozen, shift = _frozen_final_norm(engine.model.get_submodule(arch.final_norm), final)
 
     def score(part: torch.Tensor) -> torch.Tensor:  # [rows, pos, d] -> [pos], the rows' mean (where it ran)
         return (frozen(part.to(d_resid.device, d_resid.dtype)) * d_resid[:, None]).sum(-1).mean(0).float()
@@ -98,8 +98,8 @@ def direct_logit_attribution(lab: Engine, prompts, metric) -> DLAResult:
     with torch.no_grad():  # every score stays on the device until the end: one copy, not one per head
         heads, attn_bias, mlp = [], [], []
         for layer in range(n):
-            o_proj = lab.model.get_submodule(f"{arch.layers}.{layer}.{arch.o_proj}")
-            z = run.cache["z", layer].to(execution_device(lab.model, o_proj), d_resid.dtype)
+            o_proj = engine.model.get_submodule(f"{arch.layers}.{layer}.{arch.o_proj}")
+            z = run.cache["z", layer].to(execution_device(engine.model, o_proj), d_resid.dtype)
             zero = o_proj(torch.zeros_like(z))
             per_head = z.view(*z.shape[:2], H, -1)
             for h in range(H):
@@ -123,7 +123,7 @@ def direct_logit_attribution(lab: Engine, prompts, metric) -> DLAResult:
     embed, pos_embed, final_bias, total = parts[n * (H + 2):]
     if bias_value is not None:
         final_bias = final_bias + bias_value
-    result = DLAResult(heads, attn_bias, mlp, embed, pos_embed, final_bias, total, lab.to_str_tokens(prompts[0]),
+    result = DLAResult(heads, attn_bias, mlp, embed, pos_embed, final_bias, total, engine.to_str_tokens(prompts[0]),
                        metric.name)
     err = (result.parts_sum() - total).abs().max()
     if err > 1e-3 * max(1.0, float(total.abs().max())):

@@ -26,13 +26,13 @@ from typing import NamedTuple
 
 import torch
 
-from . import display, engine
-from . import edits as ed
-from .engine import Engine, as_prompts, engine_of
-from .errors import InterplabError, LengthMismatchError, NumberError, UnsupportedSiteError
-from .metrics import Custom, Metric, as_metric
-from .sae import SAE
-from .sites import HEADED, LAYERED
+from .. import display
+from .. import edits as ed
+from ..engine import Engine, as_prompts, default_budget, default_max_rows, engine_of, halving
+from ..errors import InterplabError, LengthMismatchError, NumberError, UnsupportedSiteError
+from ..metrics import Custom, Metric, as_metric
+from ..sae import SAE
+from ..sites import HEADED, LAYERED
 
 HEAD_SITES = ("z", "q", "k", "v", "rot_q", "rot_k", "pattern")  # per head (k, v, rot_k: the key-value heads)
 SWEEP_SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", *HEAD_SITES)
@@ -142,7 +142,7 @@ class SweepResult:
     corrupt_value: float
     clean: list[str] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)
-    lab: Engine | None = field(default=None, repr=False)  # for show(): clicking a cell re-runs on this lab
+    engine: Engine | None = field(default=None, repr=False)  # for show(): clicking a cell re-runs on this lab
     metric: Metric | None = field(default=None, repr=False)
     # exact sweeps: the patched run's top next tokens (first pair) per cell index, for the heatmap's hover
     top_tokens: dict = field(default_factory=dict, repr=False)
@@ -182,9 +182,10 @@ class SweepResult:
                           yaxis={"tickvals": list(range(len(ylab))), "ticktext": ylab, "autorange": "reversed"})
         return fig
 
-    def show(self, lab: Engine | None = None):
-        """The clickable heatmap with its logit panel (a static plotly figure if widgets cannot load)."""
-        shown = display.view(self, lab=lab or self.lab)
+    def show(self, lab=None):
+        """The clickable heatmap with its logit panel (a static plotly figure if widgets cannot load); lab: a Lab or
+        an Engine (default: the sweep's own)."""
+        shown = display.view(self, lab=lab or self.engine)
         return self.figure() if shown is None else shown
 
 
@@ -218,7 +219,7 @@ class HeadSweeps:
         fig.update_layout(title=f"every part of every head, {first.metric_name}, {first.method}")
         return fig
 
-    def show(self, lab: Engine | None = None):
+    def show(self, lab=None):
         """The five heatmaps as one view (a static plotly figure where no widget viewer is registered)."""
         shown = display.view(self, lab=lab)
         return self.figure() if shown is None else shown
@@ -228,11 +229,11 @@ def patch_sweep_heads(lab: Engine, clean, corrupt, metric, by=("layer", "head"),
                       method: str = "exact", sites=EVERY_HEAD_SITE, **kw) -> HeadSweeps:
     """patch_sweep of each part of every head, by (layer, head) or (layer, head, pos): one call for what
     TransformerLens's `get_act_patch_attn_head_*_every` gives (k and v by key-value head)."""
-    lab = engine_of(lab)
+    engine = engine_of(lab)
     unknown = [s for s in sites if s not in HEAD_SITES]
     if unknown or not sites:
         raise InterplabError(f"sites={sites!r}: choose among {', '.join(HEAD_SITES)}.")
-    return HeadSweeps({site: patch_sweep(lab, clean, corrupt, site, by, metric, direction, method, **kw)
+    return HeadSweeps({site: patch_sweep(engine, clean, corrupt, site, by, metric, direction, method, **kw)
                        for site in sites})
 
 
@@ -270,7 +271,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     memory_budget: exact sweeps, the memory one batched forward may use: bytes, or a string such as "600MiB" or
            "2GiB"; each chunk takes as many rows (up to max_batch) as fit (an estimate from the model's sizes and the
            positions the chunk computes). Default: a quarter of the device's free memory, at most 1 GiB on CUDA
-           and 256 MiB elsewhere (engine.default_budget).
+           and 256 MiB elsewhere (interplab.engine.default_budget).
     site=sae (an interplab.sae.SAE), by=("feature", "pos"): each cell patches one feature at one position (the
            site's value becomes base + (f_source - f_base) * the feature's decoder direction there, as
            ilab.patch(sae, feature=i, pos=p, source=...) does); rows are `features` (default: all). Attribution
@@ -279,7 +280,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
            vLLM engine (each cell a request: residual sites, attn_out, mlp_out, z; exact sweeps); None, vLLM when
            the lab has one and it can run this sweep.
     """
-    lab = engine_of(lab)
+    engine = engine_of(lab)
     if not isinstance(by, (str, list, tuple)):
         raise InterplabError(f"by={by!r} is not a sweep layout: choose one of {', '.join(map(str, AXES))}.")
     by = tuple([by] if isinstance(by, str) else by)
@@ -293,7 +294,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
             raise UnsupportedSiteError(f"{sae.describe()}: a sweep patches features at layered sites "
                                        f"({', '.join(FEATURE_SWEEP_SITES)}), not {sae.site!r}; use lab.run with "
                                        f"ilab.patch(sae, feature=..., source=...) there.")
-        sae.check_fits(lab)
+        sae.check_fits(engine)
         rows = sae.features_of(features)
         if grad_drop:
             raise InterplabError("grad_drop is not available for feature sweeps: use method='attribution' alone.")
@@ -318,11 +319,11 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     if metric is None:
         raise InterplabError("metric= is required, e.g. ilab.logit_diff(' Mary', ' John').")
     if max_batch is None:
-        max_batch = engine.default_max_rows(lab.device)
+        max_batch = default_max_rows(engine.device)
     elif isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise InterplabError(f"max_batch={max_batch!r}: the most patched rows per forward, an int >= 1 (default: 64 "
                              f"on a CPU, 512 on a GPU, fewer where memory_budget allows fewer).")
-    budget = _budget_bytes(memory_budget, lab.device)
+    budget = _budget_bytes(memory_budget, engine.device)
     if not (isinstance(progress, bool) or callable(progress)):
         raise InterplabError(f"progress={progress!r}: use True (a progress bar), False, or a function (done, total).")
     if cancel is not None and not callable(getattr(cancel, "is_set", None)):
@@ -330,39 +331,39 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     if on_partial is not None and not callable(on_partial):
         raise InterplabError(f"on_partial={on_partial!r}: use a function (SweepResult) -> None, or None.")
     # the backend that runs it, and whether it can (before any forward): attribution needs gradients
-    runner = lab.backend(backend, [ed.zero(site)], what="patch_sweep",
+    runner = engine.backend(backend, [ed.zero(site)], what="patch_sweep",
                          **({"method": method} if method != "exact" else {}))
-    if lab.sites.arch is None:
+    if engine.sites.arch is None:
         raise InterplabError("patch_sweep needs a known architecture (see ilab.sites.ARCHS); use lab.run with "
                              "raw-path edits on this model.")
     clean, corrupt = as_prompts(clean), as_prompts(corrupt)
     if len(clean) != len(corrupt):
         raise LengthMismatchError(f"{len(clean)} clean prompts but {len(corrupt)} corrupt: give them in pairs.")
     as_metric(metric).check_pairs(len(clean))  # per-pair answers: one per pair, before any forward
-    lab.check_pair(clean, corrupt)
-    metric = as_metric(metric).bind(lab.token_id)
-    pairs = _pairs(lab, clean, corrupt, direction, by)
-    layer_list = lab.sites.layers_of(layers)
+    engine.check_pair(clean, corrupt)
+    metric = as_metric(metric).bind(engine.token_id)
+    pairs = _pairs(engine, clean, corrupt, direction, by)
+    layer_list = engine.sites.layers_of(layers)
 
-    n_heads = lab.resolve(site, layer_list[0]).n_heads or lab.n_heads  # k, v, rot_k: the key-value heads
+    n_heads = engine.resolve(site, layer_list[0]).n_heads or engine.n_heads  # k, v, rot_k: the key-value heads
     pair_idx = torch.arange(len(clean))
     row_ids = layer_list if sae is None else rows  # what the rows are: layers, or the SAE's features
     if method == "attribution" and sae is not None:
-        estimate, source_value, base_value = _feature_attribution(lab, pairs, sae, rows, metric)
+        estimate, source_value, base_value = _feature_attribution(engine, pairs, sae, rows, metric)
         clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
                                       else (base_value, source_value))
     elif method == "attribution":  # its two runs (source with cache, base with gradient) give both metric values
-        cells = Cells(by, tuple(layer_list), tuple(lab.to_str_tokens(clean[0])), n_heads)
-        estimate, source_value, base_value = _attribution(lab, pairs, site, by, metric, layer_list, cells, n_heads,
+        cells = Cells(by, tuple(layer_list), tuple(engine.to_str_tokens(clean[0])), n_heads)
+        estimate, source_value, base_value = _attribution(engine, pairs, site, by, metric, layer_list, cells, n_heads,
                                                           qk_fix, grad_drop)
         clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
                                       else (base_value, source_value))
     else:  # the site at every layer, in both runs: cells where they are equal need no forward (see _first_changes)
         keys = [(site, l) for l in layer_list]
         # the base run also keeps the residual every patched forward resumes from: one forward serves all chunks
-        resume = [_resume_key(lab, site, l) for l in layer_list]
-        base_run = _Recorded(*runner.forward(lab, pairs.base, record=list(dict.fromkeys(keys + resume))))
-        source_run = _Recorded(*runner.forward(lab, pairs.source, record=keys))
+        resume = [_resume_key(engine, site, l) for l in layer_list]
+        base_run = _Recorded(*runner.forward(engine, pairs.base, record=list(dict.fromkeys(keys + resume))))
+        source_run = _Recorded(*runner.forward(engine, pairs.source, record=keys))
         base_value = _metric_mean(metric, base_run.last_logits, pair_idx)
         source_value = _metric_mean(metric, source_run.last_logits, pair_idx)
         clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
@@ -372,13 +373,13 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
             f"clean and corrupt give the same {metric.name} ({clean_value:.4f}): there is nothing to restore, so the "
             f"normalised values would divide by zero. Pick a corrupt prompt that changes the answer."
         )
-    labels = {"layer": layer_list, "pos": lab.to_str_tokens(clean[0]), "head": list(range(n_heads))}
+    labels = {"layer": layer_list, "pos": engine.to_str_tokens(clean[0]), "head": list(range(n_heads))}
     if sae is not None:
         labels["feature"] = rows
     shape = Cells(by, tuple(row_ids), tuple(labels["pos"]), n_heads).shape
     raw = torch.full(shape, float("nan"))
     result = SweepResult(raw.clone(), raw, by, labels, site, metric.name, direction, method, clean_value,
-                         corrupt_value, clean, corrupt, lab, metric, sae=sae)
+                         corrupt_value, clean, corrupt, engine, metric, sae=sae)
 
     def finish():
         result.values = (result.raw - corrupt_value) / (clean_value - corrupt_value)
@@ -394,7 +395,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     layer_cells = result.cells.in_layer()
     jobs = [(li, layer, layer_cells) for li, layer in enumerate(layer_list)] if sae is None else [
         (ri, sae.layer, layer_cells) for ri in range(len(rows))]
-    feature_source = _feature_sources(lab, sae, rows, base_run, source_run) if sae is not None else None
+    feature_source = _feature_sources(engine, sae, rows, base_run, source_run) if sae is not None else None
     total = sum(len(cells) for _, _, cells in jobs)
     bar = _progress_bar(total, progress)
     done = 0
@@ -403,7 +404,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
 
     def token(i: int) -> str:  # decoded once per sweep (hovers repeat the same few tokens)
         if i not in names:
-            names[i] = lab.tokenizer.decode([i])
+            names[i] = engine.tokenizer.decode([i])
         return names[i]
     base_top = _hover_top(base_cell)
     pending = []  # (priority, layer index, layer, source act, chunks): run after every layer's skipped cells
@@ -411,7 +412,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     try:
         for li, layer, all_cells in jobs:
             key = (site, layer)
-            base_act, source_act = (lab.as_hooked(site, run.cache[key]) for run in (base_run, source_run))
+            base_act, source_act = (engine.as_hooked(site, run.cache[key]) for run in (base_run, source_run))
             if feature_source is not None:  # row li: the base activation with only its feature patched
                 source_act = feature_source(li, base_act)
             cells = []
@@ -431,7 +432,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                 continue
             per_chunk = max(1, max_batch // len(pairs.base))
             if cells and fits is None:
-                fits = runner.sweep_fits(lab, site, pairs.base, pairs.base_ids, pairs.mask, budget)
+                fits = runner.sweep_fits(engine, site, pairs.base, pairs.base_ids, pairs.mask, budget)
             if order is None:
                 pending.append((0.0, li, layer, source_act, _chunks(cells, per_chunk, fits)))
                 continue
@@ -459,11 +460,11 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
                 if cancel is not None and cancel.is_set():
                     raise SweepCancelled(f"sweep cancelled after {done} of {total} cells; no result returned.",
                                          done, total)
-                hidden = base_run.cache[_resume_key(lab, site, layer)]
+                hidden = base_run.cache[_resume_key(engine, site, layer)]
 
                 def run_part(part, layer=layer, hidden=hidden, src=source_act):
-                    return [(part, _run_cells(lab, site, layer, part, pairs, metric, hidden, src, n_heads, runner))]
-                unread += [(li, part, out) for part, out in engine.halving(run_part, chunk)]
+                    return [(part, _run_cells(engine, site, layer, part, pairs, metric, hidden, src, n_heads, runner))]
+                unread += [(li, part, out) for part, out in halving(run_part, chunk)]
                 done += len(chunk)
                 _advance(bar, progress, done, total, len(chunk))
                 if on_partial is not None:
@@ -476,9 +477,9 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     return finish()
 
 
-def _pairs(lab: Engine, clean, corrupt, direction, by) -> _Pairs:
+def _pairs(engine: Engine, clean, corrupt, direction, by) -> _Pairs:
     base, source = (corrupt, clean) if direction == "denoise" else (clean, corrupt)
-    ids, mask, lengths = lab.encode(base)
+    ids, mask, lengths = engine.encode(base)
     if "pos" in by and len(set(lengths)) > 1:
         raise LengthMismatchError(
             f"a sweep by position needs every prompt pair to have the same token length; got lengths "
@@ -497,9 +498,9 @@ def budget_bytes(memory_budget, device) -> int:
 
 
 def _budget_bytes(memory_budget, device) -> int:
-    """memory_budget as bytes: None -> the device's default (engine.default_budget)."""
+    """memory_budget as bytes: None -> the device's default (interplab.engine.default_budget)."""
     if memory_budget is None:
-        return engine.default_budget(device)
+        return default_budget(device)
     value = memory_budget
     if isinstance(value, str):
         match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]+)\s*", value)
@@ -529,20 +530,20 @@ def _chunks(cells, per_chunk: int, fits: Callable[[int], int] | None = None) -> 
     return chunks
 
 
-def _resume_key(lab: Engine, site: str, layer: int) -> tuple[str, int]:
+def _resume_key(engine: Engine, site: str, layer: int) -> tuple[str, int]:
     """The cached residual a patched forward of (site, layer) starts from (resid_post patches start one higher)."""
     start = layer + 1 if site == "resid_post" else layer
-    return ("resid_pre", start) if start < lab.n_layers else ("resid_post", lab.n_layers - 1)
+    return ("resid_pre", start) if start < engine.n_layers else ("resid_post", engine.n_layers - 1)
 
 
-def _run_cells(lab: Engine, site: str, layer: int, chunk, pairs: _Pairs, metric: Metric, base_hidden: torch.Tensor,
+def _run_cells(engine: Engine, site: str, layer: int, chunk, pairs: _Pairs, metric: Metric, base_hidden: torch.Tensor,
                src: torch.Tensor, n_heads: int, runner) -> _ChunkOut:
     """A chunk of cells of one layer run by the backend (`runner.sweep_cells`: on the Hugging Face model one
     batched forward resumed from `base_hidden`, the base run's residual at the start layer), with `src` (the source
     run's activation at the site) patched in. Its results stay on the model's device (see _read_chunks)."""
     n_pairs = pairs.base_ids.shape[0]
     n_cells = len(chunk)
-    logits = runner.sweep_cells(lab, site, layer, [(sel, first) for _, sel, first in chunk], pairs.base,
+    logits = runner.sweep_cells(engine, site, layer, [(sel, first) for _, sel, first in chunk], pairs.base,
                                 ids=pairs.base_ids, mask=pairs.mask, lengths=pairs.lengths, hidden=base_hidden,
                                 source=src, n_heads=n_heads)
     if isinstance(metric, Custom):
@@ -553,7 +554,7 @@ def _run_cells(lab: Engine, site: str, layer: int, chunk, pairs: _Pairs, metric:
     return _cell_tops(logits[::n_pairs], metric)._replace(values=values)
 
 
-CELL_TOP_K = 8  # next tokens kept per cell for the logit panel (interplab.session.TOP_K)
+CELL_TOP_K = 8  # next tokens kept per cell for the logit panel (interplab.views.logits.TOP_K)
 
 
 class _ChunkOut(NamedTuple):
@@ -625,7 +626,7 @@ def _metric_mean(metric: Metric, logits: torch.Tensor, pair_idx: torch.Tensor) -
 QK_SITES = ("q", "k", "rot_q", "rot_k")  # where AtP*'s QK fix applies: they reach the metric through the pattern
 
 
-def _attribution(lab: Engine, pairs: _Pairs, site: str, by, metric: Metric, layer_list, cells: Cells,
+def _attribution(engine: Engine, pairs: _Pairs, site: str, by, metric: Metric, layer_list, cells: Cells,
                  n_heads: int, qk_fix: bool = False, grad_drop: bool = False) -> tuple:
     """(source - base) . grad of the metric at base, summed within each cell; added to the base metric.
 
@@ -638,17 +639,17 @@ def _attribution(lab: Engine, pairs: _Pairs, site: str, by, metric: Metric, laye
     backward of the base (one more of each per layer with grad_drop)."""
     keys = [(site, l) for l in layer_list]
     qk = qk_fix and site in QK_SITES
-    rotary = lab.sites.arch.rotary
+    rotary = engine.sites.arch.rotary
     rq, rk = ("rot_q", "rot_k") if rotary else ("q", "k")
     angles = [(name, l) for name in (rq, rk) for l in layer_list] if qk else []
-    src_run = lab.run(pairs.source, cache=keys + angles, log=False)
-    base_angles = lab.run(pairs.base, cache=angles, log=False) if qk else None
+    src_run = engine.run(pairs.source, cache=keys + angles, log=False)
+    base_angles = engine.run(pairs.base, cache=angles, log=False) if qk else None
     pair_idx = torch.arange(len(pairs.base))
 
     def estimate(stop_layer: int | None) -> tuple[torch.Tensor, float]:
         edits = [] if stop_layer is None else [ed.stop_grad(part, stop_layer) for part in ("attn_out", "mlp_out")]
         grad_keys = [("pattern", l) for l in layer_list] if qk else keys
-        base_run = lab.run(pairs.base, edits=edits, cache=grad_keys, grad=True, log=False)
+        base_run = engine.run(pairs.base, edits=edits, cache=grad_keys, grad=True, log=False)
         value = metric(base_run.last_logits.float(), pair_idx).sum()  # per-pair contributions add up
         acts = [base_run.cache[k] for k in grad_keys]
         grads = torch.autograd.grad(value, acts, allow_unused=True)  # param .grad is never touched
@@ -657,30 +658,31 @@ def _attribution(lab: Engine, pairs: _Pairs, site: str, by, metric: Metric, laye
             if g is None:
                 continue
             if qk:
-                out[li] = _qk_fixed(lab, site, k[1], a.detach(), g, base_angles, src_run, (rq, rk), pairs, cells)
+                out[li] = _qk_fixed(engine, site, k[1], a.detach(), g, base_angles, src_run, (rq, rk), pairs, cells)
             else:
-                a, g = lab.as_hooked(site, a.detach()), lab.as_hooked(site, g)  # pattern: [pairs, query, head*key]
-                delta = (lab.as_hooked(site, src_run.cache[k]).to(a.device) - a) * g  # [pairs, pos, width]
+                # pattern: [pairs, query, head*key]
+                a, g = engine.as_hooked(site, a.detach()), engine.as_hooked(site, g)
+                delta = (engine.as_hooked(site, src_run.cache[k]).to(a.device) - a) * g  # [pairs, pos, width]
                 out[li] = _per_cell(delta * pairs.mask.bool()[..., None].to(delta.device), site, by, n_heads)
-        lab.model.zero_grad(set_to_none=True)
+        engine.model.zero_grad(set_to_none=True)
         return out, float(metric(base_run.last_logits.detach().float(), pair_idx).mean())
 
     out, base_value = estimate(None)
     if grad_drop:
-        n = lab.n_layers
+        n = engine.n_layers
         size = sum(estimate(layer)[0].abs() for layer in range(n)) / max(1, n - 1)
         out = torch.where(out < 0, -size, size)
     source_value = float(metric(src_run.last_logits.float(), pair_idx).mean())
     return base_value + out, source_value, base_value
 
 
-def _feature_sources(lab: Engine, sae: SAE, rows: list[int], base_run, source_run) -> Callable:
+def _feature_sources(engine: Engine, sae: SAE, rows: list[int], base_run, source_run) -> Callable:
     """row -> the site's value with only that row's feature taken from the source run: base + (f_source - f_base) *
     the feature's decoder direction (times the SAE's run-time output scale), which is base itself where the
     feature's activation is equal in both runs (so those cells are skipped as unchanged)."""
     key = (sae.site, sae.layer)
-    base = lab.as_hooked(sae.site, base_run.cache[key]).float()
-    df = sae.encode(lab.as_hooked(sae.site, source_run.cache[key]).float())[..., rows] - sae.encode(base)[..., rows]
+    base = engine.as_hooked(sae.site, base_run.cache[key]).float()
+    df = sae.encode(engine.as_hooked(sae.site, source_run.cache[key]).float())[..., rows] - sae.encode(base)[..., rows]
     scale = sae.out_scale(base)
     directions = sae.direction(rows).float().to(df.device)  # (the SAE's weights may sit elsewhere than the run)
 
@@ -690,18 +692,18 @@ def _feature_sources(lab: Engine, sae: SAE, rows: list[int], base_run, source_ru
     return source
 
 
-def _feature_attribution(lab: Engine, pairs: _Pairs, sae: SAE, rows: list[int], metric: Metric) -> tuple:
+def _feature_attribution(engine: Engine, pairs: _Pairs, sae: SAE, rows: list[int], metric: Metric) -> tuple:
     """(f_source - f_base) * d metric / d f at the base run for every feature in `rows` x position, from one forward
     of the source and one forward and backward of the base; d metric / d f_i = grad_x . (out scale * W_dec[i]).
     Returns (estimated metric [rows, pos], source metric, base metric), as _attribution."""
     key = (sae.site, sae.layer)
     pair_idx = torch.arange(len(pairs.base))
-    src_run = lab.run(pairs.source, cache=[key], log=False)
-    base_run = lab.run(pairs.base, cache=[key], grad=True, log=False)
+    src_run = engine.run(pairs.source, cache=[key], log=False)
+    base_run = engine.run(pairs.base, cache=[key], grad=True, log=False)
     value = metric(base_run.last_logits.float(), pair_idx).sum()  # per-pair contributions add up
     act = base_run.cache[key]
     (grad,) = torch.autograd.grad(value, [act])
-    lab.model.zero_grad(set_to_none=True)
+    engine.model.zero_grad(set_to_none=True)
     with torch.no_grad():
         x = act.detach().float()
         df = sae.encode(src_run.cache[key].to(x.device).float())[..., rows] - sae.encode(x)[..., rows]
@@ -729,23 +731,23 @@ def _per_cell(delta: torch.Tensor, site: str, by, n_heads: int) -> torch.Tensor:
     return delta.sum(0).T.cpu() / n  # [heads, pos]
 
 
-def _qk_fixed(lab: Engine, site: str, layer: int, pattern: torch.Tensor, grad: torch.Tensor, base_run, src_run,
+def _qk_fixed(engine: Engine, site: str, layer: int, pattern: torch.Tensor, grad: torch.Tensor, base_run, src_run,
               names: tuple[str, str], pairs: _Pairs, cells: Cells) -> torch.Tensor:
     """AtP*'s QK fix for one layer: per cell, the attention pattern with that cell's queries or keys taken from
     the source, computed exactly from the rotated queries and keys, then grad . (pattern' - pattern)."""
     rq, rk = names
-    H = lab.n_heads
+    H = engine.n_heads
 
     def heads_of(run, name, n):  # [pairs, pos, n * d] -> [pairs, pos, n, d]
         value = run.cache[name, layer]
         return value.view(*value.shape[:2], n, -1)
 
     base_q, src_q = (heads_of(run, rq, H) for run in (base_run, src_run))
-    base_k, src_k = (heads_of(run, rk, lab.sites.n_kv_heads) for run in (base_run, src_run))
-    group = H // lab.sites.n_kv_heads
-    attn = lab.model.get_submodule(f"{lab.sites.arch.layers}.{layer}.{lab.sites.arch.attn}")
+    base_k, src_k = (heads_of(run, rk, engine.sites.n_kv_heads) for run in (base_run, src_run))
+    group = H // engine.sites.n_kv_heads
+    attn = engine.model.get_submodule(f"{engine.sites.arch.layers}.{layer}.{engine.sites.arch.attn}")
     scaling = float(getattr(attn, "scaling", base_q.shape[-1] ** -0.5))
-    cap = getattr(lab.model.config, "attn_logit_softcapping", None)
+    cap = getattr(engine.model.config, "attn_logit_softcapping", None)
     T = pattern.shape[-1]
     dev = pattern.device  # the model's (the runs' caches stay there): every tensor below is made there too
     allowed = (torch.ones(T, T, dtype=torch.bool, device=dev).tril()[None]

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import edits as ed
-from .engine import Engine, engine_of
-from .errors import InterplabError
+from .. import edits as ed
+from ..engine import Engine, engine_of
+from ..errors import InterplabError
 
 RECEIVER_SITES = ("q", "k", "v")
 
@@ -45,7 +45,7 @@ class PathPatchResult:
 
     def show(self):
         """Senders as a heatmap; a click on one shows its effect through each receiver (None without widgets)."""
-        from . import display
+        from .. import display
 
         return display.view(self)
 
@@ -58,14 +58,14 @@ def path_patch(lab: Engine, clean, corrupt, metric, senders="heads", receivers="
     receivers: "logits", or a list of (layer, head, "q" | "k" | "v"), patched together; per_receiver=True
     measures each receiver on its own instead (one group each). direction: "noise" (the paper's: the corrupt run's
     sender into the clean run) or "denoise"."""
-    lab = engine_of(lab)
+    engine = engine_of(lab)
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise InterplabError(f"max_batch={max_batch!r}: the most rows per forward, an int >= 1.")
-    if lab.sites.arch is None:
+    if engine.sites.arch is None:
         raise InterplabError("path_patch needs a known architecture (see ilab.sites.ARCHS).")
-    base, source, metric = lab.paired(clean, corrupt, metric, direction, "path patching")
-    sender_list = _senders(lab, senders)
-    groups = _receiver_groups(lab, receivers, per_receiver)
+    base, source, metric = engine.paired(clean, corrupt, metric, direction, "path patching")
+    sender_list = _senders(engine, senders)
+    groups = _receiver_groups(engine, receivers, per_receiver)
     if not isinstance(senders, str):  # senders the user named: each must be able to reach some receiver
         stuck = [s for s in sender_list if not any(_reaches(s[0], g) for g in groups)]
         if stuck:
@@ -77,21 +77,21 @@ def path_patch(lab: Engine, clean, corrupt, metric, senders="heads", receivers="
                 f"or later receivers.")
     n_pairs = len(base)
     pair_idx = torch.arange(n_pairs)
-    frozen_sites = [("z", layer) for layer in range(lab.n_layers)]
+    frozen_sites = [("z", layer) for layer in range(engine.n_layers)]
     mlp_sites = [("mlp_out", layer) for layer, head in sender_list if head is None]
-    base_run = lab.run(base, cache=frozen_sites + mlp_sites, log=False)
-    source_run = lab.run(source, cache=frozen_sites + mlp_sites, log=False)
+    base_run = engine.run(base, cache=frozen_sites + mlp_sites, log=False)
+    source_run = engine.run(source, cache=frozen_sites + mlp_sites, log=False)
     base_value = float(metric(base_run.last_logits.float(), pair_idx).mean())
     source_value = float(metric(source_run.last_logits.float(), pair_idx).mean())
     if abs(source_value - base_value) < 1e-6:
         raise InterplabError(f"clean and corrupt give the same {metric.name} ({base_value:.4f}): there is no effect "
                              f"to trace. Pick a corrupt prompt that changes the answer.")
-    cols = list(range(lab.n_heads)) + (["MLP"] if any(h is None for _, h in sender_list) else [])
-    raw = torch.full((len(groups), lab.n_layers, len(cols)), float("nan"))
+    cols = list(range(engine.n_heads)) + (["MLP"] if any(h is None for _, h in sender_list) else [])
+    raw = torch.full((len(groups), engine.n_layers, len(cols)), float("nan"))
     per_chunk = max(1, max_batch // n_pairs)
     for start in range(0, len(sender_list), per_chunk):
         chunk = sender_list[start:start + per_chunk]
-        values = _run_chunk(lab, chunk, groups, base, base_run, source_run, metric, n_pairs)
+        values = _run_chunk(engine, chunk, groups, base, base_run, source_run, metric, n_pairs)
         for (layer, head), v in zip(chunk, values.T):
             raw[:, layer, cols.index(head if head is not None else "MLP")] = v
     for gi, group in enumerate(groups):  # no path from a sender at or after every receiver: not answered, not 0
@@ -101,17 +101,18 @@ def path_patch(lab: Engine, clean, corrupt, metric, senders="heads", receivers="
     values = (raw - base_value) / (source_value - base_value)
     clean_value, corrupt_value = (base_value, source_value) if direction == "noise" else (source_value, base_value)
     return PathPatchResult(values, raw, sender_list, [g if g == "logits" else list(g) for g in groups], metric.name,
-                           direction, clean_value, corrupt_value, {"cols": cols, "layers": list(range(lab.n_layers))})
+                           direction, clean_value, corrupt_value,
+                           {"cols": cols, "layers": list(range(engine.n_layers))})
 
 
-def _run_chunk(lab: Engine, chunk, groups, base, base_run, source_run, metric, n_pairs: int) -> torch.Tensor:
+def _run_chunk(engine: Engine, chunk, groups, base, base_run, source_run, metric, n_pairs: int) -> torch.Tensor:
     """[groups, senders in chunk] metric values: one forward with the senders patched and every other head frozen,
     then (q/k/v receivers) one forward per group with the receivers patched in."""
     prompts = [p for _ in chunk for p in base]  # sender-major: row s * n_pairs + i = sender s, pair i
     edits = []
-    for layer in range(lab.n_layers):  # every head's output frozen at its base value, the sender's from the source
+    for layer in range(engine.n_layers):  # every head's output frozen at its base value, the sender's from the source
         frozen = base_run.cache["z", layer].repeat(len(chunk), 1, 1)
-        z = frozen.view(*frozen.shape[:2], lab.n_heads, -1).clone()
+        z = frozen.view(*frozen.shape[:2], engine.n_heads, -1).clone()
         src = source_run.cache["z", layer].view(n_pairs, *z.shape[1:])
         for s, (sl, sh) in enumerate(chunk):
             if sl == layer and sh is not None:
@@ -123,7 +124,7 @@ def _run_chunk(lab: Engine, chunk, groups, base, base_run, source_run, metric, n
                                   source=source_run.cache["mlp_out", sl].repeat(len(chunk), 1, 1)))
     receiver_sites = sorted({(site, layer) for g in groups if g != "logits" for layer, _, site in g})
     # (memo=False: these runs' edits are tensors made here; digesting them for a key would copy each to the host)
-    sent = lab.run(prompts, edits=edits, cache=receiver_sites, log=False, memo=False)
+    sent = engine.run(prompts, edits=edits, cache=receiver_sites, log=False, memo=False)
     pair_idx = torch.arange(n_pairs).repeat(len(chunk))
     out = torch.zeros(len(groups), len(chunk))
     for gi, group in enumerate(groups):
@@ -131,7 +132,7 @@ def _run_chunk(lab: Engine, chunk, groups, base, base_run, source_run, metric, n
             logits = sent.last_logits
         else:
             patches = [ed.patch(site, layer, head=head, source=sent) for layer, head, site in group]
-            logits = lab.run(prompts, edits=patches, log=False, memo=False).last_logits
+            logits = engine.run(prompts, edits=patches, log=False, memo=False).last_logits
         out[gi] = metric(logits.float(), pair_idx).view(len(chunk), n_pairs).mean(1)
     return out
 
@@ -146,12 +147,12 @@ def _name(sender) -> str:
     return f"MLP{layer}" if head is None else f"L{layer}H{head}"
 
 
-def _senders(lab: Engine, senders) -> list[tuple[int, int | None]]:
-    heads = [(layer, h) for layer in range(lab.n_layers) for h in range(lab.n_heads)]
+def _senders(engine: Engine, senders) -> list[tuple[int, int | None]]:
+    heads = [(layer, h) for layer in range(engine.n_layers) for h in range(engine.n_heads)]
     if senders == "heads":
         return heads
     if senders == "heads+mlps":
-        return heads + [(layer, None) for layer in range(lab.n_layers)]
+        return heads + [(layer, None) for layer in range(engine.n_layers)]
     if not isinstance(senders, (list, tuple)) or not senders:
         raise InterplabError(f"senders={senders!r}: use 'heads', 'heads+mlps', or a list of (layer, head) pairs "
                              f"(head None for that layer's MLP).")
@@ -160,14 +161,14 @@ def _senders(lab: Engine, senders) -> list[tuple[int, int | None]]:
         if not (isinstance(item, (list, tuple)) and len(item) == 2):
             raise InterplabError(f"sender {item!r}: give (layer, head), or (layer, None) for an MLP.")
         layer, head = item
-        layer = lab.sites.layer_index(layer)
+        layer = engine.sites.layer_index(layer)
         if head is not None:
-            lab.sites.check_head(head)
+            engine.sites.check_head(head)
         out.append((layer, head))
     return out
 
 
-def _receiver_groups(lab: Engine, receivers, per_receiver: bool) -> list:
+def _receiver_groups(engine: Engine, receivers, per_receiver: bool) -> list:
     if receivers == "logits":
         return ["logits"]
     if not isinstance(receivers, (list, tuple)) or not receivers:
@@ -177,7 +178,7 @@ def _receiver_groups(lab: Engine, receivers, per_receiver: bool) -> list:
         if not (isinstance(item, (list, tuple)) and len(item) == 3 and item[2] in RECEIVER_SITES):
             raise InterplabError(f"receiver {item!r}: give (layer, head, 'q' | 'k' | 'v'), e.g. (3, 1, 'q').")
         layer, head, site = item
-        layer = lab.sites.layer_index(layer)
-        lab.sites.check_head(head, lab.resolve(site, layer).n_heads)
+        layer = engine.sites.layer_index(layer)
+        engine.sites.check_head(head, engine.resolve(site, layer).n_heads)
         items.append((layer, head, site))
     return [[r] for r in items] if per_receiver else [items]

@@ -8,8 +8,8 @@
     f.logit_effects()                              #   the tokens its decoder direction raises and lowers most
     f.top_contexts(prompts)                        #   where it fires most in a list of prompts
     f.ablate(pos=-1), f.steer(alpha=4.0)           #   its edits
-    ilab.features.top_contexts(lab, prompts, sae, features)   # many features in one scan
-    ilab.features.feature_attribution(lab, clean, corrupt, sae, metric)
+    ilab.analyses.features.top_contexts(lab, prompts, sae, features)   # many features in one scan
+    ilab.analyses.features.feature_attribution(lab, clean, corrupt, sae, metric)
 
 Edits on features (ilab.zero(sae, feature=i), steer, scale, set_value, patch) are interplab.edits'; the engine
 applies them like any other edit.
@@ -22,18 +22,19 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import display, edits
-from .engine import Engine, as_prompts, engine_of, own_weights
-from .errors import InterplabError, NumberError, OutOfRangeError
+from .. import display, edits
+from ..engine import Engine, as_prompts, engine_of, own_weights
+from ..errors import InterplabError, NumberError, OutOfRangeError
+from ..sae import SAE
+from ..tokens import token_text
 from .patching import SweepResult, budget_bytes, patch_sweep
-from .sae import SAE
 
 
 def _check(lab: Engine, sae) -> SAE:
-    lab = engine_of(lab)
+    engine = engine_of(lab)
     if not isinstance(sae, SAE):
         raise InterplabError(f"expected an SAE (ilab.SAE.load(...)), got {type(sae).__name__} {sae!r}.")
-    sae.check_fits(lab)
+    sae.check_fits(engine)
     return sae
 
 
@@ -50,9 +51,9 @@ def _k(k, limit: int, what: str = "k") -> int:
 
 def feature_acts(lab: Engine, prompts, sae: SAE) -> torch.Tensor:
     """[batch, pos, d_sae] feature activations of the unedited run (CPU, float32); padded positions are 0."""
-    lab = engine_of(lab)
-    sae = _check(lab, sae)
-    run = lab.run(as_prompts(prompts), cache=[_key(sae)], log=False)
+    engine = engine_of(lab)
+    sae = _check(engine, sae)
+    run = engine.run(as_prompts(prompts), cache=[_key(sae)], log=False)
     acts = sae.encode(run.cache[_key(sae)].float())
     # (the run's cache is on the model's device; the result on the host, as documented)
     return (acts * run.attention_mask[..., None].to(acts.device, acts.dtype)).cpu()
@@ -66,7 +67,7 @@ class TokenFeatures:
     ids: torch.Tensor  # [pos, k] feature indices, highest activation first
     acts: torch.Tensor  # [pos, k] their activations
     prompt: str = ""
-    lab: object = field(default=None, repr=False)
+    engine: object = field(default=None, repr=False)
     sae: SAE | None = field(default=None, repr=False)
 
     def at(self, pos: int) -> list[tuple[int, float]]:
@@ -87,21 +88,22 @@ class TokenFeatures:
 
 def features(lab: Engine, prompt: str, sae: SAE, k: int = 5) -> TokenFeatures:
     """The k most active features at each token of `prompt` (inactive ones have activation 0)."""
-    lab = engine_of(lab)
+    engine = engine_of(lab)
     if not isinstance(prompt, str):
         raise InterplabError(f"features takes one prompt string, got {type(prompt).__name__}; for several: "
                              f"lab.feature_acts(prompts, sae).")
-    acts = feature_acts(lab, prompt, sae)[0]
+    acts = feature_acts(engine, prompt, sae)[0]
     values, ids = acts.topk(_k(k, sae.d_sae), dim=-1)
-    return TokenFeatures(lab.to_str_tokens(prompt), ids, values, prompt, lab, sae)
+    return TokenFeatures(engine.to_str_tokens(prompt), ids, values, prompt, engine, sae)
 
 
-def feature_attribution(lab: Engine, clean, corrupt, sae: SAE, metric, direction: str = "denoise",
+def feature_attribution(engine: Engine, clean, corrupt, sae: SAE, metric, direction: str = "denoise",
                         features=None) -> SweepResult:
     """Every feature x position's attribution-patching estimate of the metric (one forward of the source run, one
     forward and one backward of the base run): (f_source - f_base) * d metric / d f, a SweepResult by
     ("feature", "pos") normalised like every sweep (1 = clean behaviour). features: which rows (default all)."""
-    return patch_sweep(lab, clean, corrupt, _check(lab, sae), ("feature", "pos"), metric, direction, "attribution",
+    return patch_sweep(engine, clean, corrupt, _check(engine, sae), ("feature", "pos"), metric, direction,
+                       "attribution",
                        features=features)
 
 
@@ -125,16 +127,16 @@ def feature_logit_effects(lab: Engine, sae: SAE, feature: int, k: int = 10) -> L
     norm (centred where the norm is a LayerNorm, times its weight; its scale 1/std left out, as it is shared by
     every token) and the unembedding. The same direction as the logits' change when the feature is steered at the
     last layer's output, for a small alpha."""
-    lab = engine_of(lab)
-    sae = _check(lab, sae)
+    engine = engine_of(lab)
+    sae = _check(engine, sae)
     if isinstance(feature, bool) or not isinstance(feature, int):
         raise OutOfRangeError(f"feature={feature!r}: one feature index, an int 0..{sae.d_sae - 1}.")
     sae.features_of(feature)
-    arch = lab.sites.arch
+    arch = engine.sites.arch
     if arch is None:
         raise InterplabError("feature_logit_effects needs a known architecture (the final norm and unembedding).")
-    norm = lab.model.get_submodule(arch.final_norm)
-    unembed = lab.model.get_submodule(arch.unembed)
+    norm = engine.model.get_submodule(arch.final_norm)
+    unembed = engine.model.get_submodule(arch.unembed)
     with torch.no_grad(), own_weights(norm), own_weights(unembed):
         v = sae.direction(feature).float()
         if sae.site == "z":  # a head output: through each head's slice of the output projection first
@@ -149,9 +151,11 @@ def feature_logit_effects(lab: Engine, sae: SAE, feature: int, k: int = 10) -> L
         values = unembed.weight.detach().float().cpu() @ v
     k = _k(k, values.numel())
     top, low = values.topk(k), values.topk(k, largest=False)
-    name = lab.tokenizer.decode
-    return LogitEffects(feature, values, [(name([int(i)]), float(x)) for x, i in zip(*top)],
-                        [(name([int(i)]), float(x)) for x, i in zip(*low)])
+    def name(i) -> str:  # as the views name a token: a lone byte piece as its bytes ('<C0>'), not U+FFFD
+        return token_text(engine.tokenizer, int(i))
+
+    return LogitEffects(feature, values, [(name(i), float(x)) for x, i in zip(*top)],
+                        [(name(i), float(x)) for x, i in zip(*low)])
 
 
 @dataclass
@@ -164,7 +168,7 @@ class TopContexts:
     prompt_index: torch.Tensor  # [n_features, k]
     pos: torch.Tensor  # [n_features, k]
     prompts: list[str] = field(repr=False)
-    lab: Engine | None = field(default=None, repr=False)
+    engine: Engine | None = field(default=None, repr=False)
     sae: SAE | None = field(default=None, repr=False)
 
     def examples(self, feature: int, n: int | None = None) -> list[dict]:
@@ -179,9 +183,9 @@ class TopContexts:
             if not torch.isfinite(v):
                 continue
             prompt = self.prompts[int(i)]
-            acts = feature_acts(self.lab, prompt, self.sae)[0, :, feature] if self.lab is not None else None
+            acts = feature_acts(self.engine, prompt, self.sae)[0, :, feature] if self.engine is not None else None
             out.append({"prompt": prompt, "pos": int(p), "value": float(v),
-                        "tokens": self.lab.to_str_tokens(prompt) if self.lab is not None else None,
+                        "tokens": self.engine.to_str_tokens(prompt) if self.engine is not None else None,
                         "acts": acts.tolist() if acts is not None else None})
         return out
 
@@ -194,8 +198,8 @@ def top_contexts(lab: Engine, prompts, sae: SAE, features=None, k: int = 10, *, 
     Prompts run in batches of at most batch_size, fewer where a batch's activations would not fit memory_budget
     (bytes or '600MiB'; default as patch_sweep's); each forward stops at the SAE's site. progress: a tqdm bar
     (True), none (False) or a function (done, total)."""
-    lab = engine_of(lab)
-    sae = _check(lab, sae)
+    engine = engine_of(lab)
+    sae = _check(engine, sae)
     prompts = as_prompts(prompts)
     feats = sae.features_of(features)
     k = _k(k, 10**9)
@@ -203,7 +207,7 @@ def top_contexts(lab: Engine, prompts, sae: SAE, features=None, k: int = 10, *, 
         raise NumberError(f"batch_size={batch_size!r}: the most prompts per forward, an int >= 1.")
     if not (isinstance(progress, bool) or callable(progress)):
         raise InterplabError(f"progress={progress!r}: True (a progress bar), False, or a function (done, total).")
-    budget = budget_bytes(memory_budget, lab.device)
+    budget = budget_bytes(memory_budget, engine.device)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths pad little
     values = torch.full((len(feats), k), float("-inf"))
     where = torch.zeros((len(feats), k), dtype=torch.long)  # flat index: prompt * stride + pos
@@ -217,11 +221,11 @@ def top_contexts(lab: Engine, prompts, sae: SAE, features=None, k: int = 10, *, 
     done, i = 0, 0
     try:
         while i < len(order):
-            n_tok = max(8, len(lab.tokenizer(prompts[order[min(i + batch_size, len(order)) - 1]])["input_ids"]))
-            per_row = n_tok * (sae.d_sae * 4 * 3 + lab.d_model * 4 * 16)  # features (+ topk temporaries), forward
+            n_tok = max(8, len(engine.tokenizer(prompts[order[min(i + batch_size, len(order)) - 1]])["input_ids"]))
+            per_row = n_tok * (sae.d_sae * 4 * 3 + engine.d_model * 4 * 16)  # features (+ topk temporaries), forward
             rows = max(1, min(batch_size, budget // per_row))
             batch = order[i:i + rows]
-            got, lengths = lab.read_sites([prompts[j] for j in batch], [_key(sae)])
+            got, lengths = engine.read_sites([prompts[j] for j in batch], [_key(sae)])
             x = got[_key(sae)]
             acts = sae.encode(x)[..., idx.to(x.device)].float().cpu()  # [b, t, n_feats]
             t = acts.shape[1]
@@ -241,19 +245,20 @@ def top_contexts(lab: Engine, prompts, sae: SAE, features=None, k: int = 10, *, 
     finally:
         if bar is not None:
             bar.close()
-    return TopContexts(feats, values, where // stride, where % stride, prompts, lab, sae)
+    return TopContexts(feats, values, where // stride, where % stride, prompts, engine, sae)
 
 
 @dataclass
 class Feature:
     """One feature of an SAE on a lab's model: what a click on a feature shows, and the edits it offers."""
 
-    lab: object = field(repr=False)
+    engine: Engine = field(repr=False)  # (a Lab given here is replaced by its engine)
     sae: SAE = field(repr=False)
     index: int = 0
 
     def __post_init__(self):
-        _check(self.lab, self.sae)
+        self.engine = engine_of(self.engine)
+        _check(self.engine, self.sae)
         if isinstance(self.index, bool) or not isinstance(self.index, int):
             raise OutOfRangeError(f"feature {self.index!r}: one feature index, an int 0..{self.sae.d_sae - 1}.")
         self.index = self.sae.features_of(self.index)[0]
@@ -265,15 +270,15 @@ class Feature:
 
     def acts(self, prompts) -> torch.Tensor:
         """[batch, pos]: the feature's activation at every token (0 on padding)."""
-        return feature_acts(self.lab, prompts, self.sae)[..., self.index]
+        return feature_acts(self.engine, prompts, self.sae)[..., self.index]
 
     def logit_effects(self, k: int = 10) -> LogitEffects:
         """The tokens its decoder direction raises and lowers most (feature_logit_effects)."""
-        return feature_logit_effects(self.lab, self.sae, self.index, k)
+        return feature_logit_effects(self.engine, self.sae, self.index, k)
 
     def top_contexts(self, prompts, k: int = 10, **kw) -> list[dict]:
         """Its k highest activations over the prompts, each {prompt, pos, value, tokens, acts} (top_contexts)."""
-        return top_contexts(self.lab, prompts, self.sae, [self.index], k, **kw).examples(self.index)
+        return top_contexts(self.engine, prompts, self.sae, [self.index], k, **kw).examples(self.index)
 
     def ablate(self, pos=None, **kw):
         """The edit that sets the feature to 0 (ilab.zero(sae, feature=index))."""

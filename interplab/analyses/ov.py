@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .edits import set_value, zero
-from .engine import Engine, as_prompts, engine_of, execution_device
-from .errors import InterplabError, LengthMismatchError, UnsupportedSiteError
+from ..edits import set_value, zero
+from ..engine import Engine, as_prompts, engine_of, execution_device
+from ..errors import InterplabError, LengthMismatchError, UnsupportedSiteError
 
 
 @dataclass
@@ -47,9 +47,9 @@ def copying_scores(lab: Engine, prompts, positions, k: int = 5) -> CopyingScores
     """Every head's copying score over the names at `positions` of `prompts`: an int (the same position in every
     prompt), a tensor with one position per prompt, or a list of those (e.g. [IO, S1]: both names of each IOI
     prompt)."""
-    lab = engine_of(lab)
+    engine = engine_of(lab)
     prompts = as_prompts(prompts)
-    arch = lab.sites.arch
+    arch = engine.sites.arch
     if arch is None:
         raise UnsupportedSiteError("copying_scores needs a known architecture (see ilab.sites.ARCHS).")
     if arch.attn_out is not None:
@@ -57,29 +57,29 @@ def copying_scores(lab: Engine, prompts, positions, k: int = 5) -> CopyingScores
                                    f"adding it to the residual stream, so a head's OV output is not what it writes.")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise InterplabError(f"k={k!r}: how many top tokens count as copied, an int >= 1 (the paper uses 5).")
-    ids, mask, lengths = lab.encode(prompts)
+    ids, mask, lengths = engine.encode(prompts)
     if len(set(lengths)) > 1:
         raise LengthMismatchError(f"copying_scores reads one position per prompt: give prompts of equal token length "
                                   f"(got {sorted(set(lengths))}).")
     rows, cols = _name_positions(positions, len(prompts), lengths[0])
-    n, H = lab.n_layers, lab.n_heads
+    n, H = engine.n_layers, engine.n_heads
     # 1. the name's state after MLP0, with no attention in layer 0
-    first = lab.run(prompts, [zero("attn_out", 0)], cache=[("resid_post", 0)], log=False)
+    first = engine.run(prompts, [zero("attn_out", 0)], cache=[("resid_post", 0)], log=False)
     state = first.cache["resid_post", 0][rows, cols]  # [names, d_model]
     name_ids = ids[rows, cols]
-    names = [lab.tokenizer.decode([int(i)]) for i in name_ids]
+    names = [engine.tokenizer.decode([int(i)]) for i in name_ids]
     # 2.-3. one run per layer: row i carries name i's state at every position of the layer's input
     filler = [prompts[0]] * len(names)  # any prompt: every position is overwritten
     ranks = torch.zeros(n, H, len(names), dtype=torch.long)
     negated = torch.zeros(n, H, len(names), dtype=torch.long)  # ranks under the negated output
-    norm = lab.model.get_submodule(arch.final_norm)
-    unembed = lab.model.get_output_embeddings()
+    norm = engine.model.get_submodule(arch.final_norm)
+    unembed = engine.model.get_output_embeddings()
     for layer in range(n):
-        run = lab.run(filler, [set_value("resid_pre", layer, state[:, None, :])], cache=[("z", layer)], log=False,
+        run = engine.run(filler, [set_value("resid_pre", layer, state[:, None, :])], cache=[("z", layer)], log=False,
                       memo=False)  # (its edit is a tensor made here: a key would copy it to the host)
-        o_proj = lab.model.get_submodule(f"{arch.layers}.{layer}.{arch.o_proj}")
+        o_proj = engine.model.get_submodule(f"{arch.layers}.{layer}.{arch.o_proj}")
         with torch.no_grad():  # the modules are called, so a device_map's hooks load their weights
-            z = run.cache["z", layer][:, -1].to(execution_device(lab.model, o_proj), o_proj.weight.dtype)
+            z = run.cache["z", layer][:, -1].to(execution_device(engine.model, o_proj), o_proj.weight.dtype)
             per_head = z.view(len(names), H, -1)
             bias_only = o_proj(torch.zeros_like(z))
             for h in range(H):
@@ -87,7 +87,7 @@ def copying_scores(lab: Engine, prompts, positions, k: int = 5) -> CopyingScores
                 only[:, h] = per_head[:, h]
                 out = o_proj(only.view_as(z)) - bias_only  # the head's write, without the projection's bias
                 for sign, into in ((1, ranks), (-1, negated)):
-                    logits = unembed(norm((sign * out).to(execution_device(lab.model, norm)))).float()
+                    logits = unembed(norm((sign * out).to(execution_device(engine.model, norm)))).float()
                     own = logits.gather(1, name_ids[:, None].to(logits.device))
                     into[layer, h] = (logits > own).sum(1).cpu()
     positive, negative = (ranks < k).float().mean(-1), (negated < k).float().mean(-1)

@@ -1,9 +1,9 @@
 """Steering vectors: build them from contrast prompts, keep them with where they came from, save and load them.
 
-    v = ilab.vectors.diff_of_means(lab, ["I love it"], ["I hate it"], site="resid_post", layer=3)
-    sv = ilab.vectors.from_tensor(v, site="resid_post", layer=3, model_id=lab.model_id)
-    ilab.vectors.save("love.safetensors", sv)
-    lab.generate("I think", [ilab.vectors.load("love.safetensors").steer(alpha=4.0)])
+    v = ilab.analyses.vectors.diff_of_means(lab, ["I love it"], ["I hate it"], site="resid_post", layer=3)
+    sv = ilab.analyses.vectors.from_tensor(v, site="resid_post", layer=3, model_id=lab.model_id)
+    ilab.analyses.vectors.save("love.safetensors", sv)
+    lab.generate("I think", [ilab.analyses.vectors.load("love.safetensors").steer(alpha=4.0)])
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .edits import Edit, as_tensor, clamp, project, steer
-from .engine import engine_of
-from .errors import InterplabError, LoadError, UnsupportedSiteError, VectorError
+from ..edits import Edit, as_tensor, clamp, project, steer
+from ..engine import engine_of
+from ..errors import InterplabError, LoadError, UnsupportedSiteError, VectorError
 
 _KEY = "vector"
 
@@ -63,20 +63,20 @@ class SteeringVector:
         return clamp(self.site, self.layer, self.tensor, lo=lo, hi=hi, **kw)
 
 
-def _acts(lab, prompts, site: str, layer, pos) -> torch.Tensor:
+def _acts(engine, prompts, site: str, layer, pos) -> torch.Tensor:
     """[n, width]: one row per prompt at `pos` (int: that position of each prompt), or per real token (pos=None)."""
     if isinstance(prompts, str):
         prompts = [prompts]
-    if not hasattr(lab, "run") or not hasattr(lab, "tokenizer"):  # diff_of_means(pos_prompts, neg_prompts)
-        raise InterplabError(f"the first argument must be an ilab.Lab, got {type(lab).__name__}: "
-                             f"ilab.vectors.diff_of_means(lab, positive_prompts, negative_prompts, ...).")
+    if not hasattr(engine, "run") or not hasattr(engine, "tokenizer"):  # diff_of_means(pos_prompts, neg_prompts)
+        raise InterplabError(f"the first argument must be an ilab.Lab, got {type(engine).__name__}: "
+                             f"ilab.analyses.vectors.diff_of_means(lab, positive_prompts, negative_prompts, ...).")
     if site == "pattern":  # checked before any run: attention weights have no residual width
         raise UnsupportedSiteError("site 'pattern' holds attention weights [batch, heads, pos, pos]; steering "
                                    "vectors live in [batch, pos, width] sites such as 'resid_post'.")
     if pos is not None and (isinstance(pos, bool) or not isinstance(pos, int)):
         raise InterplabError(f"pos must be an int (-1 = each prompt's last token) or None (every token), got "
                              f"{type(pos).__name__} {pos!r}.")
-    run = lab.run(prompts, cache=[(site, layer)], log=False)  # lab.run checks the prompts
+    run = engine.run(prompts, cache=[(site, layer)], log=False)  # lab.run checks the prompts
     a = run.cache[site, layer]
     if a.dim() != 3:
         raise VectorError(f"site {site!r} gives a {a.dim()}-D activation; vectors need [batch, pos, width].")
@@ -97,8 +97,8 @@ def diff_of_means(lab, positive_prompts, negative_prompts, site: str = "resid_po
 
     pos: an int picks that position of each prompt (-1 = each prompt's last real token); None averages over every
     real token of every prompt."""
-    lab = engine_of(lab)
-    return _acts(lab, positive_prompts, site, layer, pos).mean(0) - _acts(lab, negative_prompts, site, layer,
+    engine = engine_of(lab)
+    return _acts(engine, positive_prompts, site, layer, pos).mean(0) - _acts(engine, negative_prompts, site, layer,
                                                                           pos).mean(0)
 
 
@@ -144,7 +144,8 @@ def load(path) -> SteeringVector:
     except Exception as e:  # noqa: BLE001 - missing file, or not a safetensors file
         raise LoadError(f"could not read a steering vector from {path}: {e}") from e
     if tensor is None:
-        raise LoadError(f"{path} holds no {_KEY!r} tensor (it has {keys}): was it written by ilab.vectors.save?")
+        raise LoadError(f"{path} holds no {_KEY!r} tensor (it has {keys}): was it written by "
+                        f"ilab.analyses.vectors.save?")
 
     def field_(k, default=None):
         return json.loads(header[k]) if k in header else default
