@@ -326,7 +326,7 @@ def test_qk_attribution_equals_the_hand_models_query_and_key_parts(lab, tcs):
             want[f"L{l_} error"] = hand.mlp_out[l_][pos] - tcs[l_](hand.mlp_in[l_][pos])
         assert set(named) == set(want)
         for name, c in want.items():
-            value = float(linear(c, pos, which) @ other) * scale
+            value = float((linear(c, pos, which) @ other).detach()) * scale
             assert abs(named[name] - value) <= 1e-4 * abs(score) + 1e-5, (name, named[name], value)
     # each side's parts and bias add up to the score
     assert abs(sum(v for _, v in got.query_parts) + got.query_bias - got.score) < 1e-9

@@ -1,7 +1,7 @@
 """The transcoders shipped with ioi-tiny: their card (interplab/zoo/ioi_tiny_transcoders/card.json, measured by the
 training script with plain hooks on the transformers model) recomputed through interplab's Lab and
-ilab.analyses.replacement, and the issue's thresholds (FVE >= 0.9 per layer, loss recovered >= 0.9 with all four spliced,
-mean L0 <= 32, dead <= 10%)."""
+ilab.analyses.replacement, and the issue's thresholds (FVE >= 0.9 per layer, loss recovered >= 0.9 with all four
+spliced, mean L0 <= 32, dead <= 10%)."""
 
 import json
 
