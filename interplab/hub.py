@@ -59,8 +59,8 @@ def hub_folder(text: str, path: str | None, revision: str | None, what: str = "S
 # newest); else from the copy of the common releases shipped beside this module.
 RELEASES_FILE = Path(__file__).with_name("saelens_releases.json")
 # SAELens's conversion_func values interplab reads: None = SAELens folders (cfg.json + sae_weights.safetensors),
-# gemma_2 = Gemma Scope params.npz.
-READABLE_CONVERSIONS = (None, "gemma_2")
+# gemma_2 = Gemma Scope params.npz, llama_scope = Llama Scope folders (hyperparams.json + checkpoints/).
+READABLE_CONVERSIONS = (None, "gemma_2", "llama_scope")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@
     sae = ilab.SAE.load("params.npz", site="resid_post", layer=12)    # a Gemma Scope file
     sae = ilab.SAE.load("org/repo", path="blocks.8.hook_resid_pre")    # a folder inside a hub repository
     sae = ilab.SAE.load("gpt2-small-res-jb", sae_id="blocks.8.hook_resid_pre")   # a SAELens release (interplab.hub)
+    sae = ilab.SAE.load("path/to/Llama3_1-8B-Base-L3R-8x")   # a Llama Scope folder (hyperparams.json + checkpoints/)
     f = sae.encode(x)            # [..., d_in] -> [..., d_sae]
     x_hat = sae.decode(f, x)     # [..., d_sae] -> [..., d_in] (x: the input, needed only by run-time normalisations)
 
@@ -58,6 +59,7 @@ HOOKS = {
 SAE_SITES = ("embed", *HOOKS.values())
 EMBEDDED_SAES = {"ioi-tiny-sae": Path(__file__).parent / "zoo" / "ioi_tiny_sae"}
 CFG_FILE, WEIGHTS_FILE = "cfg.json", "sae_weights.safetensors"
+LLAMA_SCOPE_CFG, LLAMA_SCOPE_WEIGHTS = "hyperparams.json", "checkpoints/final.safetensors"
 TENSORS = ("W_enc", "b_enc", "W_dec", "b_dec", "threshold", "b_gate", "r_mag")  # None where the architecture has none
 
 
@@ -128,7 +130,9 @@ class SAE:
         or a SAELens release.
 
         source: a folder holding cfg.json and sae_weights.safetensors (SAELens's format); a params.npz file
-                (Gemma Scope: give site= and layer=); 'ioi-tiny-sae'; a hub id ('org/repo', with path= the folder
+                (Gemma Scope: give site= and layer=); a Llama Scope folder (hyperparams.json and
+                checkpoints/final.safetensors: its own mean input norm folded unless a factor is given);
+                'ioi-tiny-sae'; a hub id ('org/repo', with path= the folder
                 inside the repository, or 'hf://org/repo/folder'), downloaded once through huggingface_hub and
                 then read from its cache; or a SAELens release name with sae_id= (SAE.load('gpt2-small-res-jb',
                 sae_id='blocks.8.hook_resid_pre')), resolved through sae-lens's own table when sae-lens is
@@ -178,14 +182,19 @@ class SAE:
                             f"{CFG_FILE} and {WEIGHTS_FILE}.")
         if where.is_dir() and not (where / CFG_FILE).exists() and (where / "params.npz").exists():
             where = where / "params.npz"  # a Gemma Scope folder
+        own_factor = None  # the factor a Llama Scope folder states (its hyperparams' mean input norm)
         if where.is_file() or where.suffix == ".npz":
             sae = _load_npz(where, site, layer)
+        elif where.is_dir() and not (where / CFG_FILE).exists() and (where / LLAMA_SCOPE_CFG).exists():
+            sae, own_factor = _load_llama_scope(where, site, layer)
         else:
             sae = _load_saelens(where, site, layer)
         if norm_scaling_factor is not None:
             sae._fold_norm_scaling(norm_scaling_factor)
-        elif release_factor is not None and sae.normalize_activations == "expected_average_only_in":
-            sae._fold_norm_scaling(release_factor)  # as SAELens's from_pretrained folds it
+        elif sae.normalize_activations == "expected_average_only_in":
+            factor = release_factor if release_factor is not None else own_factor
+            if factor is not None:
+                sae._fold_norm_scaling(factor)  # as SAELens's from_pretrained folds the release's factor
         sae.source = given
         return sae
 
@@ -566,6 +575,43 @@ def _load_npz(file: Path, site, layer) -> SAE:
     # Gemma Scope's JumpReLU SAEs: no decoder bias subtracted before encoding (SAELens's gemma-scope loader)
     return SAE(state["W_enc"], state["b_enc"], state["W_dec"], state["b_dec"], site=site, layer=layer,
                architecture="jumprelu", threshold=state["threshold"], apply_b_dec_to_input=False)
+
+
+def _load_llama_scope(folder: Path, site, layer) -> tuple[SAE, float]:
+    """A Llama Scope folder (hyperparams.json + checkpoints/final.safetensors) as SAELens's llama_scope loader reads
+    it: a jumprelu SAE with one threshold for every feature, jump_relu_threshold * s, no b_dec subtracted from the
+    input, normalize_activations expected_average_only_in; s = sqrt(d_model) / the dataset's mean input norm (its
+    hyperparams), returned to fold when no other factor is given (a release's factor comes first, as in SAELens)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    cfg_path, weights_path = folder / LLAMA_SCOPE_CFG, folder / LLAMA_SCOPE_WEIGHTS
+    try:
+        hp = json.loads(cfg_path.read_text())
+        d_in, norm_in = int(hp["d_model"]), float(hp["dataset_average_activation_norm"]["in"])
+        tau, hook_name = float(hp["jump_relu_threshold"]), hp.get("hook_point_in")
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
+        raise LoadError(f"{cfg_path} is not a Llama Scope hyperparams.json (d_model, jump_relu_threshold, "
+                        f"dataset_average_activation_norm.in, hook_point_in): {type(e).__name__} {e}") from None
+    if not weights_path.is_file():
+        raise LoadError(f"{folder} holds {LLAMA_SCOPE_CFG} but not {LLAMA_SCOPE_WEIGHTS}: a Llama Scope folder holds "
+                        f"both.")
+    try:
+        state = load_file(weights_path)
+    except (SafetensorError, OSError) as e:
+        raise LoadError(f"{weights_path} cannot be read as safetensors: {e}") from None
+    names = ("encoder.weight", "encoder.bias", "decoder.weight", "decoder.bias")
+    absent = [n for n in names if n not in state]
+    if absent:
+        raise LoadError(f"{weights_path} lacks {', '.join(absent)} (it holds {', '.join(sorted(state))}).")
+    s = d_in ** 0.5 / norm_in
+    site, layer = _where(site, layer, hook_name, str(cfg_path))
+    b_enc = state["encoder.bias"]
+    sae = SAE(state["encoder.weight"].T, b_enc, state["decoder.weight"].T, state["decoder.bias"], site=site,
+              layer=layer, architecture="jumprelu", threshold=torch.full(b_enc.shape, tau * s),
+              apply_b_dec_to_input=False, normalize_activations="expected_average_only_in", hook_name=hook_name,
+              cfg={"metadata": {"hook_name": hook_name}, "llama_scope": hp})
+    return sae, s
 
 
 def as_sae(obj) -> SAE | None:

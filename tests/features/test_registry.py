@@ -38,7 +38,6 @@ def hub(monkeypatch, tmp_path):
 
 
 def test_the_shipped_table_is_used_without_sae_lens():
-    pytest.importorskip("interplab")
     try:
         import sae_lens  # noqa: F401
         pytest.skip("sae-lens is installed here: its own table is used (tests/saelens_ref checks that path)")
@@ -194,3 +193,46 @@ def test_batchtopk_checkpoints_are_jumprelu_at_inference(tmp_path, arch, rescale
               folder / "sae_weights.safetensors")
     with pytest.raises(LoadError, match="topk_threshold has 3 values"):
         ilab.SAE.load(folder)
+
+
+def _llama_scope_folder(where, d_in=40, d_sae=56, tau=0.4, norm_in=3.5, seed=8):
+    """A Llama Scope folder as fnlp publishes them: hyperparams.json and checkpoints/final.safetensors holding
+    torch Linear layers (encoder.weight [d_sae, d_in], decoder.weight [d_in, d_sae])."""
+    g = torch.Generator().manual_seed(seed)
+    t = {"encoder.weight": torch.randn(d_sae, d_in, generator=g) * 0.3, "encoder.bias": torch.randn(d_sae, generator=g),
+         "decoder.weight": torch.randn(d_in, d_sae, generator=g) * 0.2, "decoder.bias": torch.randn(d_in, generator=g)}
+    (where / "checkpoints").mkdir(parents=True)
+    save_file(t, where / "checkpoints" / "final.safetensors")
+    hp = {"d_model": d_in, "d_sae": d_sae, "jump_relu_threshold": tau, "hook_point_in": "blocks.3.hook_resid_post",
+          "hook_point_out": "blocks.3.hook_resid_post", "dataset_average_activation_norm": {"in": norm_in, "out": 1.0}}
+    (where / "hyperparams.json").write_text(json.dumps(hp))
+    return t
+
+
+def test_llama_scope_folders_and_releases(hub, tmp_path):
+    """SAELens's llama_scope loader written out: W_enc = encoder.weight.T, threshold = jump_relu_threshold * s_hp for
+    every feature (s_hp = sqrt(d_model) / the mean input norm of its hyperparams), no b_dec on the input; then the
+    release's norm_scaling_factor s is folded (x * s before the encoder, / s after the decoder). A folder loaded by
+    itself folds s_hp."""
+    release = release_table()["llama_scope_lxr_8x"]
+    s_rel = release.norm_scaling_factor["l3r_8x"]
+    t = _llama_scope_folder(hub(release.repo_id, release.saes["l3r_8x"]))
+    s_hp = 40 ** 0.5 / 3.5
+    x = torch.randn(9, 40, dtype=torch.float64) * 0.2
+
+    def want(s):
+        pre = (x * s) @ t["encoder.weight"].double().T + t["encoder.bias"].double()
+        f = torch.where(pre > 0.4 * s_hp, pre.clamp(min=0), torch.zeros_like(pre))
+        return f, (f @ t["decoder.weight"].double().T + t["decoder.bias"].double()) / s
+
+    _llama_scope_folder(tmp_path / "local")
+    for sae, s in ((ilab.SAE.load("llama_scope_lxr_8x", sae_id="l3r_8x"), s_rel),
+                   (ilab.SAE.load(tmp_path / "local"), s_hp)):
+        assert (sae.site, sae.layer, sae.architecture, sae.normalize_activations) == ("resid_post", 3, "jumprelu",
+                                                                                     "none")
+        f_want, x_want = want(s)
+        f = sae.encode(x.float()).double()
+        pre = (x * s) @ t["encoder.weight"].double().T + t["encoder.bias"].double()
+        assert (f_want > 0).any() and ((pre > 0) & (pre <= 0.4 * s_hp)).any()  # the threshold cuts some
+        assert torch.allclose(f, f_want, atol=1e-4)
+        assert torch.allclose(sae.decode(f.float()).double(), x_want, atol=1e-4)

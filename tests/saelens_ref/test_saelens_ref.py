@@ -22,10 +22,15 @@ if "interplab" not in sys.modules:
     package = types.ModuleType("interplab")
     package.__path__ = [str(ROOT / "interplab")]
     sys.modules["interplab"] = package
+from interplab import hub  # noqa: E402
 from interplab.sae import SAE  # noqa: E402
 
 sae_lens = pytest.importorskip("sae_lens")
 from sae_lens import SAE as LensSAE  # noqa: E402
+from sae_lens.loading.pretrained_saes_directory import (  # noqa: E402
+    get_pretrained_saes_directory,
+    get_repo_id_and_folder_name,
+)
 from sae_lens.saes.sae import SAEMetadata  # noqa: E402
 
 ATOL = 1e-5
@@ -144,11 +149,6 @@ def test_batchtopk_checkpoints(tmp_path, arch, rescale):
 
 
 # ---- the release registry ------------------------------------------------------------------------------------------
-from interplab import hub  # noqa: E402
-from sae_lens.loading.pretrained_saes_directory import (  # noqa: E402
-    get_pretrained_saes_directory,
-    get_repo_id_and_folder_name,
-)
 
 
 def test_interplabs_table_equals_sae_lens_directory():
@@ -209,6 +209,7 @@ def _cache(monkeypatch, tmp_path, repo, folder):
     ("gpt2-small-res-jb", "blocks.8.hook_resid_pre", "standard"),
     ("gpt2-small-mlp-tm", "blocks.3.hook_mlp_out", "standard"),  # with a norm_scaling_factor to fold
     ("gemma-scope-2b-pt-mlp-canonical", "layer_4/width_16k/canonical", "jumprelu"),
+    ("llama_scope_lxr_8x", "l3r_8x", "standard"),  # jumprelu with one threshold, from its hyperparams
 ])
 def test_from_pretrained_and_interplab_agree(monkeypatch, tmp_path, release, sae_id, arch):
     """The same hub cache read by SAELens's SAE.from_pretrained and by interplab's SAE.load(release, sae_id=)."""
@@ -220,7 +221,17 @@ def test_from_pretrained_and_interplab_agree(monkeypatch, tmp_path, release, sae
     # SAELens reads a Gemma Scope SAE's shape from the names (gemma-2-2b: d_in 2304; width_16k: 16384 features)
     d_in, d_sae = (2304, 16384) if arch == "jumprelu" else (48, 64)
     made = _random(arch, 6, d_in=d_in, d_sae=d_sae, normalize_activations=norm)
-    if release.startswith("gemma-scope"):
+    if release.startswith("llama_scope"):  # fnlp's layout: torch Linear layers and hyperparams.json
+        from safetensors.torch import save_file
+
+        (where / "checkpoints").mkdir(parents=True)
+        save_file({"encoder.weight": made.W_enc.T.contiguous(), "encoder.bias": made.b_enc,
+                   "decoder.weight": made.W_dec.T.contiguous(), "decoder.bias": made.b_dec},
+                  where / "checkpoints" / "final.safetensors")
+        (where / "hyperparams.json").write_text(json.dumps({
+            "d_model": d_in, "d_sae": d_sae, "jump_relu_threshold": 0.2, "hook_point_in": "blocks.3.hook_resid_post",
+            "hook_point_out": "blocks.3.hook_resid_post", "dataset_average_activation_norm": {"in": 5.0, "out": 5.0}}))
+    elif release.startswith("gemma-scope"):
         where.mkdir(parents=True)
         np.savez(where / "params.npz", W_enc=made.W_enc.numpy(), W_dec=made.W_dec.numpy(), b_enc=made.b_enc.numpy(),
                  b_dec=made.b_dec.numpy(), threshold=made.threshold.numpy())
@@ -229,12 +240,12 @@ def test_from_pretrained_and_interplab_agree(monkeypatch, tmp_path, release, sae
     ref = LensSAE.from_pretrained(release, sae_id, device="cpu")
     ours = SAE.load(release, sae_id=sae_id)
     assert ours.hook_name == ref.cfg.metadata.hook_name
-    x = torch.randn(5, d_in) * 2
+    x = torch.randn(5, d_in) * (0.05 if release.startswith("llama_scope") else 2)  # (its factor s is ~60)
     with torch.no_grad():
         f_ref = ref.encode(x)
         x_ref = ref.decode(f_ref)
     assert (f_ref != 0).any()
     assert (ours.encode(x) - f_ref).abs().max() <= ATOL
     assert (ours.decode(f_ref, x) - x_ref).abs().max() <= 1e-4
-    if norm != "none":  # the factor was folded (else the comparison above would not hold for both)
+    if norm != "none" or release.startswith("llama_scope"):  # the release's factor was folded by both
         assert ref.cfg.normalize_activations == ours.normalize_activations == "none"
