@@ -37,15 +37,20 @@ def hub_folder(text: str, path: str | None, revision: str | None, what: str = "S
                   f"then {what_cls}.load('saes/{path or ''}'{load_args}).")
     try:
         root = snapshot_download(repo, revision=revision, allow_patterns=patterns, local_files_only=True)
-    except Exception:  # not cached (huggingface_hub raises several kinds): download it
-        if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-            raise LoadError(f"the {what} {repo}/{path or ''} is not in the hub cache and HF_HUB_OFFLINE is set, so it "
-                            f"cannot be downloaded. {local_hint}") from None
-        try:
-            root = snapshot_download(repo, revision=revision, allow_patterns=patterns, etag_timeout=5)
-        except Exception as e:  # no network, no such repository, ...
-            raise LoadError(f"the {what} {repo}/{path or ''} could not be downloaded from the hub "
-                            f"({type(e).__name__}: {str(e)[:200]}). {local_hint}") from None
+        cached = Path(root) / path if path else Path(root)
+    except Exception:  # not cached (huggingface_hub raises several kinds)
+        cached = None
+    if cached is not None and cached.exists():
+        return cached
+    # not cached, or only other folders of the repository are: download this one
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise LoadError(f"the {what} {repo}/{path or ''} is not in the hub cache and HF_HUB_OFFLINE is set, so it "
+                        f"cannot be downloaded. {local_hint}")
+    try:
+        root = snapshot_download(repo, revision=revision, allow_patterns=patterns, etag_timeout=5)
+    except Exception as e:  # no network, no such repository, ...
+        raise LoadError(f"the {what} {repo}/{path or ''} could not be downloaded from the hub "
+                        f"({type(e).__name__}: {str(e)[:200]}). {local_hint}") from None
     where = Path(root) / path if path else Path(root)
     if not where.exists():
         raise LoadError(f"{repo} has no {path!r}: pass path= as the folder inside the repository that holds "

@@ -236,3 +236,14 @@ def test_llama_scope_folders_and_releases(hub, tmp_path):
         assert (f_want > 0).any() and ((pre > 0) & (pre <= 0.4 * s_hp)).any()  # the threshold cuts some
         assert torch.allclose(f, f_want, atol=1e-4)
         assert torch.allclose(sae.decode(f.float()).double(), x_want, atol=1e-4)
+
+
+def test_another_folder_of_the_repository_in_the_cache_is_not_this_one(hub):
+    """Only blocks.7 of the release's repository is cached: blocks.8 is not found there and, offline, the error is
+    the one that says how to get it (before, the cached snapshot was taken for the repository and the folder
+    reported missing from it)."""
+    random_sae("standard", "resid_pre", 7, d_in=32, d_sae=48).save(
+        hub("jbloom/GPT2-Small-SAEs-Reformatted", "blocks.7.hook_resid_pre"))
+    assert ilab.SAE.load("gpt2-small-res-jb", sae_id="blocks.7.hook_resid_pre").layer == 7
+    with pytest.raises(LoadError, match="not in the hub cache and HF_HUB_OFFLINE is set"):
+        ilab.SAE.load("gpt2-small-res-jb", sae_id="blocks.8.hook_resid_pre")
