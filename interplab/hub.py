@@ -77,7 +77,10 @@ class Release:
     conversion_func: str | None
     saes: dict  # sae_id -> the folder inside repo_id
     norm_scaling_factor: dict  # sae_id -> SAELens's factor for normalize_activations="expected_average_only_in"
-    table: str  # "sae-lens 6.x" or "interplab's table (sae-lens 6.x)"
+    table: str
+    # how SAELens loads the model the SAEs were trained on (its config_overrides' model_from_pretrained_kwargs):
+    # {"center_writing_weights": True} means TransformerLens's centred residual stream (SAE.center_input)
+    model_kwargs: dict  # "sae-lens 6.x" or "interplab's table (sae-lens 6.x)"
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,8 @@ def release_table() -> dict[str, Release]:
 
     table = f"sae-lens {importlib.metadata.version('sae-lens')}"
     return {name: Release(name, v.repo_id, v.model, v.conversion_func, dict(v.saes_map),
-                          dict(v.norm_scaling_factor or {}), table)
+                          dict(v.norm_scaling_factor or {}), table,
+                          dict((v.config_overrides or {}).get("model_from_pretrained_kwargs") or {}))
             for name, v in get_pretrained_saes_directory().items()}
 
 
@@ -110,7 +114,8 @@ def _shipped_releases() -> dict[str, Release]:
     data = json.loads(RELEASES_FILE.read_text())
     table = f"interplab's table of common releases (from sae-lens {data['sae_lens_version']})"
     return {name: Release(name, v["repo_id"], v["model"], v.get("conversion_func"), dict(v["saes"]),
-                          dict(v.get("norm_scaling_factor", {})), table)
+                          dict(v.get("norm_scaling_factor", {})), table,
+                          dict(v.get("model_from_pretrained_kwargs", {})))
             for name, v in data["releases"].items()}
 
 

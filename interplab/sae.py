@@ -24,6 +24,11 @@ one threshold for every feature (the batch top-k's learnt topk_threshold), and S
 (save_inference_model). Their training checkpoints (architecture "batchtopk", a topk_threshold tensor) load the
 same way: threshold = topk_threshold for every feature, the decoder norms folded into the encoder first when
 rescale_acts_by_decoder_norm (SAELens's process_state_dict_for_saving_inference).
+center_input: SAEs trained on TransformerLens's model loaded with center_writing_weights=True (SAELens's
+model_from_pretrained_kwargs; gpt2-small-res-jb and two more releases) read a residual stream whose every writer
+(embeddings, W_O, W_out and their biases) was centred over d_model: the Hugging Face model's activation less its mean
+over d_model. center_input=True subtracts that mean before encoding and adds it back after decoding; a feature's
+decoder direction is added unchanged (the next LayerNorm removes any mean, so either stream gives the same logits).
 normalize_activations: "none" and "expected_average_only_in" compute nothing at run time (SAELens folds the
 latter's factor sqrt(d_in) / mean norm into the weights when it saves; SAE.load(..., norm_scaling_factor=s) folds a
 known factor the same way: W_enc * s, W_dec / s, b_dec / s); "constant_norm_rescale" scales x to norm sqrt(d_in) and
@@ -70,7 +75,7 @@ class SAE:
                  threshold=None, k: int | None = None, apply_b_dec_to_input: bool = True,
                  normalize_activations: str = "none", rescale_acts_by_decoder_norm: bool = False,
                  hook_name: str | None = None, source: dict | None = None, cfg: dict | None = None,
-                 b_gate=None, r_mag=None):
+                 b_gate=None, r_mag=None, center_input: bool = False):
         if architecture not in ARCHITECTURES:
             raise LoadError(f"unknown SAE architecture {architecture!r}: interplab reads {', '.join(ARCHITECTURES)} "
                             f"(SAELens's meaning); convert other SAEs to one of them.")
@@ -109,6 +114,10 @@ class SAE:
         self.apply_b_dec_to_input = bool(apply_b_dec_to_input)
         self.normalize_activations = normalize_activations
         self.rescale_acts_by_decoder_norm = bool(rescale_acts_by_decoder_norm)
+        self.center_input = bool(center_input)
+        if self.center_input and site == "z":
+            raise LoadError("center_input is for sites the centred weights write (the residual stream, attn_out, "
+                            "mlp_out, embed); the heads' z is read before W_O.")
         self.hook_name = hook_name or _hook_name(site, layer)
         self.source = source  # what SAE.load was given (serialised edits name the SAE by it); None: built in memory
         self.cfg = dict(cfg or {})
@@ -125,7 +134,7 @@ class SAE:
     @classmethod
     def load(cls, source: str | os.PathLike, *, sae_id: str | None = None, path: str | None = None,
              site: str | None = None, layer: int | None = None, revision: str | None = None,
-             norm_scaling_factor: float | None = None) -> SAE:
+             norm_scaling_factor: float | None = None, center_input: bool | None = None) -> SAE:
         """An SAE from a SAELens folder, a Gemma Scope params.npz, the embedded 'ioi-tiny-sae', a hub repository,
         or a SAELens release.
 
@@ -142,21 +151,25 @@ class SAE:
         norm_scaling_factor: for normalize_activations="expected_average_only_in", the factor SAELens folds into
                 the weights (its pretrained directory's norm_scaling_factor, applied by default for a release, as
                 SAELens's from_pretrained does); by default nothing is folded for a folder, as in SAELens's
-                load_from_disk."""
+                load_from_disk.
+        center_input: whether the SAE reads the centred residual stream of TransformerLens's center_writing_weights
+                model (see the module's notes); by default from the folder's model_from_pretrained_kwargs or the
+                release's (SAELens's config_overrides)."""
         if not isinstance(source, (str, os.PathLike)) or not str(source):
             raise LoadError(f"SAE.load needs a folder, a params.npz file, 'ioi-tiny-sae', a hub id or a SAELens "
                             f"release; got {type(source).__name__} {source!r}.")
-        release_factor = None  # a release's norm_scaling_factor (SAELens's pretrained directory)
+        release_factor, centred = None, False  # a release's norm_scaling_factor, and its centred model
         given = {"source": str(source), **{k: v for k, v in (("sae_id", sae_id), ("path", path), ("site", site),
                                                                ("layer", layer), ("revision", revision),
-                                                               ("norm_scaling_factor", norm_scaling_factor))
+                                                               ("norm_scaling_factor", norm_scaling_factor),
+                                                               ("center_input", center_input))
                                             if v is not None}}
         text = str(source)
         if sae_id is not None:
             if path is not None:
                 raise LoadError("give sae_id= (one SAE of a SAELens release) or path= (a folder inside a hub "
                                 "repository), not both.")
-            where, site, layer, release_factor = _release_folder(text, sae_id, site, layer, revision)
+            where, site, layer, release_factor, centred = _release_folder(text, sae_id, site, layer, revision)
         elif text in EMBEDDED_SAES:
             where = EMBEDDED_SAES[text]
         elif not Path(text).exists() and not text.startswith("hf://") and text in release_table():
@@ -189,6 +202,12 @@ class SAE:
             sae, own_factor = _load_llama_scope(where, site, layer)
         else:
             sae = _load_saelens(where, site, layer)
+        centre = centred if center_input is None else bool(center_input)
+        if centre != sae.center_input:
+            if centre and sae.site == "z":
+                raise LoadError("center_input=True is for sites the centred weights write (the residual stream, "
+                                "attn_out, mlp_out, embed); the heads' z is read before W_O.")
+            sae.center_input, sae._digest = centre, None
         if norm_scaling_factor is not None:
             sae._fold_norm_scaling(norm_scaling_factor)
         elif sae.normalize_activations == "expected_average_only_in":
@@ -228,6 +247,11 @@ class SAE:
                "reshape_activations": "hook_z" if self.site == "z" else "none",
                "metadata": {**self.cfg.get("metadata", {}), "hook_name": self.hook_name,
                             "sae_lens_version": "6.0.0"}}
+        kwargs = {k: v for k, v in (cfg["metadata"].get("model_from_pretrained_kwargs") or {}).items()
+                  if k != "center_writing_weights"}
+        if self.center_input:
+            kwargs["center_writing_weights"] = True
+        cfg["metadata"]["model_from_pretrained_kwargs"] = kwargs
         if self.architecture == "topk":
             cfg.update(k=self.k, rescale_acts_by_decoder_norm=self.rescale_acts_by_decoder_norm)
         (folder / CFG_FILE).write_text(json.dumps(cfg, indent=2) + "\n")
@@ -255,14 +279,18 @@ class SAE:
 
     def _norm_in(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple]:
         """x as the encoder sees it, and what decoding needs to undo it: (scale, shift) with out = scale * y + shift."""
+        centre = 0.0
+        if self.center_input:  # the stream of the centred-weights model the SAE was trained on
+            centre = x.mean(dim=-1, keepdim=True)
+            x = x - centre
         if self.normalize_activations == "constant_norm_rescale":
             coeff = self.d_in ** 0.5 / x.norm(dim=-1, keepdim=True)
-            return x * coeff, (1 / coeff, 0.0)
+            return x * coeff, (1 / coeff, centre)
         if self.normalize_activations == "layer_norm":
             mu = x.mean(dim=-1, keepdim=True)
             std = (x - mu).std(dim=-1, keepdim=True)
-            return (x - mu) / (std + 1e-5), (std, mu)
-        return x, (1.0, 0.0)
+            return (x - mu) / (std + 1e-5), (std, mu + centre)
+        return x, (1.0, centre)
 
     def _sae_in(self, x) -> torch.Tensor:
         """What the encoder multiplies: x normalised, less b_dec where the SAE applies it to its input."""
@@ -306,16 +334,17 @@ class SAE:
 
     def decode(self, f, x=None) -> torch.Tensor:
         """[..., d_sae] -> [..., d_in]: the reconstruction. x (the encoded input) is needed only when the SAE
-        normalises at run time (constant_norm_rescale, layer_norm), to undo it."""
+        normalises or centres at run time (constant_norm_rescale, layer_norm, center_input), to undo it."""
         f = self._check_input(f, "f")
         w = self._weights(f)
         if self.rescale_acts_by_decoder_norm:
             f = f / w["dec_norm"]
         y = f @ w["W_dec"] + w["b_dec"]
-        if self.normalize_activations in ("constant_norm_rescale", "layer_norm"):
-            scale, shift = self._norm_in(self._check_input(x, "x"))[1] if x is not None else (None, None)
-            if scale is None:
-                self.out_scale(None)  # raises with the how-to
+        if self.normalize_activations in ("constant_norm_rescale", "layer_norm") or self.center_input:
+            if x is None:
+                raise OutOfRangeError(f"this SAE {'centres' if self.center_input else 'normalises'} its input at "
+                                      f"run time: decode needs the input too, decode(f, x).")
+            scale, shift = self._norm_in(self._check_input(x, "x"))[1]
             return y * scale + shift
         return y
 
@@ -378,8 +407,9 @@ class SAE:
             for t in (getattr(self, n) for n in TENSORS):
                 if t is not None:
                     h.update(t.detach().cpu().contiguous().float().numpy().tobytes())
-            h.update(repr((self.architecture, self.k, self.apply_b_dec_to_input, self.normalize_activations,
-                           self.rescale_acts_by_decoder_norm, self.site, self.layer)).encode())
+            settings = (self.architecture, self.k, self.apply_b_dec_to_input, self.normalize_activations,
+                        self.rescale_acts_by_decoder_norm, self.site, self.layer)
+            h.update(repr(settings + ((True,) if self.center_input else ())).encode())  # (old digests unchanged)
             self._digest = h.hexdigest()
         return self._digest
 
@@ -401,7 +431,7 @@ class SAE:
         src = (self.source or {}).get("source", "in memory")
         return (f"SAE({self.architecture}, {self.hook_name} -> {self.site}"
                 f"{'' if self.layer is None else f' L{self.layer}'}, d_in={self.d_in}, d_sae={self.d_sae}"
-                f"{f', k={self.k}' if self.k else ''}, from {src})")
+                f"{f', k={self.k}' if self.k else ''}{', centred input' if self.center_input else ''}, from {src})")
 
 
 def site_of_hook(hook_name: str) -> tuple[str, int | None]:
@@ -417,9 +447,16 @@ def site_of_hook(hook_name: str) -> tuple[str, int | None]:
         f"site= and layer= to SAE.load if this SAE reads one of interplab's sites under another name.")
 
 
-def _release_folder(release: str, sae_id, site, layer, revision) -> tuple[Path, str | None, int | None, float | None]:
+def centred_model(model_kwargs) -> bool:
+    """Whether SAELens's model_from_pretrained_kwargs load TransformerLens's model with its writing weights centred
+    (the SAE then reads a centred stream: center_input)."""
+    return bool(isinstance(model_kwargs, dict) and model_kwargs.get("center_writing_weights"))
+
+
+def _release_folder(release: str, sae_id, site, layer, revision) -> tuple[Path, str | None, int | None,
+                                                                          float | None, bool]:
     """The local folder of a SAELens release's SAE (from the hub cache, else downloaded), where it reads when its
-    files do not say (Gemma Scope), and the release's norm_scaling_factor."""
+    files do not say (Gemma Scope), the release's norm_scaling_factor, and whether its model was centred."""
     found = resolve_release(release, sae_id)
     if found.hook_name == "hook_embed":
         raise LoadError(f"{release} {sae_id} is a Gemma Scope embedding SAE: SAELens rescales its weights by "
@@ -430,8 +467,11 @@ def _release_folder(release: str, sae_id, site, layer, revision) -> tuple[Path, 
     args = (f", site={site!r}" + ("" if layer is None else f", layer={layer}")) if found.hook_name else ""
     if found.norm_scaling_factor is not None:
         args += f", norm_scaling_factor={found.norm_scaling_factor}"
+    centred = centred_model(found.release.model_kwargs)
+    if centred:
+        args += ", center_input=True"
     where = hub_folder(found.release.repo_id, found.folder, revision, load_args=args)
-    return where, site, layer, found.norm_scaling_factor
+    return where, site, layer, found.norm_scaling_factor, centred
 
 
 def _hook_name(site: str, layer: int | None) -> str:
@@ -530,7 +570,9 @@ def _load_saelens(folder: Path, site, layer) -> SAE:
                architecture=arch, threshold=state.get("threshold"), k=k,
                apply_b_dec_to_input=cfg.get("apply_b_dec_to_input", True), normalize_activations=norm,
                rescale_acts_by_decoder_norm=rescale, hook_name=hook_name, cfg=cfg,
-               b_gate=state.get("b_gate"), r_mag=state.get("r_mag"))
+               b_gate=state.get("b_gate"), r_mag=state.get("r_mag"),
+               center_input=centred_model(meta.get("model_from_pretrained_kwargs")
+                                          or cfg.get("model_from_pretrained_kwargs")) and site != "z")
 
 
 def _batchtopk_as_jumprelu(state: dict, rescale: bool, weights_path: Path, arch: str) -> dict:

@@ -89,19 +89,23 @@ def test_a_gemma_scope_release_reads_where_its_repository_says(hub):
 
 def test_a_releases_norm_scaling_factor_is_folded(hub):
     """gpt2-small-mlp-tm's SAEs normalise by expected_average_only_in: SAELens's from_pretrained folds the directory's
-    factor s into the weights (x * s before the encoder, / s after the decoder), and so does SAE.load."""
+    factor s into the weights (x * s before the encoder, / s after the decoder), and so does SAE.load. Its model was
+    TransformerLens's with centred writing weights: the input is centred first (and the mean added back)."""
     s = release_table()["gpt2-small-mlp-tm"].norm_scaling_factor["blocks.0.hook_mlp_out"]
     assert abs(s - 1.049317316132615) < 1e-12
     sae = random_sae("standard", "mlp_out", 0, d_in=32, d_sae=48, seed=5,
                      normalize_activations="expected_average_only_in")
     sae.save(hub("tommmcgrath/gpt2-small-mlp-out-saes", "sae_group_gpt2_blocks.0.hook_mlp_out_24576:v1"))
     back = ilab.SAE.load("gpt2-small-mlp-tm", sae_id="blocks.0.hook_mlp_out")
-    x = torch.randn(5, 32) * 3
+    assert back.center_input and back.normalize_activations == "none"
+    x = torch.randn(5, 32) * 3 + 2
+    mean = x.double().mean(-1, keepdim=True)
     f = back.encode(x)
     assert (f > 0).any()
-    assert torch.allclose(f.double(), hand_encode(sae, x * s), atol=1e-5)
-    assert torch.allclose(back.decode(f).double(), hand_decode(sae, f) / s, atol=1e-5)
-    assert back.normalize_activations == "none"
+    assert torch.allclose(f.double(), hand_encode(sae, (x.double() - mean) * s), atol=1e-5)
+    assert torch.allclose(back.decode(f, x).double(), hand_decode(sae, f) / s + mean, atol=1e-5)
+    plain = ilab.SAE.load("gpt2-small-mlp-tm", sae_id="blocks.0.hook_mlp_out", center_input=False)
+    assert not torch.allclose(plain.encode(x), f, atol=1e-3)  # the centring changes what fires
 
 
 def test_unknown_releases_and_ids_list_the_near_names(hub):
@@ -127,7 +131,7 @@ def test_no_network_names_the_real_repository_and_a_local_folder(hub):
     text = str(e.value)
     assert "HF_HUB_OFFLINE is set" in text
     assert "snapshot_download('jbloom/GPT2-Small-SAEs-Reformatted'" in text
-    assert "SAE.load('saes/blocks.8.hook_resid_pre')" in text
+    assert "SAE.load('saes/blocks.8.hook_resid_pre', center_input=True)" in text  # its model was centred
     assert "'gpt2-small-res-jb'" not in text  # the release is no repository
     with pytest.raises(LoadError) as e:
         ilab.SAE.load("gemma-scope-2b-pt-mlp-canonical", sae_id="layer_5/width_16k/canonical")
@@ -247,3 +251,57 @@ def test_another_folder_of_the_repository_in_the_cache_is_not_this_one(hub):
     assert ilab.SAE.load("gpt2-small-res-jb", sae_id="blocks.7.hook_resid_pre").layer == 7
     with pytest.raises(LoadError, match="not in the hub cache and HF_HUB_OFFLINE is set"):
         ilab.SAE.load("gpt2-small-res-jb", sae_id="blocks.8.hook_resid_pre")
+
+
+def test_center_input_is_transformer_lens_centred_model():
+    """What center_input stands for, on ioi-tiny (a GPT-2): TransformerLens's center_writing_weights (every weight
+    and bias writing the residual stream centred over d_model, the unembedding untied) gives the same logits and a
+    residual stream equal to the Hugging Face model's less its mean; so an SAE trained there, spliced here with
+    center_input, reads the same features, and a feature edit gives the logits of the same edit written out by hand
+    on the centred model."""
+    import copy
+
+    lab = ilab.Lab.load("ioi-tiny")
+    prompt = "When Mary and John went to the store, John gave a drink to"
+    ids = torch.tensor([lab.tokenizer(prompt)["input_ids"]])
+    centred = copy.deepcopy(lab.model)
+    with torch.no_grad():
+        centred.lm_head.weight = torch.nn.Parameter(lab.model.lm_head.weight.detach().clone())  # untied, as in TL
+        t = centred.transformer
+        for w in [t.wte.weight, t.wpe.weight] + [p for b in t.h for p in (b.attn.c_proj.weight, b.attn.c_proj.bias,
+                                                                          b.mlp.c_proj.weight, b.mlp.c_proj.bias)]:
+            w.sub_(w.mean(-1, keepdim=True))  # (Conv1D weights are [in, out]: the mean over the written d_model)
+        own = lab.model(input_ids=ids, output_hidden_states=True)
+        cen = centred(input_ids=ids, output_hidden_states=True)
+    assert (own.logits - cen.logits).abs().max() <= 1e-4
+    x, x_c = own.hidden_states[2], cen.hidden_states[2]  # resid_pre of block 2
+    assert (x.mean(-1).abs() > 1e-2).any()  # the stream is not centred already: the test can fail
+    assert (x - x.mean(-1, keepdim=True) - x_c).abs().max() <= 1e-4
+
+    sae = random_sae("standard", "resid_pre", 2, seed=9)
+    trained_there = ilab.SAE(sae.W_enc, sae.b_enc, sae.W_dec, sae.b_dec, site="resid_pre", layer=2,
+                             center_input=True)
+    f = trained_there.encode(x)
+    assert (f > 0).any()
+    assert torch.allclose(f.double(), hand_encode(sae, x_c), atol=1e-4)
+    assert torch.allclose(trained_there.decode(f, x).double() - x.double().mean(-1, keepdim=True),
+                          hand_decode(sae, f), atol=1e-4)
+    live = int((f[0] > 0).sum(0).argmax())
+    pos = int(f[0, :, live].argmax())
+
+    def zero_by_hand(m, args, kw):  # the splice on the centred model: x_c + (0 - f) * W_dec[live] at pos
+        h = args[0] if args else kw["hidden_states"]
+        fc = hand_encode(sae, h)
+        h = h.clone()
+        h[0, pos] -= (fc[0, pos, live] * sae.W_dec[live].double()).to(h.dtype)
+        return ((h, *args[1:]), kw) if args else (args, {**kw, "hidden_states": h})
+
+    handle = centred.transformer.h[2].register_forward_pre_hook(zero_by_hand, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            want = centred(input_ids=ids).logits.float()
+    finally:
+        handle.remove()
+    got = lab.run(prompt, [ilab.zero(trained_there, feature=live, pos=pos)]).logits
+    assert (got - want).abs().max() <= 1e-4
+    assert (got - own.logits).abs().max() > 1e-3  # the edit changed something

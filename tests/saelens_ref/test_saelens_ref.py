@@ -162,6 +162,7 @@ def test_interplabs_table_equals_sae_lens_directory():
                                                                     theirs.conversion_func), name
         assert ours.saes == theirs.saes_map, name
         assert ours.norm_scaling_factor == theirs.norm_scaling_factor, name
+        assert ours.model_kwargs == (theirs.config_overrides or {}).get("model_from_pretrained_kwargs", {}), name
 
 
 def test_the_lookup_uses_sae_lens_table_and_agrees():
@@ -235,15 +236,24 @@ def test_from_pretrained_and_interplab_agree(monkeypatch, tmp_path, release, sae
         where.mkdir(parents=True)
         np.savez(where / "params.npz", W_enc=made.W_enc.numpy(), W_dec=made.W_dec.numpy(), b_enc=made.b_enc.numpy(),
                  b_dec=made.b_dec.numpy(), threshold=made.threshold.numpy())
-    else:
+    else:  # the format of these releases' folders: SAELens's before 6.0 (hook_point, no sae_lens_version)
         made.save(where)
+        (where / "cfg.json").write_text(json.dumps({
+            "d_in": d_in, "d_sae": d_sae, "hook_point": made.hook_name, "hook_point_layer": made.layer,
+            "model_name": "gpt2-small", "activation_fn_str": "relu", "apply_b_dec_to_input": True,
+            "normalize_activations": norm, "dtype": "float32", "device": "cpu"}))
     ref = LensSAE.from_pretrained(release, sae_id, device="cpu")
     ours = SAE.load(release, sae_id=sae_id)
     assert ours.hook_name == ref.cfg.metadata.hook_name
-    x = torch.randn(5, d_in) * (0.05 if release.startswith("llama_scope") else 2)  # (its factor s is ~60)
+    # SAELens says how to load the model these SAEs read: with centred writing weights, whose stream is the Hugging
+    # Face model's less its mean over d_model (tests/features/test_registry.py checks that on a GPT-2)
+    centred = bool((ref.cfg.metadata.model_from_pretrained_kwargs or {}).get("center_writing_weights"))
+    assert ours.center_input == centred == release.startswith(("gpt2-small-res-jb", "gpt2-small-mlp-tm"))
+    x = torch.randn(5, d_in) * (0.05 if release.startswith("llama_scope") else 2) + 0.3  # (llama: s is ~60)
+    mean = x.mean(-1, keepdim=True) if centred else torch.zeros(5, 1)
     with torch.no_grad():
-        f_ref = ref.encode(x)
-        x_ref = ref.decode(f_ref)
+        f_ref = ref.encode(x - mean)
+        x_ref = ref.decode(f_ref) + mean
     assert (f_ref != 0).any()
     assert (ours.encode(x) - f_ref).abs().max() <= ATOL
     assert (ours.decode(f_ref, x) - x_ref).abs().max() <= 1e-4
