@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -94,19 +96,35 @@ class ReleaseSAE:
 
 
 def release_table() -> dict[str, Release]:
-    """Every release name this machine knows: sae-lens's own directory when sae-lens is installed, else
-    interplab's copy of the common ones."""
-    try:
-        from sae_lens.loading.pretrained_saes_directory import get_pretrained_saes_directory
-    except ImportError:  # no sae-lens here (interplab does not depend on it)
-        return _shipped_releases()
-    import importlib.metadata
+    """Every release name this machine knows: sae-lens's own directory (its packaged pretrained_saes.yaml, read as
+    sae_lens.loading.pretrained_saes_directory reads it) when sae-lens is installed, else interplab's copy of the
+    common ones. The YAML is read without importing sae_lens, whose import (TransformerLens, ...) takes seconds."""
+    spec = importlib.util.find_spec("sae_lens")  # (finds the package; runs none of it)
+    for where in (spec.submodule_search_locations or []) if spec else []:
+        yaml_file = Path(where) / "pretrained_saes.yaml"
+        if yaml_file.is_file():
+            try:
+                return _saelens_releases(str(yaml_file), yaml_file.stat().st_mtime)
+            except ImportError:  # no PyYAML (sae-lens depends on it: a broken install)
+                break
+    return _shipped_releases()
 
+
+@functools.cache
+def _saelens_releases(yaml_file: str, mtime: float) -> dict[str, Release]:
+    import yaml
+
+    with open(yaml_file) as f:
+        data = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     table = f"sae-lens {importlib.metadata.version('sae-lens')}"
-    return {name: Release(name, v.repo_id, v.model, v.conversion_func, dict(v.saes_map),
-                          dict(v.norm_scaling_factor or {}), table,
-                          dict((v.config_overrides or {}).get("model_from_pretrained_kwargs") or {}))
-            for name, v in get_pretrained_saes_directory().items()}
+    out = {}
+    for name, v in data.items():
+        saes = v.get("saes") or []
+        out[name] = Release(name, v["repo_id"], v["model"], v.get("conversion_func"),
+                            {s["id"]: str(s["path"]) for s in saes},
+                            {s["id"]: s["norm_scaling_factor"] for s in saes if "norm_scaling_factor" in s}, table,
+                            dict((v.get("config_overrides") or {}).get("model_from_pretrained_kwargs") or {}))
+    return out
 
 
 @functools.cache

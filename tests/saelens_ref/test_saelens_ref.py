@@ -166,9 +166,17 @@ def test_interplabs_table_equals_sae_lens_directory():
 
 
 def test_the_lookup_uses_sae_lens_table_and_agrees():
+    """interplab reads sae-lens's packaged pretrained_saes.yaml itself (without importing sae_lens): the same
+    directory as sae-lens's own reader, every release and every field interplab uses."""
     table = hub.release_table()
-    assert set(table) == set(get_pretrained_saes_directory())
-    assert next(iter(table.values())).table.startswith("sae-lens ")
+    lens = get_pretrained_saes_directory()
+    assert set(table) == set(lens)
+    for name, ours in table.items():
+        theirs = lens[name]
+        assert ours.table.startswith("sae-lens ")
+        assert (ours.repo_id, ours.model, ours.conversion_func, ours.saes, ours.norm_scaling_factor) == (
+            theirs.repo_id, theirs.model, theirs.conversion_func, theirs.saes_map, theirs.norm_scaling_factor), name
+        assert ours.model_kwargs == (theirs.config_overrides or {}).get("model_from_pretrained_kwargs", {}), name
     for release, sae_id in [("gpt2-small-res-jb", "blocks.8.hook_resid_pre"),
                             ("gemma-scope-2b-pt-res-canonical", "layer_12/width_16k/canonical"),
                             ("pythia-70m-deduped-res-sm", "blocks.0.hook_resid_pre")]:
