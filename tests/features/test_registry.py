@@ -305,3 +305,16 @@ def test_center_input_is_transformer_lens_centred_model():
     got = lab.run(prompt, [ilab.zero(trained_there, feature=live, pos=pos)]).logits
     assert (got - want).abs().max() <= 1e-4
     assert (got - own.logits).abs().max() > 1e-3  # the edit changed something
+
+
+def test_a_failed_download_says_the_same(hub, monkeypatch):
+    """Not offline, but the hub cannot be reached (a closed local port stands for no network): the same how-to."""
+    import huggingface_hub
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
+    with pytest.raises(LoadError, match="could not be downloaded from the hub") as e:
+        ilab.SAE.load("gpt2-small-res-jb", sae_id="blocks.8.hook_resid_pre")
+    assert "snapshot_download('jbloom/GPT2-Small-SAEs-Reformatted'" in str(e.value)
+    assert "SAE.load('saes/blocks.8.hook_resid_pre', center_input=True)" in str(e.value)
