@@ -4,6 +4,8 @@
     sae = ilab.SAE.load("ioi-tiny-sae")            # the one shipped with the embedded model
     sae = ilab.SAE.load("params.npz", site="resid_post", layer=12)    # a Gemma Scope file
     sae = ilab.SAE.load("org/repo", path="blocks.8.hook_resid_pre")    # a folder inside a hub repository
+    sae = ilab.SAE.load("gpt2-small-res-jb", sae_id="blocks.8.hook_resid_pre")   # a SAELens release (interplab.hub)
+    sae = ilab.SAE.load("path/to/Llama3_1-8B-Base-L3R-8x")   # a Llama Scope folder (hyperparams.json + checkpoints/)
     f = sae.encode(x)            # [..., d_in] -> [..., d_sae]
     x_hat = sae.decode(f, x)     # [..., d_sae] -> [..., d_in] (x: the input, needed only by run-time normalisations)
 
@@ -14,7 +16,19 @@ The arithmetic is SAELens's (sae_lens.saes, version 6), written out here:
     pre     = sae_in @ W_enc + b_enc
     standard: f = relu(pre)      jumprelu: f = relu(pre) * (pre > threshold)
     topk:     f = relu of the k largest pre-activations, 0 elsewhere (the top k are picked before the ReLU)
+    gated:    f = relu(sae_in @ (W_enc * exp(r_mag)) + b_mag) * (sae_in @ W_enc + b_gate > 0)
+              (b_enc holds b_mag: pre_acts are the magnitude path's, SAELens's hook_sae_acts_pre)
     decode:   norm_out(f @ W_dec + b_dec)
+batchtopk and matryoshka_batchtopk are training architectures in SAELens: at inference they are jumprelu SAEs with
+one threshold for every feature (the batch top-k's learnt topk_threshold), and SAELens saves them so
+(save_inference_model). Their training checkpoints (architecture "batchtopk", a topk_threshold tensor) load the
+same way: threshold = topk_threshold for every feature, the decoder norms folded into the encoder first when
+rescale_acts_by_decoder_norm (SAELens's process_state_dict_for_saving_inference).
+center_input: SAEs trained on TransformerLens's model loaded with center_writing_weights=True (SAELens's
+model_from_pretrained_kwargs; gpt2-small-res-jb and two more releases) read a residual stream whose every writer
+(embeddings, W_O, W_out and their biases) was centred over d_model: the Hugging Face model's activation less its mean
+over d_model. center_input=True subtracts that mean before encoding and adds it back after decoding; a feature's
+decoder direction is added unchanged (the next LayerNorm removes any mean, so either stream gives the same logits).
 normalize_activations: "none" and "expected_average_only_in" compute nothing at run time (SAELens folds the
 latter's factor sqrt(d_in) / mean norm into the weights when it saves; SAE.load(..., norm_scaling_factor=s) folds a
 known factor the same way: W_enc * s, W_dec / s, b_dec / s); "constant_norm_rescale" scales x to norm sqrt(d_in) and
@@ -32,9 +46,11 @@ from pathlib import Path
 import torch
 
 from .errors import LoadError, OutOfRangeError, UnsupportedSiteError
-from .hub import hub_folder
+from .hub import hub_folder, near, release_table, resolve_release
 
-ARCHITECTURES = ("standard", "topk", "jumprelu")
+ARCHITECTURES = ("standard", "topk", "jumprelu", "gated")
+# SAELens training architectures whose inference SAE is a jumprelu one (threshold = topk_threshold)
+BATCHTOPK_ARCHITECTURES = ("batchtopk", "matryoshka_batchtopk")
 NORMALIZATIONS = ("none", "expected_average_only_in", "constant_norm_rescale", "layer_norm")
 # SAELens (TransformerLens) hook names -> interplab sites; the layer is the number after "blocks."
 HOOKS = {
@@ -48,6 +64,8 @@ HOOKS = {
 SAE_SITES = ("embed", *HOOKS.values())
 EMBEDDED_SAES = {"ioi-tiny-sae": Path(__file__).parent / "zoo" / "ioi_tiny_sae"}
 CFG_FILE, WEIGHTS_FILE = "cfg.json", "sae_weights.safetensors"
+LLAMA_SCOPE_CFG, LLAMA_SCOPE_WEIGHTS = "hyperparams.json", "checkpoints/final.safetensors"
+TENSORS = ("W_enc", "b_enc", "W_dec", "b_dec", "threshold", "b_gate", "r_mag")  # None where the architecture has none
 
 
 class SAE:
@@ -56,7 +74,8 @@ class SAE:
     def __init__(self, W_enc, b_enc, W_dec, b_dec, *, site: str, layer: int | None, architecture: str = "standard",
                  threshold=None, k: int | None = None, apply_b_dec_to_input: bool = True,
                  normalize_activations: str = "none", rescale_acts_by_decoder_norm: bool = False,
-                 hook_name: str | None = None, source: dict | None = None, cfg: dict | None = None):
+                 hook_name: str | None = None, source: dict | None = None, cfg: dict | None = None,
+                 b_gate=None, r_mag=None, center_input: bool = False):
         if architecture not in ARCHITECTURES:
             raise LoadError(f"unknown SAE architecture {architecture!r}: interplab reads {', '.join(ARCHITECTURES)} "
                             f"(SAELens's meaning); convert other SAEs to one of them.")
@@ -69,7 +88,13 @@ class SAE:
             (W_enc, "W_enc"), (b_enc, "b_enc"), (W_dec, "W_dec"), (b_dec, "b_dec")))
         d_in, d_sae = self.W_enc.shape if self.W_enc.dim() == 2 else (None, None)
         expect = {"W_enc": (d_in, d_sae), "b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,)}
-        self.threshold = None
+        self.threshold = self.b_gate = self.r_mag = None
+        if architecture == "gated":
+            if b_gate is None or r_mag is None:
+                raise LoadError("a gated SAE needs b_gate and r_mag [d_sae] (and b_enc = SAELens's b_mag); "
+                                f"{'b_gate' if b_gate is None else 'r_mag'} was not found.")
+            self.b_gate, self.r_mag = _tensor(b_gate, "b_gate"), _tensor(r_mag, "r_mag")
+            expect.update(b_gate=(d_sae,), r_mag=(d_sae,))
         if architecture == "jumprelu":
             if threshold is None:
                 raise LoadError("a jumprelu SAE needs its threshold tensor [d_sae]; none was found.")
@@ -89,6 +114,10 @@ class SAE:
         self.apply_b_dec_to_input = bool(apply_b_dec_to_input)
         self.normalize_activations = normalize_activations
         self.rescale_acts_by_decoder_norm = bool(rescale_acts_by_decoder_norm)
+        self.center_input = bool(center_input)
+        if self.center_input and site == "z":
+            raise LoadError("center_input is for sites the centred weights write (the residual stream, attn_out, "
+                            "mlp_out, embed); the heads' z is read before W_O.")
         self.hook_name = hook_name or _hook_name(site, layer)
         self.source = source  # what SAE.load was given (serialised edits name the SAE by it); None: built in memory
         self.cfg = dict(cfg or {})
@@ -97,35 +126,57 @@ class SAE:
 
     def __setattr__(self, name, value):
         super().__setattr__(name, value)
-        if name in ("W_enc", "b_enc", "W_dec", "b_dec", "threshold") and "_on" in self.__dict__:
+        if name in TENSORS and "_on" in self.__dict__:
             self._on.clear()  # new weights: no stale copy on a device, and a new digest (memo keys)
             self._digest = None
 
     # ---- loading -------------------------------------------------------------------------------------------
     @classmethod
-    def load(cls, source: str | os.PathLike, *, path: str | None = None, site: str | None = None,
-             layer: int | None = None, revision: str | None = None, norm_scaling_factor: float | None = None) -> SAE:
-        """An SAE from a SAELens folder, a Gemma Scope params.npz, the embedded 'ioi-tiny-sae', or a hub repository.
+    def load(cls, source: str | os.PathLike, *, sae_id: str | None = None, path: str | None = None,
+             site: str | None = None, layer: int | None = None, revision: str | None = None,
+             norm_scaling_factor: float | None = None, center_input: bool | None = None) -> SAE:
+        """An SAE from a SAELens folder, a Gemma Scope params.npz, the embedded 'ioi-tiny-sae', a hub repository,
+        or a SAELens release.
 
         source: a folder holding cfg.json and sae_weights.safetensors (SAELens's format); a params.npz file
-                (Gemma Scope: give site= and layer=); 'ioi-tiny-sae'; or a hub id ('org/repo', with path= the folder
+                (Gemma Scope: give site= and layer=); a Llama Scope folder (hyperparams.json and
+                checkpoints/final.safetensors: its own mean input norm folded unless a factor is given);
+                'ioi-tiny-sae'; a hub id ('org/repo', with path= the folder
                 inside the repository, or 'hf://org/repo/folder'), downloaded once through huggingface_hub and
-                then read from its cache.
+                then read from its cache; or a SAELens release name with sae_id= (SAE.load('gpt2-small-res-jb',
+                sae_id='blocks.8.hook_resid_pre')), resolved through sae-lens's own table when sae-lens is
+                installed, else through interplab's copy of the common releases (interplab.hub.release_table).
         site, layer: where the SAE reads (interplab's site names: resid_pre, resid_post, mlp_out, attn_out, z ...);
-                taken from cfg.json's hook_name when not given.
+                taken from cfg.json's hook_name (or the release) when not given.
         norm_scaling_factor: for normalize_activations="expected_average_only_in", the factor SAELens folds into
-                the weights (its pretrained directory's norm_scaling_factor); by default nothing is folded, as in
-                SAELens's load_from_disk."""
+                the weights (its pretrained directory's norm_scaling_factor, applied by default for a release, as
+                SAELens's from_pretrained does); by default nothing is folded for a folder, as in SAELens's
+                load_from_disk.
+        center_input: whether the SAE reads the centred residual stream of TransformerLens's center_writing_weights
+                model (see the module's notes); by default from the folder's model_from_pretrained_kwargs or the
+                release's (SAELens's config_overrides)."""
         if not isinstance(source, (str, os.PathLike)) or not str(source):
-            raise LoadError(f"SAE.load needs a folder, a params.npz file, 'ioi-tiny-sae' or a hub id; got "
-                            f"{type(source).__name__} {source!r}.")
-        given = {"source": str(source), **{k: v for k, v in (("path", path), ("site", site), ("layer", layer),
-                                                               ("revision", revision),
-                                                               ("norm_scaling_factor", norm_scaling_factor))
+            raise LoadError(f"SAE.load needs a folder, a params.npz file, 'ioi-tiny-sae', a hub id or a SAELens "
+                            f"release; got {type(source).__name__} {source!r}.")
+        release_factor, centred = None, False  # a release's norm_scaling_factor, and its centred model
+        given = {"source": str(source), **{k: v for k, v in (("sae_id", sae_id), ("path", path), ("site", site),
+                                                               ("layer", layer), ("revision", revision),
+                                                               ("norm_scaling_factor", norm_scaling_factor),
+                                                               ("center_input", center_input))
                                             if v is not None}}
         text = str(source)
-        if text in EMBEDDED_SAES:
+        if sae_id is not None:
+            if path is not None:
+                raise LoadError("give sae_id= (one SAE of a SAELens release) or path= (a folder inside a hub "
+                                "repository), not both.")
+            where, site, layer, release_factor, centred = _release_folder(text, sae_id, site, layer, revision)
+        elif text in EMBEDDED_SAES:
             where = EMBEDDED_SAES[text]
+        elif not Path(text).exists() and not text.startswith("hf://") and text in release_table():
+            ids = list(release_table()[text].saes)
+            raise LoadError(f"{text!r} is a SAELens release: say which of its {len(ids)} SAEs with sae_id=, e.g. "
+                            f"SAE.load({text!r}, sae_id={ids[0]!r}) (its sae_ids: {', '.join(ids[:12])}"
+                            f"{', ...' if len(ids) > 12 else ''}).")
         elif text.startswith("hf://") or (path is not None and not Path(text).exists()):
             where = hub_folder(text, path, revision)
         elif Path(text).exists():
@@ -137,16 +188,32 @@ class SAE:
             raise LoadError(f"{text!r} is no folder here; for a hub repository give the folder inside it too: "
                             f"SAE.load({text!r}, path='blocks.8.hook_resid_pre') (or 'hf://{text}/<folder>').")
         else:
+            close = near(text, release_table(), n=5)
+            hint = f" (near release names: {', '.join(close)})" if close else ""
             raise LoadError(f"no SAE at {text!r}: not a folder or file here, not 'ioi-tiny-sae', not a hub id "
-                            f"('org/repo' with path=). A SAELens folder holds {CFG_FILE} and {WEIGHTS_FILE}.")
+                            f"('org/repo' with path=), not a SAELens release{hint}. A SAELens folder holds "
+                            f"{CFG_FILE} and {WEIGHTS_FILE}.")
         if where.is_dir() and not (where / CFG_FILE).exists() and (where / "params.npz").exists():
             where = where / "params.npz"  # a Gemma Scope folder
+        own_factor = None  # the factor a Llama Scope folder states (its hyperparams' mean input norm)
         if where.is_file() or where.suffix == ".npz":
             sae = _load_npz(where, site, layer)
+        elif where.is_dir() and not (where / CFG_FILE).exists() and (where / LLAMA_SCOPE_CFG).exists():
+            sae, own_factor = _load_llama_scope(where, site, layer)
         else:
             sae = _load_saelens(where, site, layer)
+        centre = centred if center_input is None else bool(center_input)
+        if centre != sae.center_input:
+            if centre and sae.site == "z":
+                raise LoadError("center_input=True is for sites the centred weights write (the residual stream, "
+                                "attn_out, mlp_out, embed); the heads' z is read before W_O.")
+            sae.center_input, sae._digest = centre, None
         if norm_scaling_factor is not None:
             sae._fold_norm_scaling(norm_scaling_factor)
+        elif sae.normalize_activations == "expected_average_only_in":
+            factor = release_factor if release_factor is not None else own_factor
+            if factor is not None:
+                sae._fold_norm_scaling(factor)  # as SAELens's from_pretrained folds the release's factor
         sae.source = given
         return sae
 
@@ -171,6 +238,8 @@ class SAE:
         tensors = {"W_enc": self.W_enc, "b_enc": self.b_enc, "W_dec": self.W_dec, "b_dec": self.b_dec}
         if self.threshold is not None:
             tensors["threshold"] = self.threshold
+        if self.architecture == "gated":  # SAELens's names: no b_enc, the magnitude path's bias is b_mag
+            tensors.update(b_mag=tensors.pop("b_enc"), b_gate=self.b_gate, r_mag=self.r_mag)
         save_file({k: v.detach().contiguous().float() for k, v in tensors.items()}, folder / WEIGHTS_FILE)
         cfg = {"architecture": self.architecture, "d_in": self.d_in, "d_sae": self.d_sae, "dtype": "float32",
                "device": "cpu", "apply_b_dec_to_input": self.apply_b_dec_to_input,
@@ -178,6 +247,11 @@ class SAE:
                "reshape_activations": "hook_z" if self.site == "z" else "none",
                "metadata": {**self.cfg.get("metadata", {}), "hook_name": self.hook_name,
                             "sae_lens_version": "6.0.0"}}
+        kwargs = {k: v for k, v in (cfg["metadata"].get("model_from_pretrained_kwargs") or {}).items()
+                  if k != "center_writing_weights"}
+        if self.center_input:
+            kwargs["center_writing_weights"] = True
+        cfg["metadata"]["model_from_pretrained_kwargs"] = kwargs
         if self.architecture == "topk":
             cfg.update(k=self.k, rescale_acts_by_decoder_norm=self.rescale_acts_by_decoder_norm)
         (folder / CFG_FILE).write_text(json.dumps(cfg, indent=2) + "\n")
@@ -187,8 +261,9 @@ class SAE:
     def _weights(self, like: torch.Tensor) -> dict[str, torch.Tensor]:
         key = (like.device, self.W_enc.dtype)
         if key not in self._on:
-            names = ("W_enc", "b_enc", "W_dec", "b_dec") + (("threshold",) if self.threshold is not None else ())
-            self._on[key] = {n: getattr(self, n).to(like.device) for n in names}
+            self._on[key] = {n: getattr(self, n).to(like.device) for n in TENSORS if getattr(self, n) is not None}
+            if self.architecture == "gated":  # the magnitude path's encoder shares W_enc, scaled per feature
+                self._on[key]["W_mag"] = self._on[key]["W_enc"] * self._on[key]["r_mag"].exp()
             if self.rescale_acts_by_decoder_norm:
                 self._on[key]["dec_norm"] = self._on[key]["W_dec"].norm(dim=-1)
         return self._on[key]
@@ -204,26 +279,39 @@ class SAE:
 
     def _norm_in(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple]:
         """x as the encoder sees it, and what decoding needs to undo it: (scale, shift) with out = scale * y + shift."""
+        centre = 0.0
+        if self.center_input:  # the stream of the centred-weights model the SAE was trained on
+            centre = x.mean(dim=-1, keepdim=True)
+            x = x - centre
         if self.normalize_activations == "constant_norm_rescale":
             coeff = self.d_in ** 0.5 / x.norm(dim=-1, keepdim=True)
-            return x * coeff, (1 / coeff, 0.0)
+            return x * coeff, (1 / coeff, centre)
         if self.normalize_activations == "layer_norm":
             mu = x.mean(dim=-1, keepdim=True)
             std = (x - mu).std(dim=-1, keepdim=True)
-            return (x - mu) / (std + 1e-5), (std, mu)
-        return x, (1.0, 0.0)
+            return (x - mu) / (std + 1e-5), (std, mu + centre)
+        return x, (1.0, centre)
+
+    def _sae_in(self, x) -> torch.Tensor:
+        """What the encoder multiplies: x normalised, less b_dec where the SAE applies it to its input."""
+        x = self._check_input(x, "x")
+        sae_in, _ = self._norm_in(x)
+        return sae_in - self._weights(x)["b_dec"] if self.apply_b_dec_to_input else sae_in
 
     def pre_acts(self, x) -> torch.Tensor:
-        """[..., d_in] -> [..., d_sae]: the encoder's pre-activations (before ReLU / threshold / top-k)."""
-        x = self._check_input(x, "x")
-        w = self._weights(x)
-        sae_in, _ = self._norm_in(x)
-        if self.apply_b_dec_to_input:
-            sae_in = sae_in - w["b_dec"]
-        return sae_in @ w["W_enc"] + w["b_enc"]
+        """[..., d_in] -> [..., d_sae]: the encoder's pre-activations (before ReLU / threshold / top-k; for a gated
+        SAE, the magnitude path's)."""
+        sae_in = self._sae_in(x)
+        w = self._weights(sae_in)
+        return sae_in @ w["W_mag" if self.architecture == "gated" else "W_enc"] + w["b_enc"]
 
     def encode(self, x) -> torch.Tensor:
         """[..., d_in] -> [..., d_sae]: the feature activations (float32, on x's device)."""
+        if self.architecture == "gated":
+            sae_in = self._sae_in(x)
+            w = self._weights(sae_in)
+            gate = (sae_in @ w["W_enc"] + w["b_gate"]) > 0
+            return (sae_in @ w["W_mag"] + w["b_enc"]).relu() * gate.to(sae_in.dtype)
         pre = self.pre_acts(x)
         if self.architecture == "standard":
             return pre.relu()
@@ -246,16 +334,17 @@ class SAE:
 
     def decode(self, f, x=None) -> torch.Tensor:
         """[..., d_sae] -> [..., d_in]: the reconstruction. x (the encoded input) is needed only when the SAE
-        normalises at run time (constant_norm_rescale, layer_norm), to undo it."""
+        normalises or centres at run time (constant_norm_rescale, layer_norm, center_input), to undo it."""
         f = self._check_input(f, "f")
         w = self._weights(f)
         if self.rescale_acts_by_decoder_norm:
             f = f / w["dec_norm"]
         y = f @ w["W_dec"] + w["b_dec"]
-        if self.normalize_activations in ("constant_norm_rescale", "layer_norm"):
-            scale, shift = self._norm_in(self._check_input(x, "x"))[1] if x is not None else (None, None)
-            if scale is None:
-                self.out_scale(None)  # raises with the how-to
+        if self.normalize_activations in ("constant_norm_rescale", "layer_norm") or self.center_input:
+            if x is None:
+                raise OutOfRangeError(f"this SAE {'centres' if self.center_input else 'normalises'} its input at "
+                                      f"run time: decode needs the input too, decode(f, x).")
+            scale, shift = self._norm_in(self._check_input(x, "x"))[1]
             return y * scale + shift
         return y
 
@@ -269,7 +358,8 @@ class SAE:
         return w[0] if isinstance(feature, int) else w
 
     def features_of(self, feature) -> list[int]:
-        """An int, list, slice or None (= all) as feature indices, each checked against d_sae."""
+        """An int, list, slice or None (= all) as feature indices, each checked against d_sae. Negative ints are
+        refused (a slice keeps Python's meaning: slice(-3, None) is the last three)."""
         n = self.d_sae
         if feature is None:
             return list(range(n))
@@ -281,9 +371,13 @@ class SAE:
             if isinstance(i, bool) or not isinstance(i, int):
                 raise OutOfRangeError(f"feature={feature!r}: features are ints 0..{n - 1} (a list, a slice or None "
                                       f"= all).")
-            if not -n <= i < n:
+            if i < 0:  # not Python's count from the end: feature=-1 would silently be feature n-1
+                fix = f"write feature={n + i} (d_sae {i}) for that one" if i >= -n else "features count from 0"
+                raise OutOfRangeError(f"feature {i}: negative feature indices are refused (this SAE's features are "
+                                      f"0..{n - 1}); {fix}.")
+            if i >= n:
                 raise OutOfRangeError(f"feature {i} out of range: this SAE has {n} features (0..{n - 1}).")
-            out.append(i % n)
+            out.append(i)
         return out
 
     # ---- the model it belongs to ---------------------------------------------------------------------------
@@ -310,17 +404,18 @@ class SAE:
         """A hash of the weights and settings: what identifies this SAE in a memo key."""
         if self._digest is None:
             h = hashlib.blake2b(digest_size=16)
-            for t in (self.W_enc, self.b_enc, self.W_dec, self.b_dec, self.threshold):
+            for t in (getattr(self, n) for n in TENSORS):
                 if t is not None:
                     h.update(t.detach().cpu().contiguous().float().numpy().tobytes())
-            h.update(repr((self.architecture, self.k, self.apply_b_dec_to_input, self.normalize_activations,
-                           self.rescale_acts_by_decoder_norm, self.site, self.layer)).encode())
+            settings = (self.architecture, self.k, self.apply_b_dec_to_input, self.normalize_activations,
+                        self.rescale_acts_by_decoder_norm, self.site, self.layer)
+            h.update(repr(settings + ((True,) if self.center_input else ())).encode())  # (old digests unchanged)
             self._digest = h.hexdigest()
         return self._digest
 
     def to(self, device=None, dtype=None) -> SAE:
         """Move (and cast) the weights; returns self."""
-        for n in ("W_enc", "b_enc", "W_dec", "b_dec", "threshold"):
+        for n in TENSORS:
             t = getattr(self, n)
             if t is not None:
                 setattr(self, n, t.to(device=device, dtype=dtype))
@@ -336,7 +431,7 @@ class SAE:
         src = (self.source or {}).get("source", "in memory")
         return (f"SAE({self.architecture}, {self.hook_name} -> {self.site}"
                 f"{'' if self.layer is None else f' L{self.layer}'}, d_in={self.d_in}, d_sae={self.d_sae}"
-                f"{f', k={self.k}' if self.k else ''}, from {src})")
+                f"{f', k={self.k}' if self.k else ''}{', centred input' if self.center_input else ''}, from {src})")
 
 
 def site_of_hook(hook_name: str) -> tuple[str, int | None]:
@@ -350,6 +445,33 @@ def site_of_hook(hook_name: str) -> tuple[str, int | None]:
     raise UnsupportedSiteError(
         f"hook_name {hook_name!r}: interplab splices SAEs on blocks.L.{{{', '.join(HOOKS)}}} and hook_embed. Give "
         f"site= and layer= to SAE.load if this SAE reads one of interplab's sites under another name.")
+
+
+def centred_model(model_kwargs) -> bool:
+    """Whether SAELens's model_from_pretrained_kwargs load TransformerLens's model with its writing weights centred
+    (the SAE then reads a centred stream: center_input)."""
+    return bool(isinstance(model_kwargs, dict) and model_kwargs.get("center_writing_weights"))
+
+
+def _release_folder(release: str, sae_id, site, layer, revision) -> tuple[Path, str | None, int | None,
+                                                                          float | None, bool]:
+    """The local folder of a SAELens release's SAE (from the hub cache, else downloaded), where it reads when its
+    files do not say (Gemma Scope), the release's norm_scaling_factor, and whether its model was centred."""
+    found = resolve_release(release, sae_id)
+    if found.hook_name == "hook_embed":
+        raise LoadError(f"{release} {sae_id} is a Gemma Scope embedding SAE: SAELens rescales its weights by "
+                        f"sqrt(d_model) for the scale its hook_embed reads, and interplab's embed site has not been "
+                        f"checked against that scale, so interplab does not load it.")
+    if found.hook_name and site is None:
+        site, layer = site_of_hook(found.hook_name)
+    args = (f", site={site!r}" + ("" if layer is None else f", layer={layer}")) if found.hook_name else ""
+    if found.norm_scaling_factor is not None:
+        args += f", norm_scaling_factor={found.norm_scaling_factor}"
+    centred = centred_model(found.release.model_kwargs)
+    if centred:
+        args += ", center_input=True"
+    where = hub_folder(found.release.repo_id, found.folder, revision, load_args=args)
+    return where, site, layer, found.norm_scaling_factor, centred
 
 
 def _hook_name(site: str, layer: int | None) -> str:
@@ -428,7 +550,13 @@ def _load_saelens(folder: Path, site, layer) -> SAE:
                             "fold it into W_dec first.")
     if "log_threshold" in state and "threshold" not in state:
         state["threshold"] = state["log_threshold"].exp()
-    needed = ("W_enc", "b_enc", "W_dec", "b_dec") + (("threshold",) if arch == "jumprelu" else ())
+    rescale = cfg.get("rescale_acts_by_decoder_norm", False)
+    if arch in BATCHTOPK_ARCHITECTURES:  # a training checkpoint: its inference SAE is a jumprelu one
+        state, arch, rescale = _batchtopk_as_jumprelu(state, rescale, weights_path, arch), "jumprelu", False
+    if arch == "gated" and "b_mag" in state:
+        state["b_enc"] = state["b_mag"]  # the magnitude path's bias: what interplab's pre_acts add
+    extra = {"jumprelu": ("threshold",), "gated": ("b_gate", "r_mag")}.get(arch, ())
+    needed = ("W_enc", "b_mag" if arch == "gated" else "b_enc", "W_dec", "b_dec") + extra
     absent = [n for n in needed if n not in state]
     if absent:
         raise LoadError(f"{weights_path} lacks {', '.join(absent)} (it holds {', '.join(sorted(state))}); a "
@@ -441,8 +569,31 @@ def _load_saelens(folder: Path, site, layer) -> SAE:
     return SAE(state["W_enc"], state["b_enc"], state["W_dec"], state["b_dec"], site=site, layer=layer,
                architecture=arch, threshold=state.get("threshold"), k=k,
                apply_b_dec_to_input=cfg.get("apply_b_dec_to_input", True), normalize_activations=norm,
-               rescale_acts_by_decoder_norm=cfg.get("rescale_acts_by_decoder_norm", False), hook_name=hook_name,
-               cfg=cfg)
+               rescale_acts_by_decoder_norm=rescale, hook_name=hook_name, cfg=cfg,
+               b_gate=state.get("b_gate"), r_mag=state.get("r_mag"),
+               center_input=centred_model(meta.get("model_from_pretrained_kwargs")
+                                          or cfg.get("model_from_pretrained_kwargs")) and site != "z")
+
+
+def _batchtopk_as_jumprelu(state: dict, rescale: bool, weights_path: Path, arch: str) -> dict:
+    """A batchtopk (or matryoshka_batchtopk) training checkpoint's tensors as the jumprelu SAE SAELens saves for
+    inference: threshold = topk_threshold for every feature; under rescale_acts_by_decoder_norm the decoder's row
+    norms are folded into the encoder first (b_enc and W_enc's columns times them, W_dec's rows divided)."""
+    absent = [n for n in ("W_enc", "b_enc", "W_dec", "b_dec", "topk_threshold") if n not in state]
+    if absent:
+        raise LoadError(f"{weights_path} lacks {', '.join(absent)} (it holds {', '.join(sorted(state))}); a {arch} "
+                        f"checkpoint holds W_enc, b_enc, W_dec, b_dec and topk_threshold.")
+    state = dict(state)
+    if state["topk_threshold"].numel() != 1:
+        raise LoadError(f"{weights_path}: topk_threshold has {state['topk_threshold'].numel()} values; a {arch} "
+                        f"SAE learns one.")
+    if rescale:
+        norm = state["W_dec"].norm(dim=-1)
+        state["b_enc"] = state["b_enc"] * norm
+        state["W_enc"] = state["W_enc"] * norm[None, :]
+        state["W_dec"] = state["W_dec"] / norm[:, None]
+    state["threshold"] = torch.ones_like(state["b_enc"]) * state.pop("topk_threshold").reshape(())
+    return state
 
 
 def _load_npz(file: Path, site, layer) -> SAE:
@@ -466,6 +617,43 @@ def _load_npz(file: Path, site, layer) -> SAE:
     # Gemma Scope's JumpReLU SAEs: no decoder bias subtracted before encoding (SAELens's gemma-scope loader)
     return SAE(state["W_enc"], state["b_enc"], state["W_dec"], state["b_dec"], site=site, layer=layer,
                architecture="jumprelu", threshold=state["threshold"], apply_b_dec_to_input=False)
+
+
+def _load_llama_scope(folder: Path, site, layer) -> tuple[SAE, float]:
+    """A Llama Scope folder (hyperparams.json + checkpoints/final.safetensors) as SAELens's llama_scope loader reads
+    it: a jumprelu SAE with one threshold for every feature, jump_relu_threshold * s, no b_dec subtracted from the
+    input, normalize_activations expected_average_only_in; s = sqrt(d_model) / the dataset's mean input norm (its
+    hyperparams), returned to fold when no other factor is given (a release's factor comes first, as in SAELens)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    cfg_path, weights_path = folder / LLAMA_SCOPE_CFG, folder / LLAMA_SCOPE_WEIGHTS
+    try:
+        hp = json.loads(cfg_path.read_text())
+        d_in, norm_in = int(hp["d_model"]), float(hp["dataset_average_activation_norm"]["in"])
+        tau, hook_name = float(hp["jump_relu_threshold"]), hp.get("hook_point_in")
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
+        raise LoadError(f"{cfg_path} is not a Llama Scope hyperparams.json (d_model, jump_relu_threshold, "
+                        f"dataset_average_activation_norm.in, hook_point_in): {type(e).__name__} {e}") from None
+    if not weights_path.is_file():
+        raise LoadError(f"{folder} holds {LLAMA_SCOPE_CFG} but not {LLAMA_SCOPE_WEIGHTS}: a Llama Scope folder holds "
+                        f"both.")
+    try:
+        state = load_file(weights_path)
+    except (SafetensorError, OSError) as e:
+        raise LoadError(f"{weights_path} cannot be read as safetensors: {e}") from None
+    names = ("encoder.weight", "encoder.bias", "decoder.weight", "decoder.bias")
+    absent = [n for n in names if n not in state]
+    if absent:
+        raise LoadError(f"{weights_path} lacks {', '.join(absent)} (it holds {', '.join(sorted(state))}).")
+    s = d_in ** 0.5 / norm_in
+    site, layer = _where(site, layer, hook_name, str(cfg_path))
+    b_enc = state["encoder.bias"]
+    sae = SAE(state["encoder.weight"].T, b_enc, state["decoder.weight"].T, state["decoder.bias"], site=site,
+              layer=layer, architecture="jumprelu", threshold=torch.full(b_enc.shape, tau * s),
+              apply_b_dec_to_input=False, normalize_activations="expected_average_only_in", hook_name=hook_name,
+              cfg={"metadata": {"hook_name": hook_name}, "llama_scope": hp})
+    return sae, s
 
 
 def as_sae(obj) -> SAE | None:

@@ -19,6 +19,9 @@ def random_sae(arch="standard", site="resid_pre", layer=2, d_in=128, d_sae=64, s
         extra["threshold"] = torch.rand(d_sae, generator=g) * 0.5
     if arch == "topk":
         extra["k"] = kw.pop("k", 8)
+    if arch == "gated":
+        extra["b_gate"] = torch.randn(d_sae, generator=g) * 0.1
+        extra["r_mag"] = torch.randn(d_sae, generator=g) * 0.3
     return SAE(W_enc, b_enc, W_dec, b_dec, site=site, layer=layer, architecture=arch, **extra, **kw)
 
 
@@ -26,7 +29,12 @@ def hand_encode(sae: SAE, x: torch.Tensor) -> torch.Tensor:
     """f = act(pre), pre = (x - b_dec [if applied]) @ W_enc + b_enc; no run-time normalisation."""
     x = x.double()
     W_enc, b_enc, b_dec = sae.W_enc.double(), sae.b_enc.double(), sae.b_dec.double()
-    pre = (x - b_dec if sae.apply_b_dec_to_input else x) @ W_enc + b_enc
+    sae_in = x - b_dec if sae.apply_b_dec_to_input else x
+    if sae.architecture == "gated":  # SAELens's GatedSAE.encode; interplab keeps b_mag as b_enc
+        gate = sae_in @ W_enc + sae.b_gate.double()
+        magnitude = sae_in @ (W_enc * torch.exp(sae.r_mag.double())) + b_enc
+        return torch.where(gate > 0, torch.clamp(magnitude, min=0), torch.zeros_like(magnitude))
+    pre = sae_in @ W_enc + b_enc
     if sae.architecture == "standard":
         return torch.clamp(pre, min=0)
     if sae.architecture == "jumprelu":

@@ -15,7 +15,7 @@ from interplab.errors import LoadError, OutOfRangeError, UnsupportedSiteError
 from ._saes import hand_decode, hand_encode, random_sae
 
 
-@pytest.mark.parametrize("arch", ["standard", "topk", "jumprelu", "topk-wide"])
+@pytest.mark.parametrize("arch", ["standard", "topk", "jumprelu", "topk-wide", "gated"])
 def test_saved_folder_reloads_with_the_same_arithmetic(tmp_path, arch):
     # topk-wide: k = 48 of 64, so some of the top k pre-activations are negative (the ReLU after the top-k matters)
     sae = random_sae("topk", k=48) if arch == "topk-wide" else random_sae(arch)
@@ -45,6 +45,8 @@ def _tensors(sae):
     out = {"W_enc": sae.W_enc, "b_enc": sae.b_enc, "W_dec": sae.W_dec, "b_dec": sae.b_dec}
     if sae.threshold is not None:
         out["threshold"] = sae.threshold
+    if sae.architecture == "gated":
+        out.update(b_mag=out.pop("b_enc"), b_gate=sae.b_gate, r_mag=sae.r_mag)
     return out
 
 
@@ -154,8 +156,8 @@ def test_bad_folders_get_typed_errors(tmp_path):
     bent = {**_tensors(sae), "W_dec": sae.W_dec.T}
     with pytest.raises(LoadError, match="W_dec has shape"):
         ilab.SAE.load(_write(tmp_path / "b", good, bent))
-    with pytest.raises(LoadError, match="unknown SAE architecture 'gated'"):
-        ilab.SAE.load(_write(tmp_path / "c", {**good, "architecture": "gated"}, _tensors(sae)))
+    with pytest.raises(LoadError, match="unknown SAE architecture .matching_pursuit."):
+        ilab.SAE.load(_write(tmp_path / "c", {**good, "architecture": "matching_pursuit"}, _tensors(sae)))
     with pytest.raises(UnsupportedSiteError, match="hook_name 'blocks.2.ln2.hook_normalized'"):
         ilab.SAE.load(_write(tmp_path / "d", {**good, "metadata": {"hook_name": "blocks.2.ln2.hook_normalized"}},
                              _tensors(sae)))
@@ -175,7 +177,13 @@ def test_bad_folders_get_typed_errors(tmp_path):
 
 def test_feature_indices_are_checked():
     sae = random_sae()
-    assert sae.features_of([0, -1]) == [0, 63]
+    assert sae.features_of([0, 63]) == [0, 63]
+    assert sae.features_of(slice(-2, None)) == [62, 63]  # a slice keeps Python's meaning
+    for bad in (-1, [0, -1]):
+        with pytest.raises(OutOfRangeError, match="negative feature indices are refused.*write feature=63"):
+            sae.features_of(bad)
+    with pytest.raises(OutOfRangeError, match="negative feature indices are refused"):
+        sae.features_of(-65)
     with pytest.raises(OutOfRangeError, match="feature 64 out of range: this SAE has 64 features"):
         sae.features_of(64)
     with pytest.raises(OutOfRangeError, match="encode takes"):

@@ -82,7 +82,7 @@ def test_unchanged_splice_gives_the_models_own_logits(lab):
     assert (hand(lab, CLEAN, (2, "pre"), spliced(sae, lambda f, x: f)) - own).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize("arch", ["standard", "topk", "jumprelu"])
+@pytest.mark.parametrize("arch", ["standard", "topk", "jumprelu", "gated"])
 @pytest.mark.parametrize("site, where", [("resid_pre", "pre"), ("resid_post", "post"), ("mlp_out", "mlp"),
                                          ("z", "z"), ("attn_out", "attn"), ("embed", "wte")])
 def test_feature_edits_equal_hand_written_hooks(lab, arch, site, where):
@@ -184,6 +184,10 @@ def test_bad_input_is_refused_and_leaves_nothing_behind(lab):
     before = [p.detach().clone() for p in lab.model.parameters()]
     with pytest.raises(OutOfRangeError, match="feature 64 out of range"):
         ilab.zero(sae, feature=64)
+    for make in (lambda: ilab.zero(sae, feature=-1), lambda: ilab.steer(sae, feature=[3, -1], alpha=1.0),
+                 lambda: lab.feature(sae, -1)):  # -1 is not the last feature: refused, with the index to write
+        with pytest.raises(OutOfRangeError, match="negative feature indices are refused.*write feature=63"):
+            make()
     with pytest.raises(NumberError, match="not a finite number"):
         ilab.steer(sae, feature=1, alpha=float("nan"))
     with pytest.raises(InterplabError, match="needs feature="):
