@@ -1,6 +1,7 @@
 """The engine: the only code that runs the model with hooks attached.
 
 hooks   HookManager (every hook interplab attaches, always removed), attach/install (edits applied, sites read)
+heap    the C heap's free memory handed back to the system between a CPU sweep's chunks
 resume  forwards that start from a cached residual and shared cached keys/values; chunks sized to a memory budget
         that halve on out-of-memory
 memo    results keyed by what was asked and the model's state, so they are never stale
@@ -26,6 +27,7 @@ from .core import (
 from .generate import Generation
 from .hooks import HookManager, Plan, PlannedEdit, attach, attached_hooks, forward, install, run_lock, with_input
 from .memo import Memo, model_state
+from . import heap
 from .resume import (
     default_budget,
     default_max_rows,
