@@ -21,8 +21,9 @@ model, against the same vector added by a plain forward hook on the same module 
 ioi-tiny (the embedded 4-layer GPT-2), one torch thread, one prompt, greedy, --new-tokens new tokens whatever the
 model says. Four ways, interleaved over --repeats rounds (a shared machine's load falls on all of them alike), the
 median CPU time of each (one thread: the work done, which load does not stretch): model.generate bare,
-model.generate with the plain hook, lab.generate with no edit, lab.generate with ilab.steer. Per step: (seconds - bare model.generate's) / new tokens. The steered and hooked tokens are
-compared too (the same ids). Writes/replaces "## Steered generation per step vs a plain hook (<device>)".
+model.generate with the plain hook, lab.generate with no edit, lab.generate with ilab.steer. Per step: (seconds -
+bare model.generate's) / new tokens. The steered and hooked tokens are compared too (the same ids).
+Writes/replaces "## Steered generation per step vs a plain hook (<device>)".
 """
 
 from __future__ import annotations

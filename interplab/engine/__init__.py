@@ -11,6 +11,7 @@ backends  the Backend interface (a forward with edits, generation with edits, a 
         backend, and choosing one per call (backend=); vllm: the vLLM backend
 """
 
+from . import heap
 from .backends import Backend, HFBackend, Samples
 from .core import (
     Cache,
@@ -27,7 +28,6 @@ from .core import (
 from .generate import Generation
 from .hooks import HookManager, Plan, PlannedEdit, attach, attached_hooks, forward, install, run_lock, with_input
 from .memo import Memo, model_state
-from . import heap
 from .resume import (
     default_budget,
     default_max_rows,
@@ -44,4 +44,4 @@ __all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "device_of
            "execution_device", "own_weights", "Backend", "HFBackend", "Samples", "Generation",
            "HookManager", "Plan", "PlannedEdit", "attach", "attached_hooks", "forward", "install", "run_lock",
            "with_input", "Memo", "model_state", "default_budget", "default_max_rows", "final_logits", "halving",
-           "key_values", "prefix", "resumed_last_logits", "row_bytes", "start_at"]
+           "key_values", "prefix", "resumed_last_logits", "row_bytes", "start_at", "heap"]
