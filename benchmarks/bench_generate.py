@@ -3,6 +3,7 @@
     build/venv-vllm/bin/python benchmarks/bench_generate.py            # 64 prompts x 32 tokens, ~200M Llama, CPU
     build/venv-vllm/bin/python benchmarks/bench_generate.py --quick    # a small model, for a smoke test
     python benchmarks/bench_generate.py --device cuda                  # where vLLM for GPUs is installed
+    python benchmarks/bench_generate.py --vs-hook                      # a steer's cost per step against a plain hook
 
 A random-weight Llama of about 200M parameters (hidden 1024, 12 layers, 16 heads, 8 key-value heads, tied 50257-token
 embeddings, fp32) and the real GPT-2 tokenizer; 64 prompts of 9 to 60 tokens; one steering edit (resid_post at the
@@ -14,6 +15,15 @@ edit (what the edits cost), and vLLM alone, the same token ids through `llm.gene
 environment and pass --device cuda (one GPU: the engine hooks its model in this process; see docs/SCALE.md).
 Writes/replaces a "## Steered generation, HF vs vLLM (<device>)" section of benchmarks/RESULTS.md (unless
 --no-write).
+
+--vs-hook (no vLLM needed; issue #53 item 9): what a steering edit costs per decoding step on the Hugging Face
+model, against the same vector added by a plain forward hook on the same module (no interplab), in the same run:
+ioi-tiny (the embedded 4-layer GPT-2), one torch thread, one prompt, greedy, --new-tokens new tokens whatever the
+model says. Four ways, interleaved over --repeats rounds (a shared machine's load falls on all of them alike), the
+median CPU time of each (one thread: the work done, which load does not stretch): model.generate bare,
+model.generate with the plain hook, lab.generate with no edit, lab.generate with ilab.steer. Per step: (seconds -
+bare model.generate's) / new tokens. The steered and hooked tokens are compared too (the same ids).
+Writes/replaces "## Steered generation per step vs a plain hook (<device>)".
 """
 
 from __future__ import annotations
@@ -70,6 +80,87 @@ def timed(fn, repeats: int) -> tuple[float, object]:
     return statistics.median(times), out
 
 
+def vs_hook(args) -> None:
+    """A steer's per-step cost against a plain hook adding the same vector, one run (see the module docstring)."""
+    from interplab.zoo import load_embedded
+
+    torch.set_num_threads(1)
+    m, tok = load_embedded("ioi-tiny")
+    m = m.to(args.device)
+    lab = ilab.Lab(m, tok, model_id="ioi-tiny")
+    layer = lab.n_layers // 2
+    vector = torch.randn(lab.d_model, generator=torch.Generator().manual_seed(0))
+    vector = (vector / vector.norm() * lab.residual_norm("resid_post", layer)).to(args.device)
+    alpha = 2.0
+    prompt = "When Mary and John went to the store, John gave a drink to"
+    ids = tok(prompt, return_tensors="pt")["input_ids"].to(args.device)
+    block = m.get_submodule(f"{lab.sites.arch.layers}.{layer}")  # resid_post = the block's output (element 0)
+    n = args.new_tokens
+    # what lab.generate(..., stop_at_eos=False) asks of model.generate: greedy, n tokens, no end-of-text stop
+    kw = dict(max_new_tokens=n, do_sample=False, pad_token_id=tok.eos_token_id, eos_token_id=None,
+              temperature=None, top_k=None, top_p=None)
+
+    def plain_hook(module, inputs, output):
+        if isinstance(output, torch.Tensor):
+            return output + alpha * vector
+        return (output[0] + alpha * vector, *output[1:])
+
+    def hooked():
+        handle = block.register_forward_hook(plain_hook)
+        try:
+            with torch.no_grad():
+                return m.generate(ids, attention_mask=torch.ones_like(ids), **kw)[0, ids.shape[1]:]
+        finally:
+            handle.remove()
+
+    def bare():
+        with torch.no_grad():
+            return m.generate(ids, attention_mask=torch.ones_like(ids), **kw)[0, ids.shape[1]:]
+
+    edits = [ilab.steer("resid_post", layer, vector, alpha=alpha)]
+    ways = {
+        "model.generate, no hook": bare,
+        "model.generate + a plain hook": hooked,
+        "lab.generate, no edit": lambda: lab.generate(prompt, [], max_new_tokens=n, stop_at_eos=False).ids[0],
+        "lab.generate + ilab.steer": lambda: lab.generate(prompt, edits, max_new_tokens=n, stop_at_eos=False).ids[0],
+    }
+    times = {k: [] for k in ways}
+    out = {}
+    for k, fn in ways.items():  # warm-up
+        out[k] = fn()
+    for _ in range(args.repeats):
+        for k, fn in ways.items():
+            t0 = time.process_time()  # CPU time: one torch thread, so the work done, whatever the machine's load
+            fn()
+            times[k].append(time.process_time() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    base = med["model.generate, no hook"]
+    same = out["lab.generate + ilab.steer"].tolist() == out["model.generate + a plain hook"].tolist()
+    device = "cuda" if args.device.startswith("cuda") else "cpu"
+    rows = [
+        f"ioi-tiny (4-layer GPT-2, d_model {lab.d_model}), one prompt of {ids.shape[1]} tokens, {n} new tokens, "
+        f"greedy, a steer of resid_post layer {layer} (alpha {alpha}) at every position; "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads "
+        f"{torch.get_num_threads()}, torch {torch.__version__}; median CPU time of {args.repeats} interleaved rounds.",
+        f"Command: `python benchmarks/bench_generate.py --vs-hook --repeats {args.repeats}`.",
+        "",
+        "| way | median CPU ms | ms per step over bare generate | vs the plain hook's |",
+        "|---|---|---|---|",
+    ]
+    hook_step = (med["model.generate + a plain hook"] - base) / n
+    for k in ways:
+        step = (med[k] - base) / n
+        ratio = "" if k == "model.generate, no hook" else f"{med[k] / med['model.generate + a plain hook']:.2f}x"
+        rows.append(f"| {k} | {med[k] * 1e3:.1f} | {step * 1e3:+.3f} | {ratio} |")
+    steer_step = (med["lab.generate + ilab.steer"] - med["lab.generate, no edit"]) / n
+    rows += ["", f"The steer's own cost per step (lab.generate + steer minus lab.generate with no edit): "
+                 f"{steer_step * 1e3:+.3f} ms; the plain hook's (over bare generate): {hook_step * 1e3:+.3f} ms. "
+                 f"Same token ids, steer and plain hook: {same}."]
+    print("\n".join(rows))
+    if not args.no_write:
+        write_section(f"Steered generation per step vs a plain hook ({device})", rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--prompts", type=int, default=64)
@@ -78,7 +169,11 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--vs-hook", action="store_true", help="a steer's per-step cost against a plain hook (no vLLM)")
     args = ap.parse_args()
+    if args.vs_hook:
+        vs_hook(args)
+        return
 
     m = model(args.quick).to(args.device)
     n_params = sum(p.numel() for p in m.parameters())

@@ -10,12 +10,14 @@ The same run of older code, shown as a row above this code's (what the section i
     (cd /tmp/before && PYTHONPATH=. python benchmarks/bench_long_sweep.py --no-write --json /tmp/before.json)
     python benchmarks/bench_long_sweep.py --also "before (a646d88)=/tmp/before.json"
 
-Model: GPT2Config(n_layer=4, n_embd=768, n_head=12, the local GPT-2 tokenizer's vocabulary), random weights, the
-model's default attention. A 256-token pair differing at token 0 (after layer 0 every position differs, so every
+Model: GPT2Config(n_layer=4, n_embd=768, n_head=12, the local GPT-2 tokenizer's vocabulary), random weights, eager
+attention (--attn: sdpa, or the model's default), whose [rows, heads, positions, keys] scores make the largest
+tensors. A 256-token pair differing at token 0 (after layer 0 every position differs, so every
 cell from layer 1 on runs); an exact resid_pre sweep of a logit difference by layer x position, against (a) a plain
 hook loop, one hooked forward of the whole corrupt prompt per cell (torch forward pre-hooks, no interplab; timed on
 a sample of cells spread over the grid and scaled to the grid, as bench_scaling.py does), in the same process.
-Peak memory above the loaded model (the process's peak RSS, reset through /proc/self/clear_refs). The exact values
+Peak memory above the loaded model and its plain forward (the process's peak RSS, reset through
+/proc/self/clear_refs, from the memory held when the method starts: bench_scaling.Peak). The exact values
 are checked against (a) on the cells (a) ran. Goals: the sweep's peak <= 600 MiB and >= 4x the loop.
 Writes/replaces the "## Long-prompt sweep memory (cpu)" section of benchmarks/RESULTS.md (unless --no-write).
 """
@@ -45,18 +47,20 @@ TITLE = "Long-prompt sweep memory (cpu)"
 GOAL_MIB, GOAL_X = 600, 4.0
 
 
-def build():
+def build(attn: str | None = "eager"):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     tok = gpt2_tokenizer()
     torch.manual_seed(0)
     cfg = GPT2Config(n_layer=4, n_embd=768, n_head=12, vocab_size=len(tok), n_positions=1024)
+    if attn is not None:
+        cfg._attn_implementation = attn
     return GPT2LMHeadModel(cfg).eval(), tok
 
 
 def run(args) -> dict:
     torch.set_num_threads(args.threads)
-    model, tok = build()
+    model, tok = build(None if args.attn == "default" else args.attn)
     lab = ilab.Lab(model, tok, model_id="gpt2-4x768")
     layers_path = lab.sites.arch.layers
     clean, corrupt = pair(tok, args.tokens)
@@ -158,6 +162,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (torch.set_num_threads)")
     ap.add_argument("--loop-cells", type=int, default=48, help="cells the loop is timed on (spread over the grid)")
     ap.add_argument("--max-batch", type=int, default=64)
+    ap.add_argument("--attn", default="eager", help="attention implementation: eager (the issue's), sdpa, or default")
     ap.add_argument("--memory-budget", type=float, default=None, help="MiB; default: the library's default")
     ap.add_argument("--quick", action="store_true", help="64 tokens, 8 loop cells, writes nothing")
     ap.add_argument("--json", help="write the figures here (JSON)")

@@ -101,6 +101,7 @@ class Peak:
             torch.cuda.reset_peak_memory_stats()
             self.base = torch.cuda.memory_allocated()
         else:
+            _trim_heap()  # the base is what is held, not free memory an earlier method left in the C heap
             Path("/proc/self/clear_refs").write_text("5")
             self.base = _status("VmRSS")
         return self
@@ -109,6 +110,16 @@ class Peak:
         sync(self.device)
         top = torch.cuda.max_memory_allocated() if self.device.startswith("cuda") else _status("VmHWM")
         self.bytes = max(0, top - self.base)
+
+
+def _trim_heap() -> None:
+    """glibc's malloc_trim(0): the C heap's free pages back to the system (nothing elsewhere)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass
 
 
 def _status(key: str) -> int:

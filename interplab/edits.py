@@ -430,6 +430,11 @@ class ApplyContext:
     prompt_lengths: list[int] | None = None  # set while generating: ints/slices index the prompt, words apply
     special: torch.Tensor | None = None  # [batch, pos] True where the token is a special token (for "content")
     step: int | None = None  # the decoding step being computed (0 = prefill); informational
+    # [batch, n] the absolute positions 0..n-1 the edit selects in each row (its batch rows, pos and steps), built
+    # once per generation (position_table): a decoding step reads its columns from it instead of building them
+    table: torch.Tensor | None = None
+    # the edit applies at every row and position of every forward (a generation that found so once): no mask at all
+    everywhere: bool = False
 
 
 def apply_edit(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
@@ -442,6 +447,8 @@ def apply_edit(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
         return _apply_features(edit, h, ctx)
     if edit.neuron is not None:
         return _apply_neurons(edit, h, ctx)
+    if ctx.everywhere and edit.op in FRESH_OPS and edit.head is None:
+        return _transform(edit, h, ctx)
     b, t = h.shape[0], h.shape[1]
     heads = edit.head is not None
     if heads:
@@ -459,9 +466,12 @@ def apply_edit(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
         src, valid = _gather_source(src, ctx.positions, b)  # generation: take the source at each absolute position
         ctx = replace(ctx, source=src)
     new = _transform(edit, x, ctx)
-    mask = selection_mask(edit, b, t, ctx).to(h.device)  # [b, t]
+    mask = selection_mask(edit, b, t, ctx)  # [b, t], on the host
     if valid is not None:
-        mask &= valid.to(h.device)
+        mask &= valid
+    if not heads and edit.op in FRESH_OPS and bool(mask.all()):  # every row and position: nothing to select
+        return new
+    mask = mask.to(h.device)
     if heads:
         hm = torch.zeros(ctx.n_heads, dtype=torch.bool, device=h.device)
         hm[_indices(edit.head, ctx.n_heads, "head")] = True
@@ -485,6 +495,11 @@ def _apply_neurons(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tens
     one = replace(edit, neuron=None, vector=vector)
     part = apply_edit(one, h.index_select(-1, idx), replace(ctx, source=units(ctx.source)))
     return h.index_copy(-1, idx, part.to(h.dtype))
+
+
+# ops whose transform returns a tensor of its own (not a view of the input or of a source): where the edit selects
+# every row and position it is the output as it is, bit for bit what torch.where would copy
+FRESH_OPS = ("zero", "scale", "steer", "set", "project", "clamp")
 
 
 def _apply_features(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
@@ -523,7 +538,30 @@ def _apply_features(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Ten
     return torch.where(mask[..., None], h + delta.to(h.dtype), h)
 
 
+def position_table(edit: Edit, prompt_lengths: list[int], n: int) -> torch.Tensor:
+    """[rows, n]: the absolute positions 0..n-1 that `edit` selects in each row of a generation whose prompts are
+    `prompt_lengths` long (its batch rows, pos and steps; pos='content' is left to each step, which knows the
+    tokens). Built once per generation: each decoding step then reads its columns' positions (ctx.table)."""
+    b = len(prompt_lengths)
+    rows = torch.zeros(b, dtype=torch.bool)
+    rows[_indices(edit.batch, b, "batch row")] = True
+    table = torch.zeros(b, n, dtype=torch.bool)
+    for r in range(b):
+        if not rows[r]:
+            continue
+        table[r, _select(edit.pos, n, prompt_lengths[r])] = True
+        if edit.steps is not None:
+            table[r] &= _steps_mask(edit.steps, (torch.arange(n) - prompt_lengths[r] + 1).clamp(min=0))
+    return table
+
+
 def selection_mask(edit: Edit, b: int, t: int, ctx: ApplyContext) -> torch.Tensor:
+    """[b, t] on the host: where `edit` applies in a [b, t, ...] tensor of this forward."""
+    table, positions = ctx.table, ctx.positions
+    if table is not None and positions is not None and tuple(positions.shape) == (b, t) and table.shape[0] == b \
+            and int(positions.max()) < table.shape[1]:
+        cols = table.gather(1, positions.clamp(min=0)) & (positions >= 0)  # (-1: padding, never edited)
+        return _content_only(edit, cols, ctx)
     rows = torch.zeros(b, dtype=torch.bool)
     rows[_indices(edit.batch, b, "batch row")] = True
     simple = ctx.positions is None and ctx.prompt_lengths is None and edit.steps is None and not isinstance(
@@ -566,6 +604,11 @@ def selection_mask(edit: Edit, b: int, t: int, ctx: ApplyContext) -> torch.Tenso
             sel &= _steps_mask(edit.steps, birth)
         valid = p >= 0
         cols[r, valid] = sel[p[valid]]
+    return _content_only(edit, cols, ctx)
+
+
+def _content_only(edit: Edit, cols: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
+    """cols without the special tokens' positions where pos='content'."""
     if edit.pos == "content":
         if ctx.special is None:
             raise InterplabError(
@@ -691,7 +734,8 @@ def _fit_vector(edit: Edit, x: torch.Tensor) -> torch.Tensor:
             f"to {width}."
         )
     try:
-        torch.broadcast_shapes(v.shape, x.shape)
+        if v.dim() > 1:  # (a [width] vector fits any [.., width] activation: no check per decoding step)
+            torch.broadcast_shapes(v.shape, x.shape)
     except RuntimeError:
         raise VectorError(
             f"{edit.op} vector of shape {tuple(v.shape)} does not fit the activation {tuple(x.shape)} at "

@@ -4,6 +4,11 @@ A click or a slider drag arrives on the kernel's message thread, which must retu
 busy kernel). The handler submits a job here and returns. If a newer job arrives on the same channel before the worker
 reached the older one, the older one is dropped: only the latest drag position is computed.
 
+A job runs with the torch intra-op thread count of the thread that submitted it. Each thread keeps the count it had
+at its first torch call (a later torch.set_num_threads elsewhere does not reach it), and a reduction split over two
+threads adds in another order than one thread's: the same forward gave other bits on the worker than in the notebook
+whenever the worker thread was older than the notebook's last set_num_threads (tests/core/test_thread_bits.py).
+
 The worker survives anything a job does: an exception in the job, or in its done or error callback, is logged and
 shown on the job's widget (its ``error`` trait), and the next job runs.
 
@@ -25,6 +30,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 log = logging.getLogger("interplab.worker")
 
@@ -48,6 +55,7 @@ class Job:
     error: Callable[[BaseException], None] | None = None
     widget: Any = None  # its `error` trait shows what went wrong
     cancel: threading.Event | None = None  # set to stop the job early (at exit)
+    threads: int | None = None  # the submitting thread's torch intra-op thread count, which the job runs with
 
 
 class Worker:
@@ -72,7 +80,7 @@ class Worker:
                cancel: threading.Event | None = None) -> bool:
         """Queue fn() on `channel`, replacing any job still waiting there; then done(result), or error(exc) (without
         an error callback the widget's `error` shows it). False when the worker is closed (the job is dropped)."""
-        job = Job(channel, fn, done, error, widget, cancel)
+        job = Job(channel, fn, done, error, widget, cancel, _torch_threads())
         if not self.threaded:
             self._execute(job)
             return True
@@ -116,6 +124,7 @@ class Worker:
 
     def _execute(self, job: Job) -> None:
         try:
+            _set_torch_threads(job.threads)
             result = job.fn()
         except BaseException as e:  # noqa: BLE001 - the kernel survives anything a frontend asks for
             self.completed += 1
@@ -198,6 +207,17 @@ class Worker:
         with self._cv:
             state = "closed" if self._closed else "running" if self._running else "idle"
             return f"Worker({self.name!r}, {state}, {len(self._pending)} queued, {self.completed} done)"
+
+
+def _torch_threads() -> int:
+    """This thread's torch intra-op thread count."""
+    return torch.get_num_threads()
+
+
+def _set_torch_threads(n: int | None) -> None:
+    """This thread computes with n intra-op threads, as the thread that submitted the job does."""
+    if n is not None and torch.get_num_threads() != n:
+        torch.set_num_threads(n)
 
 
 @atexit.register

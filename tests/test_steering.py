@@ -469,3 +469,31 @@ def test_resid_mid_edits_act_the_same_in_generation_and_bound(lab):
         with torch.no_grad():
             bound = lab.model(input_ids=lab.to_tokens(prompt)).logits.float()
     assert torch.allclose(bound, run.logits, atol=1e-5)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(pos=2), dict(pos=[0, -1]), dict(pos=slice(1, 4)), dict(pos="prompt"),
+                                dict(pos="generated"), dict(pos="newest"), dict(pos="content"), dict(batch=1),
+                                dict(steps=slice(2, None)), dict(steps=[0, 3], pos="generated"),
+                                dict(pos="newest", steps=slice(0, None, 2), batch=[0])])
+def test_a_generations_position_table_selects_what_each_step_did(kw):
+    """lab.generate builds each edit's selection once (edits.position_table) and each decoding step reads its
+    positions from it: the same mask as the per-step construction, on a left-padded batch, at the prefill and at
+    every later step (issue #53 item 9)."""
+    from dataclasses import replace
+
+    from interplab.edits import ApplyContext, position_table, selection_mask
+
+    edit = ilab.steer("resid_post", 0, torch.ones(4), **kw)
+    prompt_lengths, width, new = [5, 3], 5, 6
+    table = position_table(edit, prompt_lengths, width + new)
+    special = torch.zeros(2, width, dtype=torch.bool)
+    special[1, 2] = True  # (a special token in row 1's prompt)
+    prefill = torch.tensor([[0, 1, 2, 3, 4], [-1, -1, 0, 1, 2]])  # left padding: -1
+    steps = [(prefill, special)] + [(torch.tensor([[5 + s], [3 + s]]), torch.zeros(2, 1, dtype=torch.bool))
+                                    for s in range(new)]
+    for step, (positions, spec) in enumerate(steps):
+        ctx = ApplyContext(lengths=(positions.max(1).values + 1).tolist(), positions=positions,
+                           prompt_lengths=prompt_lengths, special=spec, step=step)
+        b, t = positions.shape
+        assert torch.equal(selection_mask(edit, b, t, replace(ctx, table=table)), selection_mask(edit, b, t, ctx)), \
+            step

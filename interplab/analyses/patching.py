@@ -271,7 +271,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     memory_budget: exact sweeps, the memory one batched forward may use: bytes, or a string such as "600MiB" or
            "2GiB"; each chunk takes as many rows (up to max_batch) as fit (an estimate from the model's sizes and the
            positions the chunk computes). Default: a quarter of the device's free memory, at most 1 GiB on CUDA
-           and 256 MiB elsewhere (interplab.engine.default_budget).
+           and 128 MiB elsewhere (interplab.engine.default_budget).
     site=sae (an interplab.sae.SAE), by=("feature", "pos"): each cell patches one feature at one position (the
            site's value becomes base + (f_source - f_base) * the feature's decoder direction there, as
            ilab.patch(sae, feature=i, pos=p, source=...) does); rows are `features` (default: all). Attribution
@@ -510,7 +510,7 @@ def _budget_bytes(memory_budget, device) -> int:
         raise NumberError(f"memory_budget={memory_budget!r}: the memory one batched forward of the sweep may use, as "
                           f"bytes (a number >= 1) or a string such as '600MiB' or '2GiB' (units B, KiB, MiB, GiB); "
                           f"or None for the default (a quarter of the device's free memory, at most 1 GiB on CUDA "
-                          f"and 256 MiB elsewhere).")
+                          f"and 128 MiB elsewhere).")
     return int(value)
 
 

@@ -1,6 +1,7 @@
 """The engine: the only code that runs the model with hooks attached.
 
 hooks   HookManager (every hook interplab attaches, always removed), attach/install (edits applied, sites read)
+heap    the C heap's free memory handed back to the system between a CPU sweep's chunks
 resume  forwards that start from a cached residual and shared cached keys/values; chunks sized to a memory budget
         that halve on out-of-memory
 memo    results keyed by what was asked and the model's state, so they are never stale
@@ -11,6 +12,7 @@ backends  the Backend interface (a forward with edits, generation with edits, a 
         backend, and choosing one per call (backend=); vllm: the vLLM backend
 """
 
+from . import heap
 from .backends import Backend, HFBackend, Samples
 from .core import (
     Cache,
@@ -43,4 +45,4 @@ __all__ = ["Engine", "Run", "Cache", "InterventionLog", "as_prompts", "device_of
            "execution_device", "own_weights", "Backend", "HFBackend", "Samples", "Generation",
            "HookManager", "Plan", "PlannedEdit", "attach", "attached_hooks", "forward", "install", "run_lock",
            "with_input", "Memo", "model_state", "default_budget", "default_max_rows", "final_logits", "halving",
-           "key_values", "prefix", "resumed_last_logits", "row_bytes", "start_at"]
+           "key_values", "prefix", "resumed_last_logits", "row_bytes", "start_at", "heap"]

@@ -24,7 +24,7 @@ from .. import edits as ed
 from ..errors import InterplabError, NumberError, OutOfRangeError, UnsupportedSiteError
 from ..sites import FULL_FORWARD, HEADED
 from . import generate as gen
-from . import resume
+from . import heap, resume
 from .prompts import as_prompts
 
 BACKENDS = (None, "hf", "vllm")
@@ -194,8 +194,11 @@ def _resumed_cells(engine, site, layer, chunk, base, base_ids, pair_mask, length
         kw = {"position_ids": torch.arange(first, n_pos, device=dev)[None].expand(rows, -1), "use_cache": True,
               **prefix}
     with torch.no_grad():
-        return resume.resumed_last_logits(engine.model, engine.sites.arch, start, hidden, ids, attn, last, patches,
-                                          owner="interplab.sweep", **kw)
+        logits = resume.resumed_last_logits(engine.model, engine.sites.arch, start, hidden, ids, attn, last, patches,
+                                            owner="interplab.sweep", **kw)
+    if dev.type == "cpu":  # the chunk's activations, freed, go back to the system (engine.heap)
+        heap.release_free()
+    return logits
 
 
 def choose(engine, name: str | None = None, edits=(), *, what: str = "this call", **options) -> Backend:

@@ -15,11 +15,11 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from ..edits import POS_SELECTORS, ApplyContext, Edit, selection_mask
+from ..edits import FRESH_OPS, POS_SELECTORS, ApplyContext, Edit, position_table, selection_mask
 from ..errors import (
     InterplabError,
     NumberError,
@@ -48,14 +48,17 @@ class SamplerEdit:
 class _State:
     """What the current forward of the model holds: set by a pre-hook on the model before any edit hook runs."""
 
-    def __init__(self, special_ids: list[int], prompt_lengths: list[int] | None = None):
+    def __init__(self, special_ids: list[int], prompt_lengths: list[int] | None = None, needs_special: bool = True):
         self.special_ids = torch.tensor(sorted(set(special_ids)), dtype=torch.long)
+        self.needs_special = needs_special  # an edit reads which tokens are special (pos='content')
         self.prompt_lengths = prompt_lengths
         self.positions: torch.Tensor | None = None
         self.lengths: list[int] = []
         self.special: torch.Tensor | None = None
         self.step = -1
         self.shape: tuple[int, int] | None = None
+        self.tables: dict[int, torch.Tensor] = {}  # id(PlannedEdit) -> its position_table, for the generation
+        self.everywhere: set[int] = set()  # id(PlannedEdit) of those that act at every row and position
 
     def pre_hook(self, module, args, kwargs):
         ids = kwargs.get("input_ids")
@@ -81,7 +84,8 @@ class _State:
             cur = torch.arange(offset, offset + t).expand(b, t).clone()
         self.positions = cur
         self.lengths = (cur.max(1).values + 1).clamp(min=0).tolist()
-        self.special = torch.isin(ids.detach().cpu(), self.special_ids) if ids is not None else None
+        self.special = torch.isin(ids.detach().cpu(), self.special_ids) if ids is not None and self.needs_special \
+            else None
         self.shape = (b, t)
         self.step += 1
         return None
@@ -97,7 +101,8 @@ class _State:
             if self.positions is None:  # a submodule called on its own: plain positions 0..t-1
                 return lab.contexts([])(pe)
             return lab.contexts(self.lengths, positions=self.positions, prompt_lengths=self.prompt_lengths,
-                                special=self.special, step=self.step)(pe)
+                                special=self.special, step=self.step, table=self.tables.get(id(pe)),
+                                everywhere=id(pe) in self.everywhere)(pe)
         return ctx_for
 
 
@@ -232,6 +237,11 @@ def _router_hook(edits: list[Edit], state: _State):
 
 
 def _install(hm: HookManager, lab, planned: _Planned, state: _State) -> None:
+    if not planned.routers and all(id(pe) in state.everywhere for pe in planned.plan.edits):
+        # every edit acts everywhere: no step needs its positions, so each hook is the edit's arithmetic alone
+        contexts = {id(pe): replace(lab.contexts([])(pe), everywhere=True) for pe in planned.plan.edits}
+        install(hm, planned.plan, lambda pe: contexts[id(pe)], {})
+        return
     hm.add(HookPoint("", "input"), state.pre_hook)  # first: every edit hook reads what it sets
     install(hm, planned.plan, state.ctx_for(lab), {})
     for path, edits in planned.routers.items():
@@ -405,7 +415,14 @@ def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool 
         processors.append(_SamplerProcessor(bans, forces, width, on_logits))
 
     planned = _plan(lab, model_edits, lengths, generating=True)
-    state = _State(_special_ids(lab), prompt_lengths=lengths)
+    state = _State(_special_ids(lab), prompt_lengths=lengths,
+                   needs_special=any(e.pos == "content" for e in model_edits))
+    # which absolute positions each edit selects, once for the whole generation (not per decoding step); an edit
+    # that selects them all, in prompts with no padding, needs no mask and no positions at any step
+    state.tables = {id(pe): position_table(pe.edit, lengths, width + max_new_tokens) for pe in planned.plan.edits}
+    state.everywhere = {id(pe) for pe in planned.plan.edits if len(set(lengths)) == 1 and pe.edit.op in FRESH_OPS
+                        and pe.edit.head is None and pe.edit.sae is None and pe.edit.pos != "content"
+                        and bool(state.tables[id(pe)].all())}
     kw = dict(max_new_tokens=max_new_tokens, do_sample=not greedy, use_cache=use_cache, pad_token_id=pad,
               logits_processor=processors)
     if not greedy:
@@ -422,7 +439,8 @@ def generate(lab, prompt, edits=None, *, max_new_tokens: int = 20, greedy: bool 
     model = lab.model
     dev = lab.device
     with run_lock, HookManager(model, "interplab.generate") as hm, _seeded(seed):
-        _install(hm, lab, planned, state)
+        if planned.plan.edits or planned.routers:  # (no edit: no hook, and plain generate's speed)
+            _install(hm, lab, planned, state)
         with torch.no_grad():
             out = model.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), **kw)
     seqs = out if isinstance(out, torch.Tensor) else out.sequences

@@ -162,10 +162,11 @@ def halving(run: Callable[[list], list], items: list) -> list:
 # ---- chunk sizes from a memory budget ----------------------------------------------------------------------------
 
 # The default budget's ceiling. On a CPU a forward of a thousand token rows already runs its matrix products at full
-# speed (benchmarks/bench_long_sweep.py: the same CPU time at 64 MiB as at 512 MiB), so more memory buys nothing; a
-# GPU needs larger batches to be busy.
+# speed (benchmarks/bench_long_sweep.py: the same CPU time at 64 MiB as at 512 MiB), so more memory buys nothing; and
+# the C heap holds up to about twice a forward's tensors while it runs (blocks freed by one op that the next op's do
+# not fit), so 128 MiB of tensors keep a 256-token sweep's peak near 350 MiB. A GPU needs larger batches to be busy.
 BUDGET_CAP = {"cuda": 2**30}
-BUDGET_CAP_OTHER = 256 * 2**20
+BUDGET_CAP_OTHER = 128 * 2**20
 FREE_SHARE = 4  # the default budget takes at most this fraction (1/FREE_SHARE) of the device's free memory
 # The most rows one batched forward of a sweep takes when the caller names no max_batch (the budget may allow fewer).
 # A CPU gains nothing above 64; on a GPU a chunk of cells that compute few positions each (a late first change) is a
@@ -181,7 +182,7 @@ def default_max_rows(device) -> int:
 
 def default_budget(device) -> int:
     """Bytes a chunk's forward may use when the caller names no budget: a quarter of the device's free memory (CUDA:
-    mem_get_info; CPU: MemAvailable), at most 1 GiB on CUDA and 256 MiB elsewhere (the ceiling alone where free
+    mem_get_info; CPU: MemAvailable), at most 1 GiB on CUDA and 128 MiB elsewhere (the ceiling alone where free
     memory cannot be read)."""
     device = torch.device(device)
     cap = BUDGET_CAP.get(device.type, BUDGET_CAP_OTHER)

@@ -1,5 +1,7 @@
 """An exact sweep's memory: chunks sized to a memory budget, the cached prefix shared by every row (issue #40)."""
 
+import os
+
 import pytest
 import torch
 
@@ -179,3 +181,36 @@ def test_row_bytes_grows_with_positions_not_cells(models):
     model = models["gpt2"]
     one, two = engine.row_bytes(model, 10, 20), engine.row_bytes(model, 20, 20)
     assert 1 < two / one < 2 and engine.row_bytes(model, 10, 40) > one
+
+
+def _resident() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(engine.heap.release_free() is False, reason="no glibc malloc_trim in this process")
+def test_freed_tensors_the_heap_keeps_go_back_to_the_system_between_chunks():
+    """What bounds a CPU sweep's peak (issue #53 item 1): glibc keeps freed tensors below its mmap threshold in its
+    heap, resident, and a small block allocated after each keeps that memory from shrinking back with the heap's top;
+    a sweep's chunks, each of another shape, grew it by 1 GiB. engine.heap.release_free, which every CPU chunk of a
+    sweep calls, gives those pages back."""
+    blocks, pins = [], []
+    for _ in range(960):  # 100 KB each, below glibc's smallest mmap threshold (128 KiB): always in the heap
+        blocks.append(torch.ones(25_000))  # written: resident
+        pins.append(torch.ones(8))
+    del blocks
+    held = _resident()
+    engine.heap.release_free()
+    assert held - _resident() >= 48 * 2**20, (held - _resident()) / 2**20
+    del pins
+
+
+def test_a_cpu_sweep_releases_the_heap_after_each_chunk(models, tokenizer, monkeypatch):
+    """Each patched forward of a CPU sweep is followed by a release of the heap's free pages."""
+    lab = ilab.Lab(models["gpt2"], tokenizer)
+    released, forwards = [], []
+    monkeypatch.setattr(engine.heap, "release_free", lambda: released.append(len(forwards)) or True)
+    resumed = engine.resume.resumed_last_logits
+    monkeypatch.setattr(engine.resume, "resumed_last_logits", lambda *a, **k: forwards.append(1) or resumed(*a, **k))
+    lab.patch_sweep(CLEAN, CORRUPT, metric=ilab.logit_diff(5, 9), progress=False, max_batch=8)
+    assert len(forwards) > 1 and released == list(range(1, len(forwards) + 1))  # one release after each forward
