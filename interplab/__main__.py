@@ -37,8 +37,9 @@ NOTEBOOK = "01_ioi_patching.ipynb"
 REPO_NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"  # a source checkout
 PACKAGED_NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"  # a wheel (pyproject's force-include)
 LAB_MODULES = ("jupyterlab", "jupyter_server", "ipykernel")  # what the `lab` extra installs
-# jupyter_server's default hide_globs, plus the notebooks' generator (notebooks/build.py in a source checkout).
-HIDE_GLOBS = ("__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "build.py")
+# jupyter_server's default hide_globs, plus the notebooks' generator and sources (notebooks/build.py and
+# notebooks/sources/ in a source checkout: the sources hold the answers open).
+HIDE_GLOBS = ("__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "build.py", "sources")
 PORT_TRIES = 50  # as Jupyter's own port_retries: 8888 busy -> 8889 ...
 
 

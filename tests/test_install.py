@@ -41,7 +41,7 @@ def test_wheel_holds_the_license_the_bundle_and_only_the_notebooks(dists):
     assert "interplab_html = interplab_export:InterplabHTMLExporter" in entry
     shipped = sorted(n.split("/")[-1] for n in names if n.startswith("interplab/notebooks/"))
     assert shipped == NOTEBOOKS, "the wheel must ship exactly notebooks/*.ipynb (see force-include in pyproject.toml)"
-    assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", "build.py"))]
+    assert not [n for n in names if "__pycache__" in n or "/sources/" in n or n.endswith((".pyc", "build.py"))]
 
 
 def test_sdist_holds_the_license(dists):

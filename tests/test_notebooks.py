@@ -23,14 +23,31 @@ def test_notebook_is_committed_small_and_without_outputs(path):
 
 
 def test_committed_notebooks_are_what_build_py_writes(tmp_path):
-    """The cells are edited in notebooks/build.py; a notebook edited by hand, or a build.py change not rebuilt,
-    would teach something else than the reviewed source (cell ids are fixed, so the bytes must match)."""
+    """The cells are edited in notebooks/sources/NN_name.py (one percent-format source per notebook); a notebook
+    edited by hand, or a source change not rebuilt, would teach something else than the reviewed source (cell ids
+    are fixed, so the bytes must match)."""
     build = _build_module()
-    assert sorted(build.NOTEBOOKS) == [p.name for p in NOTEBOOKS]
+    assert build.notebook_names() == [p.name for p in NOTEBOOKS]
     for path in NOTEBOOKS:
-        build.write(path.name, build.NOTEBOOKS[path.name], tmp_path)
+        build.write(path.name, tmp_path)
         assert (tmp_path / path.name).read_bytes() == path.read_bytes(), \
-            f"{path.name} differs from what notebooks/build.py writes: run python notebooks/build.py"
+            f"{path.name} differs from what notebooks/build.py writes from sources/: run python notebooks/build.py"
+
+
+def test_each_source_is_a_percent_format_notebook_whose_answers_are_plain_code():
+    """A teacher opens a source as a notebook (jupytext reads it) and runs an answer as written: the gating is the
+    build's, so no source holds `opened(show)` or the closed line itself."""
+    import jupytext
+
+    build = _build_module()
+    for path in sorted(build.SOURCES.glob("*.py")):
+        text = path.read_text()
+        assert text.count("\n# %%") >= 10 and build.CLOSED not in text and "if opened(show)" not in text, path.name
+        cells = jupytext.read(path).cells
+        answers = [c for c in cells if c.cell_type == "code" and c.source.startswith("# ANSWER")]
+        assert answers, path.name
+        for cell in answers:
+            compile(cell.source, f"{path.name} answer", "exec")
 
 
 def _build_module():
