@@ -60,6 +60,7 @@ from .errors import (
     VectorError,
 )
 from .sae import SAE
+from .sites import refuse_tuple_layer
 
 OPS = ("patch", "zero", "mean", "scale", "steer", "project", "clamp", "set", "ban_expert", "stop_grad")
 POS_SELECTORS = ("all", "prompt", "generated", "newest", "content")
@@ -110,6 +111,7 @@ class Edit:
             raise InterplabError(
                 f"unknown position selector {self.pos!r}: allowed {', '.join(POS_SELECTORS)}, an int, a list, a "
                 f"slice or None (= all).")
+        refuse_tuple_layer(self.layer)
         for name in ("layer", "head", "batch") + (() if isinstance(self.pos, str) else ("pos",)):
             setattr(self, name, _selection(getattr(self, name), name))
         if self.steps is not None:
@@ -286,6 +288,7 @@ def edits_from_json(s: str) -> list[Edit]:
 
 def _on(site, layer, kw: dict, op: str):
     """(site, layer, kw) of a constructor: an SAE in place of the site brings its own site and layer."""
+    refuse_tuple_layer(layer)  # before anything else is checked: patch("z", (0, 2), head=1) names the slip first
     if not isinstance(site, SAE):
         return site, layer, kw
     if layer is not None:
