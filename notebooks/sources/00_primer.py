@@ -254,8 +254,9 @@ for label, value in (("denoising", denoised), ("noising", noised)):
 # %%
 # ANSWER
 # Denoising gives 1 and noising 0 (printed): before block 0 the two runs differ only in the vector at S2, so
-# copying it makes the corrupt run the clean run, and the reverse. Any later layer, or any other activation, holds
-# only part of the difference: that is what the sweeps of notebook 01 map, layer by layer.
+# copying it makes the corrupt run the clean run, and the reverse. Further in, the difference spreads over positions
+# and parts of the model: one activation may carry all of it (notebook 01 finds such cells at S2 early and at the end
+# late) or only part. That is what the sweeps of notebook 01 map, layer by layer.
 assert abs((denoised - corrupt_ld) / (clean_ld - corrupt_ld) - 1) < 1e-3
 assert abs((noised - corrupt_ld) / (clean_ld - corrupt_ld)) < 1e-3
 

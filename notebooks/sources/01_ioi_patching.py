@@ -160,12 +160,15 @@ for layer in range(lab.n_layers):
     carried = {f"{p}:{tokens[p]!r}": round(float(row[p]), 2) for p in range(len(tokens)) if abs(row[p]) > 0.05}
     print(f"resid_pre {layer}: positions with |value| > 0.05: {carried}")
 # Layer 0: only S2 differs between the runs, so only S2 can restore anything, and it restores everything (1.00).
-# At layer 1 the effect is still all at S2: layer 0 works out *at S2* what this name means, and the end knows
-# nothing of it yet. At layer 2 it is split between S2 and END: layer-1 heads have already carried part of it to
+# At layer 1 the effect is still at S2: layer 0 works out *at S2* what this name means. The end holds a little, the
+# wrong way (printed: slightly negative): after layer 0 the end already leans to the name at S2, the subject (exercise
+# 4 prints the lean), so the clean run's end, patched in, pulls towards the clean subject, against the clean answer.
+# At layer 2 it is split between S2 and END: layer-1 heads have already carried part of it to
 # the end, layer-2 heads carry the rest (exercise 5). In the last row it is all at END: the last block no longer
 # reads S2. Only S2 and END ever matter.
 assert torch.isclose(res.values[0, S2], torch.tensor(1.0), atol=1e-3) and res.values[0].abs().sum() < 1.001
 assert float(res.values[1, S2]) > 0.9 and min(float(res.values[2, S2]), float(res.values[2, END])) > 0.2
+assert -0.2 < float(res.values[1, END]) < 0  # the end's lean after layer 0, the wrong way
 assert float(res.values[-1, END]) > 0.9 and abs(float(res.values[-1, S2])) < 0.05
 assert set(torch.nonzero(res.values.abs() > 0.05)[:, 1].tolist()) == {S2, END}
 
@@ -341,8 +344,8 @@ assert late_attn > 0.8 and all(abs(float(mlp.values[layer, END])) < 0.15 for lay
 # each head at each position on its own.
 #
 # **Predict:** which heads will matter at S2, and which at END? Could a layer-0 head help *at END*? (A layer-0 head
-# at the end sees the tokens, each on its own: can it tell which name is the subject, when the only sign of it is
-# that the name occurs twice?)
+# at the end reads the tokens as they enter the model, not what layer 0 works out at S2. Which name would the end
+# lean to after layer 0: the one seen twice, or the other?)
 
 # %%
 by_pos = lab.patch_sweep(clean, corrupt, site="z", by=("layer", "head", "pos"), metric=metric, progress=False)
@@ -356,21 +359,29 @@ print("heads restoring > 0.05 at S2: ", {name(h): round(float(by_pos.values[h][S
 print("heads restoring > 0.05 at END:", {name(h): round(float(by_pos.values[h][END]), 2) for h in HEADS
                                           if float(by_pos.values[h][END]) > 0.05})
 print("layer-0 heads at END:         ", {name(h): round(float(by_pos.values[h][END]), 2) for h in HEADS if h[0] == 0})
+from interplab.lens import logit_lens  # noqa: E402 (notebook 03's tool, here for one number)
+
+lean = logit_lens(lab, clean)
+print(f"clean run, the end after layer 0 (logit lens): top {lean.top_tokens[0][END][0]!r}, "
+      f"p({wrong!r}) = {float(lean.prob_of(lab.token_id(wrong))[0, END]):.3f}: the subject, the name seen twice")
 elsewhere = float(by_pos.values[..., [p for p in range(len(tokens)) if p not in (S2, END)]].abs().max())
 print(f"largest effect anywhere else: {elsewhere:.3f}")
 s2_heads = major({h: float(by_pos.values[h][S2]) for h in HEADS})
 end_heads = major({h: float(by_pos.values[h][END]) for h in HEADS})
 print("S2 heads (>= 0.15 at S2):", [name(h) for h in s2_heads], "| END heads (>= 0.15 at END):",
       [name(h) for h in end_heads])
-# Layer-0 heads at S2, later heads at END, nothing at other positions (printed). A layer-0 head at END cannot help
-# (its cells there are about 0 or slightly negative, printed): at the end it reads the tokens as they are, before
-# anything has marked which name is the repeated one. That is worked out at S2, the one position where the two
-# prompts differ, by layer-0 heads; later heads carry it to the end. From here on the heads that carry at least
-# 0.15 on their own are called the **S2 heads** and the **END heads** (printed; notebook 04 uses the same rule).
-# Note what this corruption keeps: both prompts repeat a name at S2, so these cells trace *which* name stands
-# there, not how the model notices a repeat (a corruption without the repeat would ask that).
+# Layer-0 heads at S2, later heads at END, nothing at other positions (printed). A layer-0 head at END does not help
+# (its cells there are slightly negative, printed): after layer 0 the end already leans to the name seen twice, the
+# subject (the logit lens, printed: notebook 03 shows it layer by layer), so the clean run's layer-0 heads at the end
+# pull towards the clean subject, the wrong answer. What decides the answer is worked out at S2, the one position where
+# the two prompts differ, by layer-0 heads; later heads carry it to the end. From here on the heads that carry at least
+# 0.15 on their own are called the **S2 heads** and the **END heads** (printed; notebook 04 uses the same rule). Note
+# what this corruption keeps: both prompts repeat a name at S2, so these cells trace *which* name stands there, not how
+# the model notices a repeat (a corruption without the repeat would ask that).
 assert s2_heads and all(h[0] == 0 for h in s2_heads) and end_heads and all(h[0] > 0 for h in end_heads)
 assert elsewhere < 0.05 and all(float(by_pos.values[(0, h)][END]) < 0.05 for h in range(lab.n_heads))
+assert lean.top_tokens[0][END][0] == wrong
+assert min(float(by_pos.values[(0, h)][END]) for h in range(lab.n_heads)) < 0
 
 # %%
 # Run this whether or not you opened the answer: the next exercises use these names.
@@ -424,14 +435,17 @@ print("the same heads, intro swapped (-> S1, now first; -> IO, now second):",
 both_orders = max(HEADS, key=lambda h: min(attn_prob(h, S2, S1), attn_swapped(h, S1_swapped)))
 print(f"most on S1 in both orders: {name(both_orders)}, {attn_prob(both_orders, S2, S1):.2f} and "
       f"{attn_swapped(both_orders, S1_swapped):.2f}")
+print("on S1, the mean of the two orders:",
+      {name(h): round((attn_prob(h, S2, S1) + attn_swapped(h, S1_swapped)) / 2, 2) for h in looks_at_s1})
 # The END heads look at S2, where the repeated name stands: most of their attention (printed). The S2 heads give S2
 # itself more attention than either intro name, but less than half of it (printed): the rest is spread over the
-# sentence. In our prompt a later head looks from S2 back at S1, as a duplicate-token head would. Swap the intro and
-# it stays on the intro's *second* slot, now holding the other name: it looks at a place, not at the copy of its
-# name. No head follows the copy in both orders (printed). Averaged over prompts of both orders, such a head gives S1
-# a third or more of its attention and looks like a duplicate-token head; only the swap tells them apart (the model
-# card's attention table has the two orders apart). Where ioi-tiny notices the repetition, attention patterns do not
-# show; patching says only that what decides the answer is written at S2 by layer 0 and MLP0 (exercises 1, 3, 4).
+# sentence. In our prompt a later head looks from S2 back at S1, as a duplicate-token head would. Swap the intro and it
+# stays on the intro's *second* slot, now holding the other name: it looks at a place, not at the copy of its name. No
+# head follows the copy in both orders (printed). Averaged over prompts of both orders, such a head still gives S1 a
+# good share of its attention (the mean of the two orders, printed) and looks like a duplicate-token head; only the swap
+# tells them apart (the model card's attention table has the two orders apart). Where ioi-tiny notices the repetition,
+# attention patterns do not show; patching says only that what decides the answer is written at S2 by layer 0 and MLP0
+# (exercises 1, 3, 4).
 assert all(attn_prob(h, END, S2) > 0.5 for h in end_heads)
 assert all(max(attn_prob(h, S2, IO), attn_prob(h, S2, S1)) < attn_prob(h, S2, S2) < 0.5 for h in s2_heads)
 assert looks_at_s1 and all(attn_swapped(h, IO_swapped) > 0.3 > 0.1 > attn_swapped(h, S1_swapped) for h in looks_at_s1)

@@ -58,10 +58,11 @@ for layer in range(res.n_layers):
 # %%
 # ANSWER
 first_mary = next(layer for layer in range(res.n_layers) if res.top_tokens[layer][-1][0] == " Mary")
+print(f"after layer 0 the end predicts {res.top_tokens[0][-1][0]!r} (p = {float(res.prob_of(john)[0, -1]):.3f})")
 print(f"' Mary' is first on top after layer {first_mary}; p(' Mary') at the end: {res.prob_of(mary)[-1, -1]:.3f}")
-# After layer 0 the end predicts ' John', the repeated name (printed): layer 0 at the end cannot yet know which
-# name is the subject. After the heads that read S2 from the end, the prediction flips to ' Mary' (printed), and
-# the later layers make it near-certain.
+# After layer 0 the end predicts ' John', the repeated name, the subject (printed): the first layer at the end
+# already leans to the name seen twice, the wrong answer. After the heads that read S2 from the end, the prediction
+# flips to ' Mary' (printed), and the later layers make it near-certain.
 # Earlier positions predict ordinary continuations (see the widget).
 assert res.top_tokens[0][-1][0] == " John" and 0 < first_mary < res.n_layers - 1
 assert res.prob_of(mary)[-1, -1] > 0.5
