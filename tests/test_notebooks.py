@@ -218,3 +218,108 @@ def test_the_gpt2_cells_of_notebook_04_run_where_a_gpt2_is_at_hand(tmp_path, mon
         assert expect in text, text[-2000:]
         if expect == "the paper's":
             assert "path to logits" in text and "name movers: found here" in text
+
+
+def _source_cell(stem: str, start: str) -> str:
+    """The code cell of notebooks/sources/<stem>.py that starts with `start` (an answer as a teacher reads it)."""
+    import jupytext
+
+    cells = jupytext.read(_build_module().SOURCES / f"{stem}.py").cells
+    return next(c.source for c in cells if c.cell_type == "code" and c.source.startswith(start))
+
+
+def _run_wrong_versions(notebook: str, check_marker: str, versions: dict[str, str], tmp_path) -> dict[str, str]:
+    """Runs a notebook's non-answer cells up to and including the check cell (the one holding `check_marker`), then
+    each version in the same kernel; returns what each version printed."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(NOTEBOOKS[0].parent / notebook, as_version=4)
+    stop = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and check_marker in c.source)
+    cells = [nbformat.v4.new_code_cell(c.source) for c in nb.cells[:stop + 1]
+             if c.cell_type == "code" and not _is_answer(c)]
+    first = len(cells)
+    cells += [nbformat.v4.new_code_cell(v) for v in versions.values()]
+    run = nbformat.v4.new_notebook(cells=cells)
+    NotebookClient(run, timeout=600, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    out = {}
+    for name, cell in zip(versions, run.cells[first:]):
+        out[name] = "".join(o["text"] if o.output_type == "stream" else f"{o.ename}: {o.evalue}"
+                            for o in cell.outputs if o.output_type in ("stream", "error"))
+    return out
+
+
+def _versions(answer: str, call: str, slips: dict[str, tuple[str, str, str]]) -> tuple[dict, dict]:
+    """Each slip (name: (line in the answer, the wrong line, words its hint must hold)) made in the answer's code."""
+    code = answer.split("\n", 1)[1].split(f"assert {call}")[0]  # the answer's definitions, without its own check
+    versions, words = {"right": code + call}, {"right": "right:"}
+    for name, (right, wrong, hint) in slips.items():
+        assert right in code, (name, right)
+        versions[name] = code.replace(right, wrong) + call
+        words[name] = hint
+    return versions, words
+
+
+PATCHING_SLIPS = {  # 01's activation patching by hand: the line, the slip, what the hint must say
+    "shape slip: the whole cached tensor": ('resid[:, pos] = clean_cache["resid_pre", layer][:, pos]',
+                                            'resid[:, pos] = clean_cache["resid_pre", layer]', "shape slip"),
+    "shape slip: the batch index forgotten": ('resid[:, pos] = clean_cache["resid_pre", layer][:, pos]',
+                                              'resid[0, pos] = clean_cache["resid_pre", layer][pos]', "shape slip"),
+    "wrong position: the last one": ('resid[:, pos] = clean_cache["resid_pre", layer][:, pos]',
+                                     'resid[:, -1] = clean_cache["resid_pre", layer][:, -1]', "wrong position"),
+    "wrong position: S2 always": ('resid[:, pos] = clean_cache["resid_pre", layer][:, pos]',
+                                  'resid[:, S2] = clean_cache["resid_pre", layer][:, S2]', "Every position gives"),
+    "wrong layer: the next block": ("lab.model.transformer.h[layer]", "lab.model.transformer.h[layer + 1]",
+                                    "wrong layer"),
+    "every position patched": ('resid[:, pos] = clean_cache["resid_pre", layer][:, pos]',
+                               'resid[:] = clean_cache["resid_pre", layer]', "whole clean run"),
+    "the edited resid not returned": ("return (resid, *args[1:])", "return None", "Nothing changed"),
+    "wrong run: the clean prompt": ("lab.model(**corrupt_ids)", 'lab.model(**lab.tokenizer(clean, return_tensors="pt"))',
+                                    "wrong run"),
+    "not normalised": ("return (float(bound(logits)) - corrupt_ld) / (clean_ld - corrupt_ld)",
+                       "return float(bound(logits))", "raw logit difference"),
+    "normalised by clean only": ("return (float(bound(logits)) - corrupt_ld) / (clean_ld - corrupt_ld)",
+                                 "return (float(bound(logits)) - corrupt_ld) / clean_ld", "normalisation slip"),
+    "normalised from the clean side": ("return (float(bound(logits)) - corrupt_ld) / (clean_ld - corrupt_ld)",
+                                       "return (float(bound(logits)) - clean_ld) / (clean_ld - corrupt_ld)",
+                                       "subtract corrupt_ld"),
+}
+
+PATH_PATCH_SLIPS = {  # 04's path patching by hand
+    "forgetting to freeze": ("for layer, head in HEADS if (layer, head) != sender]", "for layer, head in []]",
+                             "forgetting to freeze"),
+    "frozen at the corrupt run": ('head=head, source=clean_run) for layer', 'head=head, source=corrupt_run) for layer',
+                                  "froze the other heads at the corrupt run"),
+    "the sender from the clean run": ('ilab.patch("z", sender[0], head=sender[1], source=corrupt_run)',
+                                      'ilab.patch("z", sender[0], head=sender[1], source=clean_run)',
+                                      "sender's z from clean_run"),
+    "the receiver's v from the corrupt run": ("source=sent)", "source=corrupt_run)", "not from `sent`"),
+    "the receiver's z, not its v": ('ilab.patch("v", receiver[0]', 'ilab.patch("z", receiver[0]', "output z"),
+    "a (layer, head) tuple where a layer goes": ('ilab.patch("z", sender[0], head=sender[1], source=corrupt_run)',
+                                                 'ilab.patch("z", sender, source=corrupt_run)', "A head is two numbers"),
+    "not normalised": ("return (float(bound(final.last_logits).mean()) - clean_ld) / (corrupt_ld - clean_ld)",
+                       "return float(bound(final.last_logits).mean())", "raw mean logit difference"),
+    "the sign flipped": ("return (float(bound(final.last_logits).mean()) - clean_ld) / (corrupt_ld - clean_ld)",
+                         "return (float(bound(final.last_logits).mean()) - clean_ld) / (clean_ld - corrupt_ld)",
+                         "step 3's sign"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("notebook, marker, answer, call, slips", [
+    ("01_ioi_patching", "def check_patching", "# ANSWER\ndef my_patch", "check_patching(my_patch, my_row)",
+     PATCHING_SLIPS),
+    ("04_circuit", "def check_path_patch", "# ANSWER\ndef my_path_patch", "check_path_patch(my_path_patch)",
+     PATH_PATCH_SLIPS),
+], ids=["01-activation-patching", "04-path-patching"])
+def test_each_wrong_version_of_a_hand_written_exercise_gets_the_hint_that_names_its_slip(
+        notebook, marker, answer, call, slips, tmp_path, monkeypatch):
+    """The common slips of the two hand-written exercises, each made in the answer's own code and run against the
+    notebook's check in a real kernel: the check says "not yet" and names that slip (and the answer itself passes).
+    No traceback reaches the student: a slip that raises inside the model is caught and named too."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    versions, words = _versions(_source_cell(notebook, answer), call, slips)
+    printed = _run_wrong_versions(f"{notebook}.ipynb", marker, versions, tmp_path)
+    for name, text in printed.items():
+        assert words[name] in text, (name, text)
+        assert ("not yet" in text) == (name != "right") and "Traceback" not in text, (name, text)

@@ -215,19 +215,30 @@ def my_row(layer):
 
 # %%
 def check_patching(my_patch, my_row):
-    """Your cell (1, S2), then your row of every layer, against lab.patch_sweep's values (res, exercise 1)."""
-    one, want = my_patch(1, S2), float(res.values[1, S2])
+    """Your cell (1, S2), then your row of every layer, against lab.patch_sweep's values (res, exercise 1). When they
+    differ, it names the slip it recognises: a shape slip inside the hook, the wrong run, the wrong position or
+    layer, the wrong normalisation."""
+    want = float(res.values[1, S2])
+    ran = []  # the token ids each forward of my_patch ran on (read at the embedding, removed after)
+    probe = lab.model.transformer.wte.register_forward_pre_hook(lambda module, args: ran.append(args[0][0].tolist()))
+    try:
+        one = my_patch(1, S2)
+    except (RuntimeError, IndexError) as err:  # raised inside the hook, while the model ran
+        print(f"not yet: my_patch(1, S2) raised {type(err).__name__}: {str(err).splitlines()[0][:160]}\n"
+              f"A shape slip inside the hook: resid and clean_cache['resid_pre', layer] are both {tuple(res_shape)} "
+              f"(batch, position, d_model). Take one position from both: resid[:, pos] = "
+              f"clean_cache['resid_pre', layer][:, pos], a {tuple(res_shape[::2])} vector.")
+        return False
+    finally:
+        probe.remove()
     if one is None:
         print("not yet: my_patch returns nothing; return the normalised logit difference")
         return False
-    if abs(float(one) - want) > 1e-3:
-        hints = [(abs(float(one) - float(res.raw[1, S2])) < 1e-3, "that is the raw logit difference: normalise it"),
-                 (abs(float(one)) < 1e-3, "nothing changed: is the clean vector written into resid at [:, pos]?"),
-                 (abs(float(one) - 1) < 1e-3, "that is the whole clean run: replace one position, not all of them")]
-        print(f"not yet: my_patch(1, S2) = {float(one):+.3f}, the sweep's cell {want:+.3f}.",
-              next((hint for found, hint in hints if found), "Print resid[0, pos, :4] before and after your line."))
+    one = float(one)
+    if abs(one - want) > 1e-3:
+        print(f"not yet: my_patch(1, S2) = {one:+.3f}, the sweep's cell {want:+.3f}.", patching_hint(one, ran))
         return False
-    print(f"one cell right: my_patch(1, S2) = {float(one):+.3f}")
+    print(f"one cell right: my_patch(1, S2) = {one:+.3f}")
     for layer in range(lab.n_layers):
         row = my_row(layer)
         if row is None:
@@ -235,11 +246,74 @@ def check_patching(my_patch, my_row):
             return False
         got = torch.tensor([float(v) for v in row])
         if got.shape != res.values[layer].shape or not torch.allclose(got, res.values[layer], atol=1e-3):
+            same = got.numel() > 1 and bool((got - got[0]).abs().max() < 1e-3)
             print(f"not yet: my_row({layer}) = {[round(v, 2) for v in got.tolist()]};",
-                  f"the sweep's row: {[round(v, 2) for v in res.values[layer].tolist()]}")
+                  f"the sweep's row: {[round(v, 2) for v in res.values[layer].tolist()]}.",
+                  "Every position gives the same value: is `pos`, the argument, the position your hook writes?"
+                  if same else f"my_row({layer}) should hold my_patch({layer}, pos) for pos in range({len(tokens)}).")
             return False
     print(f"right: your {lab.n_layers} rows are the sweep's heatmap, cell for cell")
     return True
+
+
+res_shape = clean_cache["resid_pre", 0].shape
+raw = float(res.raw[1, S2])  # the patched run's raw logit difference at (1, S2)
+NORMALISATION_SLIPS = {  # what a slip in the last line gives, from the patched run's raw logit difference
+    "the raw logit difference": raw,
+    "(patched - corrupt) / clean, not / (clean - corrupt)": (raw - corrupt_ld) / clean_ld,
+    "patched / clean": raw / clean_ld,
+    "(patched - clean) / (clean - corrupt): subtract corrupt_ld, not clean_ld":
+        (raw - clean_ld) / (clean_ld - corrupt_ld),
+    "the sign flipped: (corrupt - patched), or / (corrupt - clean)": -(raw - corrupt_ld) / (clean_ld - corrupt_ld),
+    "(clean - patched) / (clean - corrupt), the noising direction": (clean_ld - raw) / (clean_ld - corrupt_ld),
+}
+
+
+def vector_in_block(block, layer, pos):
+    """The normalised cell of the corrupt run with the clean resid_pre of `layer` at `pos` written into `block`."""
+    def write(module, args):
+        resid = args[0].clone()
+        resid[:, pos] = clean_cache["resid_pre", layer][:, pos]
+        return (resid, *args[1:])
+
+    handle = lab.model.transformer.h[block].register_forward_pre_hook(write)
+    try:
+        with torch.no_grad():
+            patched = float(bound(lab.model(**corrupt_ids).logits[:, -1]))
+    finally:
+        handle.remove()
+    return (patched - corrupt_ld) / (clean_ld - corrupt_ld)
+
+
+def patching_hint(one, ran):
+    """What a wrong value of my_patch(1, S2) most likely comes from (ran: the token ids of each forward it ran)."""
+    if ran and ran[-1] != corrupt_ids["input_ids"][0].tolist():
+        return ("Patching the wrong run: the forward ran the clean prompt. Run the corrupt one, "
+                "lab.model(**corrupt_ids), and write the clean vector into it.")
+    for slip, value in NORMALISATION_SLIPS.items():
+        if abs(one - value) < 1e-3:
+            return (f"A normalisation slip: that is {slip}. The cell is "
+                    f"(patched - corrupt_ld) / (clean_ld - corrupt_ld), with patched = bound(logits).")
+    if abs(one - 1) < 1e-3:
+        return ("That is the whole clean run: write one position, resid[:, pos], not resid[:] (nor the whole "
+                "cached tensor).")
+    for block in (0, 2):  # layer 1's clean vector written into the block before or after
+        if abs(one - vector_in_block(block, 1, S2)) < 1e-3:
+            return (f"The wrong layer: that is layer 1's clean vector written into block {block}. The hook goes on "
+                    f"lab.model.transformer.h[layer], the block whose input is resid_pre `layer`.")
+    cells = [(layer, pos) for layer in range(lab.n_layers) for pos in range(len(tokens))
+             if (layer, pos) != (1, S2) and abs(float(res.values[layer, pos])) > 0.05
+             and abs(float(res.values[layer, pos]) - one) < 1e-3]
+    if cells:
+        layer, pos = cells[0]
+        where = f"position {pos} ({tokens[pos]!r})" if layer == 1 else f"layer {layer}"
+        return (f"That is the sweep's cell at layer {layer}, position {pos}: the wrong {where.split()[0]}. The hook "
+                f"goes on block `layer` (lab.model.transformer.h[layer]) and writes at resid[:, pos], both the "
+                f"arguments.")
+    if abs(one) < 1e-3:
+        return ("Nothing changed: the vector written in is the corrupt run's own, or it goes where the two runs do not "
+                "differ. Write clean_cache['resid_pre', layer][:, pos] at resid[:, pos], and return the edited resid.")
+    return "Print resid[0, pos, :4] before and after your line, and the raw bound(logits), to see which step is off."
 
 
 check_patching(my_patch, my_row)

@@ -134,25 +134,71 @@ def my_path_patch(sender, receiver):
 
 # %%
 def check_path_patch(my_path_patch):
-    """Your path patch against lab.path_patch, for this sender and receiver."""
+    """Your path patch against lab.path_patch, for this sender and receiver. When they differ, it names the slip it
+    recognises by computing what each common slip gives: the other heads not frozen, a patch from the wrong run, the
+    wrong site in the last run, the wrong normalisation."""
     want = lab.path_patch(clean, corrupt, metric, senders=[sender], receivers=[(*receiver, "v")]).value(*sender)
     try:
         got = my_path_patch(sender, receiver)
     except (TypeError, ilab.InterplabError) as err:  # a `...` still in place, or an edit that does not fit
         print(f"not yet: {type(err).__name__}: {str(err).splitlines()[0]}")
+        if "(layer, head) pair" in str(err):
+            print("A head is two numbers: ilab.patch('z', layer, head=head, ...), e.g. "
+                  "ilab.patch('z', sender[0], head=sender[1], source=corrupt_run).")
         return False
-    if abs(got - want) > 1e-3:
-        free = lab.run(clean, edits=[ilab.patch("z", sender[0], head=sender[1], source=corrupt_run)])
-        unfrozen = lab.run(clean, edits=[ilab.patch("v", receiver[0], head=receiver[1], source=free)])
-        loose = (float(bound(unfrozen.last_logits).mean()) - clean_ld) / (corrupt_ld - clean_ld)
-        hint = ("that is the sender's effect with the other heads left free: freeze every other head's z at the clean "
-                "run" if abs(got - loose) < 1e-3 else "check each step: which run each patch copies from, and that the "
-                "last run patches only the receiver's v")
-        print(f"not yet: yours {got:+.3f}, lab.path_patch {want:+.3f}: {hint}")
+    if got is None or abs(got - want) > 1e-3:
+        shown = "nothing" if got is None else f"{got:+.3f}"
+        print(f"not yet: yours {shown}, lab.path_patch {want:+.3f}:", path_patch_hint(got))
         return False
     print(f"right: {name(sender)} -> {name(receiver)}.v carries {got:+.3f} of the corruption's effect "
           f"(lab.path_patch: {want:+.3f})")
     return True
+
+
+def normalised(run):
+    return (float(bound(run.last_logits).mean()) - clean_ld) / (corrupt_ld - clean_ld)
+
+
+def path_patch_slips():
+    """What each common slip gives, computed here with the lab's edits: {what went wrong and where to look: value}."""
+    def z(head, run):
+        return ilab.patch("z", head[0], head=head[1], source=run)
+
+    def two_steps(frozen_from=clean_run, sender_from=corrupt_run, freeze=True, site="v", source=None, prompts=clean):
+        others = [z(h, frozen_from) for h in HEADS if h != sender] if freeze else []
+        sent = lab.run(clean, edits=others + [z(sender, sender_from)])
+        final = lab.run(prompts, edits=[ilab.patch(site, receiver[0], head=receiver[1], source=source or sent)])
+        return final
+
+    right = two_steps()
+    raw = float(bound(right.last_logits).mean())
+    return {
+        "forgetting to freeze: that is the sender's effect with the other heads left free. Step 1a: every other "
+        "head's z patched from clean_run": normalised(two_steps(freeze=False)),
+        "step 1a froze the other heads at the corrupt run: freeze them at clean_run": normalised(
+            two_steps(frozen_from=corrupt_run)),
+        "step 1b took the sender's z from clean_run: nothing is sent. Take it from corrupt_run": normalised(
+            two_steps(sender_from=clean_run)),
+        "step 2 copied the receiver's v from corrupt_run, not from `sent` (run 1): that is every path into it": (
+            normalised(two_steps(source=corrupt_run))),
+        "step 2 patched the receiver's output z, not its value v": normalised(two_steps(site="z")),
+        "step 2 ran the corrupt prompts: run the clean ones, with only the receiver's v patched": normalised(
+            two_steps(prompts=corrupt)),
+        "step 3 returned the raw mean logit difference: normalise it": raw,
+        "step 3's sign: (run 2 - clean_ld) / (corrupt_ld - clean_ld), 1 = the whole effect": -normalised(right),
+        "step 3 normalised the denoising way, (run 2 - corrupt_ld) / (clean_ld - corrupt_ld): path patching "
+        "here noises": (raw - corrupt_ld) / (clean_ld - corrupt_ld),
+    }
+
+
+def path_patch_hint(got):
+    if got is None:
+        return "my_path_patch returns nothing: step 3 returns the normalised value."
+    found = [slip for slip, value in path_patch_slips().items() if abs(got - value) < 1e-3]
+    if len(found) > 1:  # slips that give the same value (several give 0: nothing reaches the receiver's v)
+        return "one of these slips gives that value:\n- " + "\n- ".join(found)
+    return found[0] if found else ("check each step: which run each patch copies from, and that the last run "
+                                   "patches only the receiver's v")
 
 
 check_path_patch(my_path_patch)
