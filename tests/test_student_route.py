@@ -27,7 +27,7 @@ from _processes import read_url
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL_DOC = ROOT / "docs" / "teaching" / "INSTALL.md"
-NOTEBOOK = "01_ioi_patching.ipynb"
+NOTEBOOK = "00_primer.ipynb"  # what `interplab lab` opens: the run sheet's first
 
 # The recipe, exactly as docs/teaching/INSTALL.md gives it (the first test checks the page still says so).
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -233,7 +233,7 @@ def _get_json(url: str):
 
 
 @pytest.mark.slow
-def test_interplab_lab_serves_notebook_01(student):
+def test_interplab_lab_serves_the_run_sheets_first_notebook(student):
     start = time.monotonic()
     proc = subprocess.Popen([str(student.interplab), "lab", "--port", "0"], cwd=student.work, env=student.env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,

@@ -24,7 +24,10 @@
 #   MLPs update those vectors; the last position's vector is turned into a score (a *logit*) for every possible next
 #   token.
 #
-# The model is `ioi-tiny`, a 4-layer GPT-2 with 4 heads per layer that ships with interplab (offline, seconds).
+# The model is `ioi-tiny`, a 4-layer GPT-2 with 4 heads per layer that ships with interplab (offline, seconds). It was
+# trained for this one task and solves it with **a circuit of its own**: the workshop maps *that* circuit, which is
+# not GPT-2 small's (the paper's name movers and S-inhibition heads); notebook 04 compares the two, and what
+# transfers to GPT-2 is the method, not the heads.
 #
 # **How to work through it.** Where a cell has `...`, replace it and run the check below it. Each answer is in a
 # collapsed cell after its check, and it stays closed: Run All and Shift-Enter run it without showing anything. To see
@@ -261,8 +264,75 @@ assert abs((denoised - corrupt_ld) / (clean_ld - corrupt_ld) - 1) < 1e-3
 assert abs((noised - corrupt_ld) / (clean_ld - corrupt_ld)) < 1e-3
 
 # %% [markdown]
+# ## 5. A hook: how a patch is made
+#
+# `ilab.patch` above changed the run for you with a **hook**: a function PyTorch calls while the model runs. Notebook
+# 01 has you write one, so here is the smallest. A **forward pre-hook** on a module is called as `hook(module, args)`
+# just before the module runs; `args[0]` is its input, here the residual stream `[batch, positions, d_model]`. (When
+# the hook returns a tuple, the module runs on that instead: that is how a patch changes the run.) Remove it always,
+# in `finally`: a hook left attached acts on every later run of the model.
+#
+# The cell attaches one to block 1 (`lab.model.transformer.h[1]`), whose input is `resid_pre` 1. Write its one line:
+# keep a copy of the input in `seen`.
+
+# %%
+seen = []
+
+
+def keep(module, args):
+    ...  # append a copy of the block's input, args[0].clone(), to seen
+
+
+handle = lab.model.transformer.h[1].register_forward_pre_hook(keep)
+try:
+    with torch.no_grad():
+        lab.model(**lab.tokenizer(prompt, return_tensors="pt"))
+finally:
+    handle.remove()  # always: a hook left attached would act on every later run
+
+
+# %%
+def check_hook(seen):
+    """What your hook kept against the cache's resid_pre 1 (the lab reads it at the same place)."""
+    want = cache["resid_pre", 1]
+    if len(seen) != 1 or not isinstance(seen[0], torch.Tensor):
+        print(f"not yet: seen holds {len(seen)} tensor(s); the hook should append args[0] once (run both cells again)")
+        return False
+    if seen[0].shape != want.shape:
+        print(f"not yet: you kept a {tuple(seen[0].shape)} tensor; the block's input, args[0], is {tuple(want.shape)}")
+        return False
+    gap = float((seen[0] - want).abs().max())
+    if gap > 1e-4:
+        print(f"not yet: what you kept differs from cache['resid_pre', 1] by up to {gap:.2g}: keep args[0]")
+        return False
+    print(f"right: the input of block 1 is resid_pre 1 (largest difference {gap:.1e}, rounding)")
+    return True
+
+
+check_hook(seen)
+
+# %%
+# ANSWER
+seen = []
+
+
+def keep(module, args):
+    seen.append(args[0].clone())
+
+
+handle = lab.model.transformer.h[1].register_forward_pre_hook(keep)
+try:
+    with torch.no_grad():
+        lab.model(**lab.tokenizer(prompt, return_tensors="pt"))
+finally:
+    handle.remove()
+assert check_hook(seen)
+# To change the activation instead of keeping it, the hook edits a copy and returns it: (edited, *args[1:]).
+# Notebook 01 has you write that: the clean run's vector put into the corrupt run at one position.
+
+# %% [markdown]
 # ## Ready
 #
 # You have used every idea the patching notebooks rely on: a sum of layer outputs you can patch term by term, heads
-# that read with a pattern and write through `W_O`, the QK and OV circuits, and the logit difference with its two
-# patching directions. Next: `01_ioi_patching.ipynb`.
+# that read with a pattern and write through `W_O`, the QK and OV circuits, the logit difference with its two
+# patching directions, and a hook. Next: `01_ioi_patching.ipynb`.

@@ -33,7 +33,8 @@
 # - Both are reported **normalised**: 1 = the clean run's logit difference, 0 = the corrupt run's.
 #
 # The model is `ioi-tiny`, a 4-layer GPT-2 with 4 heads per layer, trained for this task and shipped with interplab:
-# everything here runs offline, in seconds.
+# everything here runs offline, in seconds. Its circuit is its own, not GPT-2 small's: the heads you find here are
+# ioi-tiny's (notebook 04 compares them with the paper's).
 #
 # **How to work through it: predict, then check.** Every exercise starts with a question. Write down your prediction
 # *and why you expect it* before you run anything. Then run the check and compare. The answer is in the collapsed cell

@@ -25,6 +25,14 @@
 # after the check, and it stays closed: Run All and Shift-Enter run it without showing anything. Once you have
 # compared, open it (click the bar on its left), change `show = False` to `show = True` and run it.
 #
+# **What changes from notebook 01**, said here so it does not surprise you:
+# - **The prompts**: 8 pairs of one new template (held-out names, every token at the same position; the first pair is
+#   printed below), not 01's one prompt. Each number is a mean over the pairs.
+# - **The scale of path patching**: it *noises*, as the paper does, so 1 = the whole effect of the corruption and 0 =
+#   none; 01's denoising scale read 1 = the clean run restored. Exercise 1's sweeps still denoise, on 01's scale.
+# - **The circuit is ioi-tiny's own**, not GPT-2 small's: the paper's role names (name movers, S-inhibition heads)
+#   are tested here, not assumed.
+#
 # At the end you compare what you found with the model's card, which was written from plain-PyTorch figures when the
 # model was trained, and see where the two disagree.
 
