@@ -14,8 +14,8 @@
 # %% [markdown]
 # # Primer: the residual stream, heads, queries, keys and values
 #
-# About 20 minutes (the run sheet's estimate for a student new to the subject), before the workshop or at its
-# start. The patching notebooks (01-04) use a few ideas about how a transformer is built; here each one comes with a
+# Before the workshop: about 45 minutes for a student new to the subject, an hour for the slowest quarter (the run
+# sheet's count, `scripts/workshop_minutes.py`). The patching notebooks (01-04) use a few ideas about how a transformer is built; here each one comes with a
 # cell to run and a check that says *right* or what is off. Nothing is assumed beyond this:
 #
 # - **Python**: functions, lists, dicts, f-strings.

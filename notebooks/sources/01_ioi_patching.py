@@ -22,7 +22,7 @@
 #
 # **Before you start.** You need Python (functions, lists, dicts), a little PyTorch (indexing a tensor, `torch.allclose`)
 # and the idea of a transformer: tokens, layers, attention heads. The words this notebook uses are defined, with a cell
-# to run for each, in the primer `00_primer.ipynb` (about 20 minutes; do it first if the residual stream, a head's
+# to run for each, in the primer `00_primer.ipynb` (the workshop's pre-work; do it first if the residual stream, a head's
 # query / key / value or the QK and OV circuits are new to you). In short:
 #
 # - **logit difference**: logit(answer) - logit(wrong name) at the last position; above 0, the model prefers the answer.
