@@ -2,12 +2,36 @@
 after the non-answer cells before it, the solved copy runs too; notebooks stay small."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from _notebook_claims import CLAIMS, FLAGGED, MATH, METHOD, PAPER, QUESTION, prose_sentences
+
+REASONS = (QUESTION, METHOD, PAPER, MATH)
+
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def test_every_sentence_with_a_number_or_a_role_is_listed_with_what_shows_it():
+    """tests/_notebook_claims.py lists each sentence of the prose that states a number or names a role, with the
+    pattern the solved notebook prints for it (checked by the solved run below) or why it states nothing measured.
+    A new such sentence must be listed; a listed quote must still be in the prose."""
+    import jupytext
+
+    build = _build_module()
+    assert sorted(CLAIMS) == [p.stem for p in sorted(build.SOURCES.glob("*.py"))]
+    for stem, claims in CLAIMS.items():
+        sentences = prose_sentences(jupytext.read(build.SOURCES / f"{stem}.py").cells)
+        quotes = [quote for quote, _ in claims]
+        missing = [q for q in quotes if not any(q in s for s in sentences)]
+        assert not missing, f"{stem}: listed but no longer in the prose: {missing}"
+        unlisted = [s for s in sentences if FLAGGED.search(s) and not any(q in s for q in quotes)]
+        assert not unlisted, f"{stem}: sentences with a number or a role, not in tests/_notebook_claims.py: {unlisted}"
+        for _, shown in claims:
+            assert shown in REASONS or re.compile(shown), shown
 
 
 def test_notebooks_exist():
@@ -150,6 +174,9 @@ def test_the_solved_copy_runs_top_to_bottom(path, tmp_path, monkeypatch):
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                      if o.output_type == "stream")
     assert "Traceback" not in text and CLOSED_MESSAGE not in text
+    unshown = [(quote, shown) for quote, shown in CLAIMS[path.stem] if shown not in REASONS
+               and not re.search(shown, text)]
+    assert not unshown, f"sentences of {path.name} whose number or role the notebook no longer prints: {unshown}"
     # saved as it ran (the views' state and the widget code, once): small enough to mail to a class
     size = len(nbformat.writes(nb).encode())
     print(f"\nexecuted solved {path.name}: {size / 1e6:.2f} MB")
