@@ -55,7 +55,11 @@ def test_a_click_unembeds_and_copies_only_what_it_shows(lab):
     assert max(b for _, b in fake.moved) <= vocab * 4  # one row of logits at most, never [positions, vocab]
     assert sum(b for _, b in fake.moved) <= 2 * 3 * vocab * 4 + 1024  # per click a row each: clean, corrupt, patched
     assert all(n_pos * vocab > torch.Size(shape).numel() for shape, _ in fake.moved)
-    assert fresh["metric"]["values"]["patched"] != own["metric"]["values"]["patched"]
+    # Position 6 comes before S2, where the two prompts are the same: either patch there leaves the corrupt run as it
+    # is (an invariant of the model's math; the two code paths may differ in the last bits, or not: torch 2.6 and 2.13)
+    corrupt = fresh["metric"]["values"]["corrupt"]
+    assert abs(fresh["metric"]["values"]["patched"] - corrupt) < 1e-4 and abs(own["metric"]["values"]["patched"]
+                                                                             - corrupt) < 1e-4
 
 
 def test_a_sweep_copies_no_full_logits(lab):
