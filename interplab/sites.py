@@ -12,6 +12,7 @@ from torch import nn
 
 from .errors import OutOfRangeError, UnknownSiteError, UnsupportedSiteError
 
+
 def refuse_tuple_layer(layer, name: str = "layer") -> None:
     """A tuple where a layer goes is refused, never read as several layers: it is most often a (layer, head) pair,
     such as a head from a list of heads (several layers are a list)."""

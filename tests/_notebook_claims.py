@@ -31,8 +31,8 @@ CLAIMS = {
     "00_primer": [
         ("solves it with **a circuit of its own**", METHOD),  # shown by 01-04, compared with the paper in 04
         ("will the sum match the final stream exactly", QUESTION),
-        ("Exactly, up to float rounding (printed)", rf"right: the final stream is the sum of \d+ terms \(largest "
-                                                    rf"difference [\d.e+-]+, rounding\)"),
+        ("Exactly, up to float rounding (printed)", r"right: the final stream is the sum of \d+ terms \(largest "
+                                                    r"difference [\d.e+-]+, rounding\)"),
         ("replaces exactly this vector", METHOD),
     ],
     "01_ioi_patching": [
@@ -71,7 +71,7 @@ CLAIMS = {
         ("and when near-certain?", QUESTION),
         ("After layer 0 the end predicts ' John', the repeated name",
          rf"after layer 0 the end predicts ' John' \(p = {NUM}\)"),
-        ("the later layers make it near-certain", rf"p\(' Mary'\) at the end: (0\.9\d\d|1\.000)"),
+        ("the later layers make it near-certain", r"p\(' Mary'\) at the end: (0\.9\d\d|1\.000)"),
         ("GPT-2's name movers instead attend to the IO itself", PAPER),
     ],
     "04_circuit": [
@@ -90,7 +90,7 @@ CLAIMS = {
          rf"END heads writing the name they read, negated: \['{HEAD}'"),
         ("In GPT-2 small the **S-inhibition heads** were found this way", PAPER),
         ("Nothing of note reaches the queries from an earlier head",
-         rf"largest \|path\| into the queries, keys, values: \{{'q': 0\.0\d+"),
+         r"largest \|path\| into the queries, keys, values: \{'q': 0\.0\d+"),
         ("as GPT-2's S-inhibition heads steer the name movers", PAPER),
         ("a click on an edge patches exactly that edge", METHOD),
         ("Through the MLP the small circuit keeps most of the logit difference",
@@ -116,7 +116,7 @@ CLAIMS = {
         ("(a) Exactly the model's logits (up to float rounding)",
          r"\(a\) splice with nothing edited: largest logit difference from the model's own [\d.e+-]+"),
         ("by how much of it: a tenth, a third, all of it?", QUESTION),
-        ("in more than half of them", rf"feature \d+: fires at S2 in \d+% of pairs"),
+        ("in more than half of them", r"feature \d+: fires at S2 in \d+% of pairs"),
         ("With twice that (the feature pushed below 0)?", QUESTION),
         ("-1 x the activation is the ablation exactly", rf"steered at S2 by alpha = -1 x {NUM}: logit diff {NUM}"),
         ("Twice that lowers the logit difference further", rf"steered at S2 by alpha = -2 x {NUM}: logit diff {NUM}"),

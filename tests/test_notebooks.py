@@ -7,7 +7,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
 from _notebook_claims import CLAIMS, FLAGGED, MATH, METHOD, PAPER, QUESTION, prose_sentences
 
 REASONS = (QUESTION, METHOD, PAPER, MATH)
@@ -301,8 +300,8 @@ PATCHING_SLIPS = {  # 01's activation patching by hand: the line, the slip, what
     "every position patched": ('resid[:, pos] = clean_cache["resid_pre", layer][:, pos]',
                                'resid[:] = clean_cache["resid_pre", layer]', "whole clean run"),
     "the edited resid not returned": ("return (resid, *args[1:])", "return None", "Nothing changed"),
-    "wrong run: the clean prompt": ("lab.model(**corrupt_ids)", 'lab.model(**lab.tokenizer(clean, return_tensors="pt"))',
-                                    "wrong run"),
+    "wrong run: the clean prompt": ("lab.model(**corrupt_ids)",
+                                    'lab.model(**lab.tokenizer(clean, return_tensors="pt"))', "wrong run"),
     "not normalised": ("return (float(bound(logits)) - corrupt_ld) / (clean_ld - corrupt_ld)",
                        "return float(bound(logits))", "raw logit difference"),
     "normalised by clean only": ("return (float(bound(logits)) - corrupt_ld) / (clean_ld - corrupt_ld)",
@@ -323,7 +322,8 @@ PATH_PATCH_SLIPS = {  # 04's path patching by hand
     "the receiver's v from the corrupt run": ("source=sent)", "source=corrupt_run)", "not from `sent`"),
     "the receiver's z, not its v": ('ilab.patch("v", receiver[0]', 'ilab.patch("z", receiver[0]', "output z"),
     "a (layer, head) tuple where a layer goes": ('ilab.patch("z", sender[0], head=sender[1], source=corrupt_run)',
-                                                 'ilab.patch("z", sender, source=corrupt_run)', "A head is two numbers"),
+                                                 'ilab.patch("z", sender, source=corrupt_run)',
+                                                 "A head is two numbers"),
     "not normalised": ("return (float(bound(final.last_logits).mean()) - clean_ld) / (corrupt_ld - clean_ld)",
                        "return float(bound(final.last_logits).mean())", "raw mean logit difference"),
     "the sign flipped": ("return (float(bound(final.last_logits).mean()) - clean_ld) / (corrupt_ld - clean_ld)",

@@ -96,7 +96,7 @@ def test_the_run_sheet_shows_the_measured_minutes_and_its_routes_fit_their_slots
     text = RUN_SHEET.read_text()
     assert minutes.report() in text, "RUN_SHEET.md: paste the output of python scripts/workshop_minutes.py"
     counted = {}
-    for (notebook, start), row in zip(minutes.CORE, minutes.table()):
+    for (notebook, _), row in zip(minutes.CORE, minutes.table()):
         counted.setdefault(notebook[:2], set()).add(row.title.lstrip("# "))
     for number in NOTEBOOK_FILES:
         core = {title for title, on_path in _exercise_headings(number).items() if on_path}
