@@ -1,6 +1,6 @@
 """The `interplab` command (also `python -m interplab`): the lab in JupyterLab, a headless demo, sweeps for scripts.
 
-    interplab lab                   JupyterLab on notebooks/01_ioi_patching.ipynb (embedded model, offline),
+    interplab lab                   JupyterLab on notebooks/00_primer.ipynb (embedded model, offline),
                                     behind a fresh random token that the printed URL carries
     interplab lab --headless        no JupyterLab: print the IOI patching result of the embedded model
     interplab sweep --json          a patching sweep for scripts, as JSON on stdout
@@ -33,12 +33,13 @@ from pathlib import Path
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
-NOTEBOOK = "01_ioi_patching.ipynb"
+NOTEBOOK = "00_primer.ipynb"  # the notebook the run sheet starts with (docs/teaching/RUN_SHEET.md; tested)
 REPO_NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"  # a source checkout
 PACKAGED_NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"  # a wheel (pyproject's force-include)
 LAB_MODULES = ("jupyterlab", "jupyter_server", "ipykernel")  # what the `lab` extra installs
-# jupyter_server's default hide_globs, plus the notebooks' generator (notebooks/build.py in a source checkout).
-HIDE_GLOBS = ("__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "build.py")
+# jupyter_server's default hide_globs, plus the notebooks' generator and sources (notebooks/build.py and
+# notebooks/sources/ in a source checkout: the sources hold the answers open).
+HIDE_GLOBS = ("__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "build.py", "sources")
 PORT_TRIES = 50  # as Jupyter's own port_retries: 8888 busy -> 8889 ...
 
 

@@ -66,7 +66,7 @@ from .errors import (
     VectorError,
 )
 from .sae import SAE
-from .sites import NEURONS, SITE_NAMES
+from .sites import NEURONS, SITE_NAMES, refuse_tuple_layer
 
 OPS = ("patch", "zero", "mean", "scale", "steer", "project", "clamp", "set", "ban_expert", "stop_grad")
 POS_SELECTORS = ("all", "prompt", "generated", "newest", "content")
@@ -118,6 +118,7 @@ class Edit:
             raise InterplabError(
                 f"unknown position selector {self.pos!r}: allowed {', '.join(POS_SELECTORS)}, an int, a list, a "
                 f"slice or None (= all).")
+        refuse_tuple_layer(self.layer)
         for name in ("layer", "head", "batch", "neuron") + (() if isinstance(self.pos, str) else ("pos",)):
             setattr(self, name, _selection(getattr(self, name), name))
         if self.neuron is not None:
@@ -311,6 +312,7 @@ def edits_from_json(s: str) -> list[Edit]:
 
 def _on(site, layer, kw: dict, op: str):
     """(site, layer, kw) of a constructor: an SAE in place of the site brings its own site and layer."""
+    refuse_tuple_layer(layer)  # before anything else is checked: patch("z", (0, 2), head=1) names the slip first
     if not isinstance(site, SAE):
         return site, layer, kw
     if layer is not None:

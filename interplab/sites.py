@@ -12,6 +12,16 @@ from torch import nn
 
 from .errors import OutOfRangeError, UnknownSiteError, UnsupportedSiteError
 
+
+def refuse_tuple_layer(layer, name: str = "layer") -> None:
+    """A tuple where a layer goes is refused, never read as several layers: it is most often a (layer, head) pair,
+    such as a head from a list of heads (several layers are a list)."""
+    if isinstance(layer, tuple):
+        pair = f" (layer={layer[0]!r}, head={layer[1]!r})" if len(layer) == 2 else ""
+        raise OutOfRangeError(f"{name}={layer!r} is a tuple: a (layer, head) pair goes in two arguments{pair}; "
+                              f"several layers go in a list, {name}={list(layer)!r}.")
+
+
 PROBES = "interplab_probes"  # the submodule of each attention module that rot_q, rot_k and pattern pass through
 
 # Notes: `embed` is the token embedding only (GPT-2 adds position embeddings inside the model's forward);
@@ -290,6 +300,7 @@ class SiteMap:
         n = self.n_layers
         if layer is None:
             raise OutOfRangeError(f"site {name!r} needs a layer: pass layer=0..{n - 1} (or -{n}..-1 from the end).")
+        refuse_tuple_layer(layer)
         if not isinstance(layer, int) or isinstance(layer, bool):
             raise OutOfRangeError(f"layer must be an int, got {layer!r}.")
         if not -n <= layer < n:
@@ -307,12 +318,14 @@ class SiteMap:
             raise OutOfRangeError(f"head {head} out of range: this model has {n} {what} (0..{n - 1}).")
 
     def layers_of(self, layer) -> list[int]:
-        """An int, list, slice or None (= all layers) as a list of layer numbers, each checked."""
+        """An int, list, range, slice or None (= all layers) as a list of layer numbers, each checked (a tuple is
+        refused: it is most often a (layer, head) pair)."""
         if layer is None:
             return list(range(self.n_layers))
         if isinstance(layer, slice):
             return list(range(self.n_layers))[layer]
-        if isinstance(layer, (list, tuple, range)):
+        refuse_tuple_layer(layer)
+        if isinstance(layer, (list, range)):
             out = [int(x) for x in layer]
         else:
             out = [layer]

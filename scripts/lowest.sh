@@ -3,8 +3,8 @@
 # versions (uv's --resolution lowest-direct; what they pull in at its newest) in a separate environment,
 # build/venv-lowest, and runs the non-browser tests that exercise them there. Run by .ci/run after scripts/test.sh.
 #
-# torch is the exception: it stays at the CPU build scripts/setup.sh pins (2.13.0), because torch's lowest allowed
-# version would be a multi-GB CUDA download from PyPI.
+# torch too: the lowest version pyproject.toml allows (its CPU build where PyTorch's CPU index answers; else PyPI's
+# Linux build, which brings its CUDA libraries, about 3 GB, kept in pip's cache for the next run).
 #   bash scripts/lowest.sh                  the check (a package index is needed: it installs)
 #   bash scripts/lowest.sh -k sites         extra arguments go to pytest
 set -euo pipefail
@@ -14,8 +14,11 @@ VENV=build/venv-lowest
 UV=.venv/bin/uv
 rm -rf "$VENV"
 "$UV" venv -q --seed --python .venv/bin/python "$VENV"
-# torch as scripts/setup.sh installs it where there is no GPU (pip: it honours the machine's pip configuration)
-"$VENV/bin/python" -m pip install -q "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu --retries 1
+# torch at the floor pyproject.toml declares ("torch>=2.6" -> torch==2.6.0); pip honours the machine's configuration
+TORCH_FLOOR=$(sed -n 's/^ *"torch>=\([0-9.]*\)".*/\1/p' pyproject.toml)
+case "$TORCH_FLOOR" in *.*.*) ;; *) TORCH_FLOOR="$TORCH_FLOOR.0" ;; esac
+"$VENV/bin/python" -m pip install -q "torch==$TORCH_FLOOR" --extra-index-url https://download.pytorch.org/whl/cpu \
+  --retries 1
 # The project at the lowest versions it allows; torch held at the one just installed.
 echo "torch==$("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')" > build/lowest-constraints.txt
 # The [big] extra (accelerate) too: tests/core/test_offload.py checks its lower bound.

@@ -2,12 +2,35 @@
 after the non-answer cells before it, the solved copy runs too; notebooks stay small."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import nbformat
 import pytest
+from _notebook_claims import CLAIMS, FLAGGED, MATH, METHOD, PAPER, QUESTION, prose_sentences
+
+REASONS = (QUESTION, METHOD, PAPER, MATH)
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def test_every_sentence_with_a_number_or_a_role_is_listed_with_what_shows_it():
+    """tests/_notebook_claims.py lists each sentence of the prose that states a number or names a role, with the
+    pattern the solved notebook prints for it (checked by the solved run below) or why it states nothing measured.
+    A new such sentence must be listed; a listed quote must still be in the prose."""
+    import jupytext
+
+    build = _build_module()
+    assert sorted(CLAIMS) == [p.stem for p in sorted(build.SOURCES.glob("*.py"))]
+    for stem, claims in CLAIMS.items():
+        sentences = prose_sentences(jupytext.read(build.SOURCES / f"{stem}.py").cells)
+        quotes = [quote for quote, _ in claims]
+        missing = [q for q in quotes if not any(q in s for s in sentences)]
+        assert not missing, f"{stem}: listed but no longer in the prose: {missing}"
+        unlisted = [s for s in sentences if FLAGGED.search(s) and not any(q in s for q in quotes)]
+        assert not unlisted, f"{stem}: sentences with a number or a role, not in tests/_notebook_claims.py: {unlisted}"
+        for _, shown in claims:
+            assert shown in REASONS or re.compile(shown), shown
 
 
 def test_notebooks_exist():
@@ -23,14 +46,31 @@ def test_notebook_is_committed_small_and_without_outputs(path):
 
 
 def test_committed_notebooks_are_what_build_py_writes(tmp_path):
-    """The cells are edited in notebooks/build.py; a notebook edited by hand, or a build.py change not rebuilt,
-    would teach something else than the reviewed source (cell ids are fixed, so the bytes must match)."""
+    """The cells are edited in notebooks/sources/NN_name.py (one percent-format source per notebook); a notebook
+    edited by hand, or a source change not rebuilt, would teach something else than the reviewed source (cell ids
+    are fixed, so the bytes must match)."""
     build = _build_module()
-    assert sorted(build.NOTEBOOKS) == [p.name for p in NOTEBOOKS]
+    assert build.notebook_names() == [p.name for p in NOTEBOOKS]
     for path in NOTEBOOKS:
-        build.write(path.name, build.NOTEBOOKS[path.name], tmp_path)
+        build.write(path.name, tmp_path)
         assert (tmp_path / path.name).read_bytes() == path.read_bytes(), \
-            f"{path.name} differs from what notebooks/build.py writes: run python notebooks/build.py"
+            f"{path.name} differs from what notebooks/build.py writes from sources/: run python notebooks/build.py"
+
+
+def test_each_source_is_a_percent_format_notebook_whose_answers_are_plain_code():
+    """A teacher opens a source as a notebook (jupytext reads it) and runs an answer as written: the gating is the
+    build's, so no source holds `opened(show)` or the closed line itself."""
+    import jupytext
+
+    build = _build_module()
+    for path in sorted(build.SOURCES.glob("*.py")):
+        text = path.read_text()
+        assert text.count("\n# %%") >= 10 and build.CLOSED not in text and "if opened(show)" not in text, path.name
+        cells = jupytext.read(path).cells
+        answers = [c for c in cells if c.cell_type == "code" and c.source.startswith("# ANSWER")]
+        assert answers, path.name
+        for cell in answers:
+            compile(cell.source, f"{path.name} answer", "exec")
 
 
 def _build_module():
@@ -133,6 +173,9 @@ def test_the_solved_copy_runs_top_to_bottom(path, tmp_path, monkeypatch):
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                      if o.output_type == "stream")
     assert "Traceback" not in text and CLOSED_MESSAGE not in text
+    unshown = [(quote, shown) for quote, shown in CLAIMS[path.stem] if shown not in REASONS
+               and not re.search(shown, text)]
+    assert not unshown, f"sentences of {path.name} whose number or role the notebook no longer prints: {unshown}"
     # saved as it ran (the views' state and the widget code, once): small enough to mail to a class
     size = len(nbformat.writes(nb).encode())
     print(f"\nexecuted solved {path.name}: {size / 1e6:.2f} MB")
@@ -201,3 +244,109 @@ def test_the_gpt2_cells_of_notebook_04_run_where_a_gpt2_is_at_hand(tmp_path, mon
         assert expect in text, text[-2000:]
         if expect == "the paper's":
             assert "path to logits" in text and "name movers: found here" in text
+
+
+def _source_cell(stem: str, start: str) -> str:
+    """The code cell of notebooks/sources/<stem>.py that starts with `start` (an answer as a teacher reads it)."""
+    import jupytext
+
+    cells = jupytext.read(_build_module().SOURCES / f"{stem}.py").cells
+    return next(c.source for c in cells if c.cell_type == "code" and c.source.startswith(start))
+
+
+def _run_wrong_versions(notebook: str, check_marker: str, versions: dict[str, str], tmp_path) -> dict[str, str]:
+    """Runs a notebook's non-answer cells up to and including the check cell (the one holding `check_marker`), then
+    each version in the same kernel; returns what each version printed."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(NOTEBOOKS[0].parent / notebook, as_version=4)
+    stop = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and check_marker in c.source)
+    cells = [nbformat.v4.new_code_cell(c.source) for c in nb.cells[:stop + 1]
+             if c.cell_type == "code" and not _is_answer(c)]
+    first = len(cells)
+    cells += [nbformat.v4.new_code_cell(v) for v in versions.values()]
+    run = nbformat.v4.new_notebook(cells=cells)
+    NotebookClient(run, timeout=600, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    out = {}
+    for name, cell in zip(versions, run.cells[first:]):
+        out[name] = "".join(o["text"] if o.output_type == "stream" else f"{o.ename}: {o.evalue}"
+                            for o in cell.outputs if o.output_type in ("stream", "error"))
+    return out
+
+
+def _versions(answer: str, call: str, slips: dict[str, tuple[str, str, str]]) -> tuple[dict, dict]:
+    """Each slip (name: (line in the answer, the wrong line, words its hint must hold)) made in the answer's code."""
+    code = answer.split("\n", 1)[1].split(f"assert {call}")[0]  # the answer's definitions, without its own check
+    versions, words = {"right": code + call}, {"right": "right:"}
+    for name, (right, wrong, hint) in slips.items():
+        assert right in code, (name, right)
+        versions[name] = code.replace(right, wrong) + call
+        words[name] = hint
+    return versions, words
+
+
+PATCHING_SLIPS = {  # 01's activation patching by hand: the line, the slip, what the hint must say
+    "shape slip: the whole cached tensor": ('resid[:, pos] = clean_cache["resid_pre", layer][:, pos]',
+                                            'resid[:, pos] = clean_cache["resid_pre", layer]', "shape slip"),
+    "shape slip: the batch index forgotten": ('resid[:, pos] = clean_cache["resid_pre", layer][:, pos]',
+                                              'resid[0, pos] = clean_cache["resid_pre", layer][pos]', "shape slip"),
+    "wrong position: the last one": ('resid[:, pos] = clean_cache["resid_pre", layer][:, pos]',
+                                     'resid[:, -1] = clean_cache["resid_pre", layer][:, -1]', "wrong position"),
+    "wrong position: S2 always": ('resid[:, pos] = clean_cache["resid_pre", layer][:, pos]',
+                                  'resid[:, S2] = clean_cache["resid_pre", layer][:, S2]', "Every position gives"),
+    "wrong layer: the next block": ("lab.model.transformer.h[layer]", "lab.model.transformer.h[layer + 1]",
+                                    "wrong layer"),
+    "every position patched": ('resid[:, pos] = clean_cache["resid_pre", layer][:, pos]',
+                               'resid[:] = clean_cache["resid_pre", layer]', "whole clean run"),
+    "the edited resid not returned": ("return (resid, *args[1:])", "return None", "Nothing changed"),
+    "wrong run: the clean prompt": ("lab.model(**corrupt_ids)",
+                                    'lab.model(**lab.tokenizer(clean, return_tensors="pt"))', "wrong run"),
+    "not normalised": ("return (float(bound(logits)) - corrupt_ld) / (clean_ld - corrupt_ld)",
+                       "return float(bound(logits))", "raw logit difference"),
+    "normalised by clean only": ("return (float(bound(logits)) - corrupt_ld) / (clean_ld - corrupt_ld)",
+                                 "return (float(bound(logits)) - corrupt_ld) / clean_ld", "normalisation slip"),
+    "normalised from the clean side": ("return (float(bound(logits)) - corrupt_ld) / (clean_ld - corrupt_ld)",
+                                       "return (float(bound(logits)) - clean_ld) / (clean_ld - corrupt_ld)",
+                                       "subtract corrupt_ld"),
+}
+
+PATH_PATCH_SLIPS = {  # 04's path patching by hand
+    "forgetting to freeze": ("for layer, head in HEADS if (layer, head) != sender]", "for layer, head in []]",
+                             "forgetting to freeze"),
+    "frozen at the corrupt run": ('head=head, source=clean_run) for layer', 'head=head, source=corrupt_run) for layer',
+                                  "froze the other heads at the corrupt run"),
+    "the sender from the clean run": ('ilab.patch("z", sender[0], head=sender[1], source=corrupt_run)',
+                                      'ilab.patch("z", sender[0], head=sender[1], source=clean_run)',
+                                      "sender's z from clean_run"),
+    "the receiver's v from the corrupt run": ("source=sent)", "source=corrupt_run)", "not from `sent`"),
+    "the receiver's z, not its v": ('ilab.patch("v", receiver[0]', 'ilab.patch("z", receiver[0]', "output z"),
+    "a (layer, head) tuple where a layer goes": ('ilab.patch("z", sender[0], head=sender[1], source=corrupt_run)',
+                                                 'ilab.patch("z", sender, source=corrupt_run)',
+                                                 "A head is two numbers"),
+    "not normalised": ("return (float(bound(final.last_logits).mean()) - clean_ld) / (corrupt_ld - clean_ld)",
+                       "return float(bound(final.last_logits).mean())", "raw mean logit difference"),
+    "the sign flipped": ("return (float(bound(final.last_logits).mean()) - clean_ld) / (corrupt_ld - clean_ld)",
+                         "return (float(bound(final.last_logits).mean()) - clean_ld) / (clean_ld - corrupt_ld)",
+                         "step 3's sign"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("notebook, marker, answer, call, slips", [
+    ("01_ioi_patching", "def check_patching", "# ANSWER\ndef my_patch", "check_patching(my_patch, my_row)",
+     PATCHING_SLIPS),
+    ("04_circuit", "def check_path_patch", "# ANSWER\ndef my_path_patch", "check_path_patch(my_path_patch)",
+     PATH_PATCH_SLIPS),
+], ids=["01-activation-patching", "04-path-patching"])
+def test_each_wrong_version_of_a_hand_written_exercise_gets_the_hint_that_names_its_slip(
+        notebook, marker, answer, call, slips, tmp_path, monkeypatch):
+    """The common slips of the two hand-written exercises, each made in the answer's own code and run against the
+    notebook's check in a real kernel: the check says "not yet" and names that slip (and the answer itself passes).
+    No traceback reaches the student: a slip that raises inside the model is caught and named too."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    versions, words = _versions(_source_cell(notebook, answer), call, slips)
+    printed = _run_wrong_versions(f"{notebook}.ipynb", marker, versions, tmp_path)
+    for name, text in printed.items():
+        assert words[name] in text, (name, text)
+        assert ("not yet" in text) == (name != "right") and "Traceback" not in text, (name, text)

@@ -27,7 +27,7 @@ from _processes import read_url
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL_DOC = ROOT / "docs" / "teaching" / "INSTALL.md"
-NOTEBOOK = "01_ioi_patching.ipynb"
+NOTEBOOK = "00_primer.ipynb"  # what `interplab lab` opens: the run sheet's first
 
 # The recipe, exactly as docs/teaching/INSTALL.md gives it (the first test checks the page still says so).
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -233,7 +233,7 @@ def _get_json(url: str):
 
 
 @pytest.mark.slow
-def test_interplab_lab_serves_notebook_01(student):
+def test_interplab_lab_serves_the_run_sheets_first_notebook(student):
     start = time.monotonic()
     proc = subprocess.Popen([str(student.interplab), "lab", "--port", "0"], cwd=student.work, env=student.env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
@@ -358,3 +358,39 @@ def run_colab_cell(block: str, python, env: dict, work: Path):
     res, seconds = _run([str(python), str(runner), str(cell)], cwd=work,
                         env={**env, "PYTHONPATH": str(work / "stubs")}, timeout=900, what="COLAB.md's cell")
     return res, seconds, json.loads(res.stdout.split("COLAB SUMMARY", 1)[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, target, only_there", [
+    ("windows", "x86_64-pc-windows-msvc", "pywinpty"),
+    ("macos-arm64", "aarch64-apple-darwin", "appnope"),
+], ids=["windows", "macos-arm64"])
+def test_the_wheelhouse_script_makes_a_complete_wheelhouse_for_another_kind_of_laptop(kind, target, only_there,
+                                                                                       tmp_path):
+    """scripts/wheelhouse.sh, run here (Linux), makes the wheelhouse of another kind of laptop (INSTALL.md): every
+    wheel the student install needs on that platform, its platform-only packages included, so that "interplab[lab]"
+    resolves for that platform from the folder alone, with no index (uv's resolver, told the target platform). The
+    same check finds nothing in an empty folder. (Installing it needs a laptop of that kind: not tested here.)"""
+    wheel = _build_wheel(tmp_path / "dist")
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "wheelhouse.sh", repo / "scripts")
+    (repo / "dist").mkdir()
+    shutil.copy(wheel, repo / "dist")
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**_clean_env(), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "OUT": str(tmp_path / "wh")}
+    run = subprocess.run(["bash", "scripts/wheelhouse.sh", kind, "3.11"], cwd=repo, env=env, capture_output=True,
+                         text=True, timeout=1200)
+    assert run.returncode == 0, run.stderr[-3000:]
+    (tmp_path / "want.in").write_text("interplab[lab]\n")
+    env["MACOSX_DEPLOYMENT_TARGET"] = "14.0"  # a Mac on macOS 14 or newer (torch 2.13's wheels need it); else unused
+    (tmp_path / "empty").mkdir()
+    for folder, resolves in ((tmp_path / "wh", True), (tmp_path / "empty", False)):
+        res = subprocess.run([str(Path(bin_dir) / "uv"), "pip", "compile", "-q", "--no-index", "--find-links",
+                              str(folder), "--only-binary", ":all:", "--python-platform", target, "--python-version",
+                              "3.11", str(tmp_path / "want.in")], env=env, capture_output=True, text=True, timeout=300)
+        assert (res.returncode == 0) == resolves, res.stderr[-2000:]
+        if resolves:
+            pins = {line.split("==")[0] for line in res.stdout.splitlines() if "==" in line}
+            assert {"interplab", "torch", "jupyterlab", only_there} <= pins, sorted(pins)
+            assert kind != "windows" or "ptyprocess" not in pins, "a Linux-only package in a Windows wheelhouse"

@@ -96,3 +96,20 @@ def test_negative_layers_follow_one_rule(gpt2_lab):
     for call in (lambda: gpt2_lab.run(CLEAN, edits=[ilab.zero("resid_pre", -n - 1)]),
                  lambda: gpt2_lab.run(CLEAN, cache=[("resid_pre", -n - 1)])):
         raises(call, f"layer={-n - 1} out of range", f"-{n}..-1")
+
+
+def test_a_layer_head_pair_where_a_layer_goes_is_refused_everywhere(gpt2_lab):
+    """A (layer, head) tuple passed as the layer (a head from a list of heads, `patch("z", sender, ...)`) was read
+    as two layers and ran; it is now refused wherever a layer goes, naming both readings. Several layers: a list."""
+    run = gpt2_lab.run(CLEAN)
+    calls = [lambda: ilab.patch("z", (1, 2), head=0, source=run), lambda: ilab.zero("z", (1, 2)),
+             lambda: ilab.Edit("zero", "z", (1, 2)), lambda: gpt2_lab.run(CLEAN, cache=[("resid_pre", (1, 2))]),
+             lambda: gpt2_lab.residual_norm("resid_pre", (1, 2)),
+             lambda: gpt2_lab.patch_sweep(CLEAN, CORRUPT, "z", ("layer", "head"), ilab.logit_diff(" Mary", " John"),
+                                          layers=(1, 2), progress=False)]
+    for call in calls:
+        raises(call, "layer=(1, 2) is a tuple", "(layer=1, head=2)", "layer=[1, 2]")
+    # a list of layers still means several layers
+    a = gpt2_lab.run(CLEAN, edits=[ilab.zero("resid_pre", [1, 2], pos=3)]).last_logits
+    b = gpt2_lab.run(CLEAN, edits=[ilab.zero("resid_pre", 1, pos=3), ilab.zero("resid_pre", 2, pos=3)]).last_logits
+    assert torch.allclose(a, b, atol=1e-5)
