@@ -141,6 +141,11 @@ case "$cmd" in
         groupdel "$g"
       fi
     done
+    # the last account gone (no --uid-owner rule left): the room's chains go too
+    if rules=$(iptables -S "$chain" 2>/dev/null) && [[ $rules != *--uid-owner* ]]; then
+      iptables -D OUTPUT -o lo -p tcp -j "$chain" 2>/dev/null || true
+      iptables -F "$chain" && iptables -X "$chain" && iptables -F "$chain-deny" && iptables -X "$chain-deny"
+    fi
     ;;
   *)
     usage
