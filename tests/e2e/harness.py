@@ -386,7 +386,8 @@ class LabNotebook:
              viewport=(1400, 1000), app: str = "lab", context=None) -> LabNotebook:
         """app: "lab" (JupyterLab 4, /lab/tree/) or "notebook" (Notebook 7, /notebooks/; the `notebook` package).
         context: a browser context to open it in (one logged in to a JupyterHub, tests/room): server.url is then the
-        student's server (http://hub/user/NAME) and server.origin the hub's, where its login pages are."""
+        student's server (https://NAME.hub/user/NAME) and server.origin the origins the page may load from (a tuple:
+        the student's and the hub's, where its login pages are)."""
         context = context or browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
         page = context.new_page()
         nb = cls(context, page, server, path)

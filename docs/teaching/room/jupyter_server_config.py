@@ -26,12 +26,12 @@ NOTEBOOKS = Path(os.environ.get("INTERPLAB_ROOM_NOTEBOOKS", "/srv/interplab/note
 NOTEBOOK_DIR = Path.home() / "interplab-notebooks"
 
 # ---- kernels on Unix sockets in a directory only the student can enter ---------------------------------------------
-# The kernels' connection files and sockets go in the server's runtime directory (~/.local/share/jupyter/runtime):
-# made private here even where the home is not (a socket can be reached only through directories one may enter).
+# The kernels' connection files and sockets go in the server's runtime directory (~/.local/share/jupyter/runtime,
+# Jupyter's default): made private here even where the home is not (a socket can be reached only through
+# directories one may enter).
 RUNTIME = Path(jupyter_runtime_dir())
 RUNTIME.mkdir(mode=0o700, parents=True, exist_ok=True)
 RUNTIME.chmod(0o700)
-c.ServerApp.runtime_dir = str(RUNTIME)
 c.KernelManager.transport = "ipc"
 
 # ---- the notebooks, on every start of the server -------------------------------------------------------------------

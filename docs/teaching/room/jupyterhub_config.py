@@ -30,8 +30,15 @@ CPU_LIMIT = float(env("INTERPLAB_ROOM_CPU_LIMIT", "1"))
 IDLE_TIMEOUT = int(env("INTERPLAB_ROOM_IDLE_TIMEOUT", "3600"))  # longer than the workshop's break
 CULL_EVERY = int(env("INTERPLAB_ROOM_CULL_EVERY", "300"))
 SSL_CERT, SSL_KEY = env("INTERPLAB_ROOM_SSL_CERT", ""), env("INTERPLAB_ROOM_SSL_KEY", "")  # TLS: see ROOM.md
+# the server's DNS name: the hub at https://HOST:PORT, each student's server at https://NAME.HOST:PORT (a wildcard DNS
+# record and a wildcard certificate, ROOM.md step 5)
+HOST = env("INTERPLAB_ROOM_HOST", "")
+# extra command-line options for every student's server (the room test: --LabApp.expose_app_in_browser=True, which a
+# student's own ~/.jupyter can no longer set)
+SERVER_ARGS = env("INTERPLAB_ROOM_SERVER_ARGS", "").split()
 SPAWNER = env("INTERPLAB_ROOM_SPAWNER", "local")  # local: LocalProcessSpawner; systemd: SystemdSpawner (limits)
 STUDENTS_GROUP = env("INTERPLAB_ROOM_GROUP", "interplab-students")
+TEACHERS_GROUP = env("INTERPLAB_ROOM_TEACHERS", "interplab-teachers")  # students.sh add-teacher
 NOTEBOOK_DIR = "interplab-notebooks"
 
 # ---- the hub -----------------------------------------------------------------------------------------------------
@@ -48,13 +55,23 @@ c.JupyterHub.allow_named_servers = False  # one server per student
 c.JupyterHub.cleanup_servers = True  # stopping the hub stops the students' servers
 # 25 students log in within a minute: each server imports torch (a few CPU-seconds each), so allow time
 c.JupyterHub.concurrent_spawn_limit = int(env("INTERPLAB_ROOM_CONCURRENT_SPAWNS", "30"))
+# One origin per student: a student's server serves whatever the student's code makes it serve, to anyone who opens
+# the link (a page with no login). On the hub's own origin such a page could read the hub's cookies and ask the hub
+# for the visitor's tokens (the teacher's: admin); on NAME.HOST the browser keeps it out of the hub's pages.
+if not HOST:
+    raise ValueError("INTERPLAB_ROOM_HOST is not set: the room serves each student from a name of their own, "
+                     "NAME.HOST (ROOM.md step 5: a wildcard DNS name and certificate); set it to the server's name")
+c.JupyterHub.subdomain_host = f"https://{HOST}" + (f":{c.JupyterHub.port}" if SSL_CERT else "")
+# a login lasts a workshop day; the tokens the room issues too (the API's, and the OAuth tokens in server cookies)
+c.JupyterHub.cookie_max_age_days = 1
+c.JupyterHub.token_expires_in_max_seconds = 24 * 3600
 if SSL_CERT or SSL_KEY:  # the students type system passwords into the login form: TLS, unless a TLS proxy is in front
     c.JupyterHub.ssl_cert, c.JupyterHub.ssl_key = SSL_CERT, SSL_KEY
 
 # ---- who may log in: the system accounts students.sh made (its group), with the passwords it printed ------------
 c.JupyterHub.authenticator_class = "pam"
-c.PAMAuthenticator.allowed_groups = {STUDENTS_GROUP}
-admins = env("INTERPLAB_ROOM_ADMINS", "")  # e.g. "teacher": an account made by `students.sh add teacher`
+c.PAMAuthenticator.allowed_groups = {STUDENTS_GROUP, TEACHERS_GROUP}
+admins = env("INTERPLAB_ROOM_ADMINS", "")  # e.g. "teacher": an account made by `students.sh add-teacher teacher`
 c.Authenticator.admin_users = {a for a in admins.split(",") if a}
 
 # ---- each student's server ---------------------------------------------------------------------------------------
@@ -64,9 +81,14 @@ if SPAWNER == "systemd":  # jupyterhub-systemdspawner: systemd enforces mem_limi
     c.SystemdSpawner.isolate_tmp = True  # a private /tmp per student, removed with the unit
 else:  # enforces nothing by itself: the limits below only reach the server as MEM_LIMIT / CPU_LIMIT
     c.JupyterHub.spawner_class = "localprocess"
-c.Spawner.cmd = [PYTHON, "-m", "jupyterhub.singleuser"]
+# -P: not the server's working directory (the student's home) on its import path; -s: no user site-packages (the
+# venv has none either). The server is the room's, not the student's: the kernel is where their code runs.
+c.Spawner.cmd = [PYTHON, "-P", "-s", "-m", "jupyterhub.singleuser"]
+# no ~/.jupyter config and no ~/.local/share/jupyter extensions or kernels: a student's config could load a server
+# extension that serves pages with no login, or run code in the server at its start
+c.Spawner.disable_user_config = True
 # private kernel sockets, the notebooks, one kernel per student: done by the server itself, as the student
-c.Spawner.args = [f"--config={HERE / 'jupyter_server_config.py'}"]
+c.Spawner.args = [f"--config={HERE / 'jupyter_server_config.py'}", *SERVER_ARGS]
 c.Spawner.notebook_dir = "~"
 c.Spawner.default_url = f"/lab/tree/{NOTEBOOK_DIR}/01_ioi_patching.ipynb"
 c.Spawner.mem_limit = MEM_LIMIT
@@ -99,3 +121,18 @@ c.JupyterHub.load_roles = [{
     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
     "services": ["idle-culler"],
 }]
+
+# ---- students.sh remove: the hub forgets a removed account -------------------------------------------------------
+# The service room-accounts may delete users (their tokens, servers and logins); its token and the hub's API address
+# are written into the state folder (root's only), where students.sh reads them (ROOM.md's reset removes them).
+if STATE.is_dir():
+    import secrets
+
+    token_file = STATE / "room-accounts.token"
+    if not token_file.exists():
+        token_file.touch(mode=0o600)
+        token_file.write_text(secrets.token_hex(32))
+    accounts_token = token_file.read_text().strip()
+    (STATE / "room-accounts.url").write_text(f"http://{c.JupyterHub.hub_ip}:{c.JupyterHub.hub_port}/hub/api\n")
+    c.JupyterHub.services.append({"name": "room-accounts", "api_token": accounts_token})
+    c.JupyterHub.load_roles.append({"name": "room-accounts", "scopes": ["admin:users"], "services": ["room-accounts"]})
