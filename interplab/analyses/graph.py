@@ -400,7 +400,7 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
     if batch_size is None:  # per row: the gradients at every MLP output and the input, and one layer's decoder scores
         d_tc = max(t.d_tc for t in transcoders)
         row_bytes = 4 * n_pos * ((n_layers + 1) * engine.d_model + d_tc)
-        batch_size = max(1, min(256, budget_mb * 2 ** 20 // row_bytes))
+        batch_size = max(1, min(64, budget_mb * 2 ** 20 // row_bytes))  # (larger batches ran slower per row)
     sources = _Sources(features, activations, errors, replacement.embed, transcoders, n_layers, n_pos)
     n_rows = n_active if max_feature_nodes is None else min(max_feature_nodes, n_active)
     # rows: computed targets (first the logits, then features); columns: every active feature, errors, tokens
@@ -516,24 +516,34 @@ class Linearised:
         cache = [("mlp_in", layer) for layer in range(n_layers)] \
             + [("mlp_out", layer) for layer in range(n_layers)] + [("resid_pre", 0)]
         run = engine.run(prompt, frozen, cache=cache, grad=True, log=False, memo=False, frozen_norms=True)
-        parts = []
+        self.groups = []  # per layer the active features' pre-activations, then the logit targets: node order
         for layer in range(n_layers):
             here = (features[:, 0] == layer).nonzero()[:, 0]
             x = run.cache["mlp_in", layer][0]  # [pos, d]
             enc = transcoders[layer].W_enc.to(x.device, x.dtype)
-            parts.append((x[features[here, 1]] * enc[:, features[here, 2]].T).sum(-1))
+            self.groups.append((x[features[here, 1]] * enc[:, features[here, 2]].T).sum(-1).float())
         last = run.logits[0, -1].float()
-        parts.append(last[logit_ids] - last.mean())
-        self.targets = torch.cat([p.float() for p in parts])  # in node order: features by layer, then logits
+        self.groups.append(last[logit_ids] - last.mean())
+        self.starts = torch.tensor([0] + [len(t) for t in self.groups]).cumsum(0)
         self.inputs = [run.cache["mlp_out", layer] for layer in range(n_layers)] + [run.cache["resid_pre", 0]]
         self.embed = run.cache["resid_pre", 0][0].detach().float().cpu()
         self.recorded = [run.cache[key] for key in cache]  # (a grad run's cache keeps .grad: cleared per chunk)
 
     def gradients(self, rows: torch.Tensor):
-        """([layer] -> [rows, pos, d] d target / d mlp_out[layer], [rows, pos, d] d target / d resid_pre[0])."""
-        seeds = torch.zeros(len(rows), len(self.targets), dtype=self.targets.dtype, device=self.targets.device)
-        seeds[torch.arange(len(rows)), rows.to(seeds.device)] = 1
-        grads = torch.autograd.grad(self.targets, self.inputs, grad_outputs=seeds, retain_graph=True,
+        """([layer] -> [rows, pos, d] d target / d mlp_out[layer], [rows, pos, d] d target / d resid_pre[0]).
+
+        Only the groups (layers, logits) the rows' targets are in are backpropagated: a layer-0 target's backward
+        stops at layer 0, and no feature's passes through the unembedding."""
+        group = torch.searchsorted(self.starts, rows, right=True) - 1
+        outputs, seeds = [], []
+        for g in group.unique().tolist():
+            targets = self.groups[g]
+            seed = torch.zeros(len(rows), len(targets), dtype=targets.dtype, device=targets.device)
+            mine = (group == g).nonzero()[:, 0]
+            seed[mine.to(seed.device), (rows[mine] - self.starts[g]).to(seed.device)] = 1
+            outputs.append(targets)
+            seeds.append(seed)
+        grads = torch.autograd.grad(outputs, self.inputs, grad_outputs=seeds, retain_graph=True,
                                     is_grads_batched=True, allow_unused=True)
         for t in self.recorded:  # a chunk's .grad would be summed with the next one's, of another batch size
             t.grad = None
