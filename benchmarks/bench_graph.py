@@ -105,8 +105,8 @@ def gpu_section(repeats: int) -> list[str]:
         tcs = random_transcoders(n_layers, d, d_tc, 32, device="cuda")
         for n in (32, 64):
             prompt = " ".join(["word"] * n)
-            s = median_time(lambda: attribution_graph(lab, prompt, tcs, max_feature_nodes=7500, progress=False),
-                            repeats)
+            s = median_time(lambda lab=lab, prompt=prompt, tcs=tcs: attribution_graph(
+                lab, prompt, tcs, max_feature_nodes=7500, progress=False), repeats)
             lines.append(f"| {name} | {n} | 7500 | {s:.1f} |")
         del lab, model
         torch.cuda.empty_cache()
