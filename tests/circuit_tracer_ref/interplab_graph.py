@@ -12,6 +12,8 @@ import torch
 
 import interplab as ilab
 
+LOOSE = (0.95, 0.99)  # a second pruning, keeping more nodes than circuit-tracer's defaults (0.8, 0.98)
+
 
 def main(prompt: str, out_dir: str, *jobs: str) -> None:
     lab = ilab.Lab.load("ioi-tiny")
@@ -23,10 +25,12 @@ def main(prompt: str, out_dir: str, *jobs: str) -> None:
 def write(lab, prompt: str, transcoders: str, out: str) -> None:
     g = ilab.attribution_graph(lab, prompt, ilab.Transcoders.load(transcoders), progress=False)
     node_mask, edge_mask = g.prune()
+    loose_nodes, loose_edges = g.prune(*LOOSE)
     torch.save({"input_ids": lab.tokenizer(prompt, return_tensors="pt").input_ids[0], "tokens": g.tokens,
                 "features": g.features, "activations": g.activations, "adjacency": g.adjacency,
                 "logit_ids": torch.tensor(g.logit_ids), "logit_probs": g.logit_probs,
-                "node_mask": node_mask, "edge_mask": edge_mask, "scores": torch.tensor(g.scores()),
+                "node_mask": node_mask, "edge_mask": edge_mask, "loose_node_mask": loose_nodes,
+                "loose_edge_mask": loose_edges, "scores": torch.tensor(g.scores()),
                 "n_layers": g.n_layers}, out)
 
 

@@ -16,9 +16,10 @@ What is aligned, and why (each is a definition, not an error; test_what_circuit_
   keeps position 0's nodes (no BOS). Set to slice(0, 0).
 - circuit-tracer's token node is the token embedding W_E[token] (its other models have no learned positions);
   interplab's is the first residual, W_E[token] + W_pos[pos]. Its token vectors get W_pos added.
-- circuit-tracer's transcoder files hold relu or JumpReLU transcoders; a TopK one gets its TopK activation set in
-  code. (Its TopK keeps the k largest pre-activations even when negative; interplab's, like SAELens's, ReLUs them:
-  the test asserts no kept pre-activation is negative, so both mean the same here.)
+- circuit-tracer's transcoder files hold relu or JumpReLU transcoders; a TopK one gets its activation set in code:
+  circuit-tracer's TopK, then a ReLU. Its TopK keeps the k largest pre-activations even when negative; a TopK
+  transcoder of SAELens's (and interplab's, and the shipped ones, trained so) ReLUs them. On the IOI prompt some
+  shipped transcoders keep a negative one, which circuit-tracer's TopK alone would make a feature node.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ MODEL = ROOT / "interplab" / "zoo" / "ioi_tiny"
 SHIPPED = ROOT / "interplab" / "zoo" / "ioi_tiny_transcoders"
 PROMPT = "When Mary and John went to the store, John gave a drink to"
 RTOL = 1e-4
+LOOSE = (0.95, 0.99)  # interplab_graph.py's second pruning (node, edge threshold)
 
 pytest.importorskip("circuit_tracer")
 yaml = pytest.importorskip("yaml")
@@ -53,8 +55,9 @@ from transformers import AutoTokenizer, GPT2LMHeadModel  # noqa: E402
 
 
 # ---- the transcoders, written in both formats ----------------------------------------------------------------------
-def random_params(n_layers=4, d=128, d_tc=64, seed=0, skip=False):
-    """Seeded random transcoders (interplab's convention: W_enc [d, d_tc], W_dec [d_tc, d], W_skip [d, d])."""
+def random_params(n_layers=4, d=128, d_tc=64, seed=0, skip=False, threshold=None):
+    """Seeded random transcoders (interplab's convention: W_enc [d, d_tc], W_dec [d_tc, d], W_skip [d, d]); JumpReLU
+    ones where a threshold is given (each feature's: threshold + U(0, 0.5))."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n_layers):
@@ -63,6 +66,8 @@ def random_params(n_layers=4, d=128, d_tc=64, seed=0, skip=False):
              "b_enc": torch.randn(d_tc, generator=g) * 0.1, "b_dec": torch.randn(d, generator=g) * 0.1}
         if skip:
             p["W_skip"] = torch.randn(d, d, generator=g) * 0.05
+        if threshold is not None:
+            p["threshold"] = threshold + torch.rand(d_tc, generator=g) * 0.5
         out.append(p)
     return out
 
@@ -75,8 +80,10 @@ def write_saelens(params, k, folder: Path) -> Path:
         sub = folder / f"layer_{layer}"
         sub.mkdir(parents=True)
         save_file({n: t.contiguous() for n, t in p.items()}, sub / "sae_weights.safetensors")
-        cfg = {"architecture": "skip_transcoder" if "W_skip" in p else "transcoder", "activation": "topk", "k": k,
-               "d_in": d_in, "d_sae": d_tc, "d_out": p["W_dec"].shape[1],
+        skip = "skip_" if "W_skip" in p else ""
+        kind = ({"architecture": f"jumprelu_{skip}transcoder"} if k is None
+                else {"architecture": f"{skip}transcoder", "activation": "topk", "k": k})
+        cfg = {**kind, "d_in": d_in, "d_sae": d_tc, "d_out": p["W_dec"].shape[1],
                "metadata": {"hook_name": f"blocks.{layer}.ln2.hook_normalized",
                             "hook_name_out": f"blocks.{layer}.hook_mlp_out"}}
         (sub / "cfg.json").write_text(json.dumps(cfg))
@@ -103,6 +110,8 @@ def circuit_tracer_transcoders(params, k, folder: Path):
         tensors = {"W_enc": p["W_enc"].T, "W_dec": p["W_dec"], "b_enc": p["b_enc"], "b_dec": p["b_dec"]}
         if "W_skip" in p:
             tensors["W_skip"] = p["W_skip"].T
+        if "threshold" in p:
+            tensors["activation_function.threshold"] = p["threshold"]
         save_file({n: t.contiguous() for n, t in tensors.items()}, path)
         paths.append(str(path))
     config = {"model_kind": "transcoder_set", "feature_input_hook": "mlp.hook_in",
@@ -110,8 +119,8 @@ def circuit_tracer_transcoders(params, k, folder: Path):
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     tcs = load_transcoders(yaml.safe_load((folder / "config.yaml").read_text()), device=torch.device("cpu"),
                            dtype=torch.float32, lazy_encoder=False, lazy_decoder=False)
-    for tc in tcs:
-        tc.activation_function = TopK(k)  # its files say relu or JumpReLU only
+    for tc in tcs if k is not None else ():
+        tc.activation_function = torch.nn.Sequential(TopK(k), torch.nn.ReLU())  # its files say relu or JumpReLU
     return tcs
 
 
@@ -180,18 +189,17 @@ def theirs(model, ids: torch.Tensor, aligned: bool = True) -> Graph:
 
 # ---- the comparisons --------------------------------------------------------------------------------------------
 def row_relative(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max over rows of max |a - b| / max |b| (rows of b that are all zero must be zero in a)."""
-    scale = b.abs().amax(1, keepdim=True)
+    """max over rows of max |a - b| / max |b|; a row of b that is all zero must be all zero in a."""
+    scale = b.abs().amax(1)
     diff = (a - b).abs()
-    assert diff[scale[:, 0] == 0].max() <= 1e-7 if (scale == 0).any() else True
-    return float((diff / scale.clamp(min=1e-30))[scale[:, 0] > 0].max())
+    assert diff[scale == 0].max() == 0  # rows without inputs (errors, tokens) in both
+    return float((diff[scale > 0] / scale[scale > 0, None]).max())
 
 
 def compare(mine: dict, graph: Graph, report: str) -> dict:
     """Every check of one graph pair; returns the figures (printed with -s)."""
     assert graph.input_tokens.tolist() == mine["input_ids"].tolist()
-    # circuit-tracer's TopK keeps a negative pre-activation among the k largest, interplab's ReLUs it: not here
-    assert (graph.activation_values > 0).all(), "a kept top-k pre-activation is negative: the TopKs differ here"
+    assert (graph.activation_values > 0).all()
     assert torch.equal(graph.active_features.cpu(), mine["features"])  # same features, same (layer, pos, f) order
     assert len(graph.selected_features) == len(mine["features"]) > 50
     act = float(((graph.activation_values - mine["activations"]).abs() / mine["activations"].abs()).max())
@@ -204,9 +212,10 @@ def compare(mine: dict, graph: Graph, report: str) -> dict:
     assert rel <= RTOL, rel
     # pruning: circuit-tracer's prune_graph on its own graph keeps the nodes (and edges) interplab keeps
     pruned = prune_graph(graph)
-    assert torch.equal(pruned.node_mask, mine["node_mask"])
-    edges_differ = int((pruned.edge_mask != mine["edge_mask"]).sum())
-    assert edges_differ == 0
+    assert torch.equal(pruned.node_mask, mine["node_mask"]) and torch.equal(pruned.edge_mask, mine["edge_mask"])
+    loose = prune_graph(graph, *LOOSE)
+    assert torch.equal(loose.node_mask, mine["loose_node_mask"])
+    assert torch.equal(loose.edge_mask, mine["loose_edge_mask"])
     # and on interplab's adjacency its pruning and scores are interplab's, exactly (same input, two codes)
     same_input = Graph(input_string=PROMPT, input_tokens=graph.input_tokens, active_features=graph.active_features,
                        adjacency_matrix=mine["adjacency"], cfg=graph.cfg, selected_features=graph.selected_features,
@@ -219,16 +228,20 @@ def compare(mine: dict, graph: Graph, report: str) -> dict:
     scores = torch.tensor(compute_graph_scores(graph), dtype=torch.float64)
     score_diff = float((scores - mine["scores"].double()).abs().max())
     assert score_diff <= RTOL
-    figures = {"graph": report, "nodes": len(a), "features": len(mine["features"]), "max_row_relative": rel,
+    n_feat = len(mine["features"])
+    figures = {"graph": report, "nodes": len(a), "features": n_feat, "max_row_relative": rel,
                "activation_relative": act, "pruned_nodes": int(pruned.node_mask.sum()),
-               "pruned_edges": int(pruned.edge_mask.sum()), "circuit_tracer_scores": scores.tolist(),
+               "pruned_features": int(pruned.node_mask[:n_feat].sum()), "pruned_edges": int(pruned.edge_mask.sum()),
+               "loose_pruned_features": int(loose.node_mask[:n_feat].sum()),
+               "loose_pruned_edges": int(loose.edge_mask.sum()), "circuit_tracer_scores": scores.tolist(),
                "interplab_scores": mine["scores"].tolist(), "score_diff": score_diff}
     print("\n" + json.dumps(figures))
     return figures
 
 
-SHIPPED_THERE = all((SHIPPED / f"layer_{i}" / "sae_weights.safetensors").exists() for i in range(4))
-RANDOM = {"topk": dict(skip=False), "topk+skip": dict(skip=True)}
+# (interplab's graph refuses skip transcoders for now; circuit-tracer keeps x @ W_skip in its linear replacement, so
+# once interplab follows it, add "topk+skip": (dict(skip=True), 6): before, its rows differed by up to 22%)
+RANDOM = {"topk": (dict(), 6), "jumprelu": (dict(threshold=1.0), None)}
 
 
 @pytest.fixture(scope="module")
@@ -238,13 +251,12 @@ def ids():
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    """{name: (transcoder params, k, interplab's graph)}: the random sets and, once trained, the shipped one."""
+    """{name: (transcoder params, k, interplab's graph)}: the random sets and the shipped one."""
     tmp = tmp_path_factory.mktemp("graphs")
-    params = {name: (random_params(**kw), 6) for name, kw in RANDOM.items()}
+    params = {name: (random_params(**kw), k) for name, (kw, k) in RANDOM.items()}
     jobs = {name: str(write_saelens(p, k, tmp / name)) for name, (p, k) in params.items()}
-    if SHIPPED_THERE:
-        params["shipped"] = read_saelens(SHIPPED)
-        jobs["shipped"] = "ioi-tiny-transcoders"
+    params["shipped"] = read_saelens(SHIPPED)
+    jobs["shipped"] = "ioi-tiny-transcoders"
     graphs = ours(jobs, tmp)
     return {name: (*params[name], graphs[name]) for name in jobs}
 
@@ -268,24 +280,22 @@ def test_random_topk_transcoders(cases, tmp_path, ids):
     compare(mine, theirs(model, ids), "random topk")
 
 
-@pytest.mark.xfail(strict=True, reason="interplab stops the gradient at each MLP's output, so its edges leave out the "
-                   "paths through a transcoder's skip connection (x @ W_skip) that circuit-tracer's replacement model "
-                   "keeps linear: rows differ by up to ~22% of their largest entry")
-def test_random_topk_transcoders_with_a_skip_connection(cases, tmp_path, ids):
-    mine, model = reference("topk+skip", cases, tmp_path)
-    compare(mine, theirs(model, ids), "random topk + skip")
+def test_random_jumprelu_transcoders(cases, tmp_path, ids):
+    """JumpReLU: circuit-tracer's own file format and activation, nothing set in code."""
+    mine, model = reference("jumprelu", cases, tmp_path)
+    compare(mine, theirs(model, ids), "random jumprelu")
 
 
-@pytest.mark.skipif(not SHIPPED_THERE, reason="interplab/zoo/ioi_tiny_transcoders/layer_0..3 are not all there")
 def test_the_shipped_transcoders(cases, tmp_path, ids):
     mine, model = reference("shipped", cases, tmp_path)
     compare(mine, theirs(model, ids), "shipped")
 
 
 def test_what_circuit_tracer_does_unaligned(cases, tmp_path, ids):
-    """circuit-tracer with its own defaults (only the token ids given, which it cannot make itself here): the nodes
-    at position 0 are gone, and the token columns lack the position embedding; every other edge is interplab's."""
-    mine, model = reference("topk", cases, tmp_path)
+    """circuit-tracer with its own defaults (only the token ids given, which it cannot make itself here) on the
+    shipped transcoders: the nodes at position 0 are gone, and the token columns lack the position embedding; every
+    other edge is interplab's."""
+    mine, model = reference("shipped", cases, tmp_path)
     with pytest.raises(StopIteration):  # its BOS pick skips id 0, ioi-tiny's only special token
         model.ensure_tokenized(PROMPT)
     graph = theirs(model, ids, aligned=False)
@@ -306,7 +316,7 @@ def test_what_circuit_tracer_does_unaligned(cases, tmp_path, ids):
     rel_tokens = float(((a[rows][:, tokens] - b[rows][:, tokens]).abs() / scale).max())
     assert rel_same <= RTOL
     assert rel_tokens > 100 * RTOL  # the position embedding is a large part of the first residual
-    print("\n" + json.dumps({"graph": "random topk, circuit-tracer unaligned", "max_row_relative_shared": rel_same,
+    print("\n" + json.dumps({"graph": "shipped, circuit-tracer unaligned", "max_row_relative_shared": rel_same,
                              "max_row_relative_token_columns": rel_tokens,
                              "dropped_position_0_features": n_ours - n_theirs,
                              "circuit_tracer_scores": list(compute_graph_scores(graph)),
