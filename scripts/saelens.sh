@@ -3,8 +3,9 @@
 # transformer-lens and its own pins, which the main .venv does not take. Builds build/venv-saelens: the CPU torch
 # scripts/setup.sh pins, then sae-lens (which brings safetensors and huggingface-hub, all interplab.sae needs: the
 # tests load interplab/sae.py and interplab/errors.py from this checkout without interplab/__init__.py, so no
-# widgets, no Lab, and this project is not installed there). circuit-tracer shares it (scripts/circuit_tracer.sh: one
-# environment, one torch, a minute more than sae-lens alone; both take transformer-lens and transformers 4.57). Then
+# widgets, no Lab, and this project is not installed there). circuit-tracer shares it (scripts/circuit_tracer.sh):
+# one torch, about a minute more than sae-lens alone and the same 1.9 GB; its pins hold transformers at 4.57 and
+# transformer-lens at 3.2 (sae-lens alone takes 5.x and 3.9; tests/saelens_ref passes on either). Then
 # runs tests/saelens_ref there. Run by scripts/test.sh after the main tests; like vllm.sh it installs only when
 # pyproject.toml or this script changed (FORCE=1 reinstalls).
 #   bash scripts/saelens.sh              build if needed, run tests/saelens_ref
