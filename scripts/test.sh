@@ -30,3 +30,7 @@ fi
 if [ $# -eq 0 ] && [ -z "${SKIP_SAELENS:-}" ]; then
   bash scripts/saelens.sh
 fi
+# circuit-tracer as the reference for interplab's attribution graphs, in SAELens's environment
+if [ $# -eq 0 ] && [ -z "${SKIP_CIRCUIT_TRACER:-}" ]; then
+  bash scripts/circuit_tracer.sh
+fi

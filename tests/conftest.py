@@ -17,6 +17,8 @@ torch.set_num_threads(1)
 collect_ignore = [] if importlib.util.find_spec("vllm") is not None else ["vllm_engine"]
 # tests/saelens_ref/ runs in SAELens's environment (scripts/saelens.sh), after these
 collect_ignore += [] if importlib.util.find_spec("sae_lens") is not None else ["saelens_ref"]
+# tests/circuit_tracer_ref/ runs there too (scripts/circuit_tracer.sh)
+collect_ignore += [] if importlib.util.find_spec("circuit_tracer") is not None else ["circuit_tracer_ref"]
 
 
 @pytest.fixture(scope="session")
