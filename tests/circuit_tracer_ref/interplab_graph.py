@@ -1,5 +1,5 @@
 """interplab's side of the circuit-tracer reference: run in the MAIN environment (.venv, where interplab and its
-transformers live), it computes ilab.attribution_graph of one prompt over transcoder sets and writes what the
+transformers live), it computes ilab.analyses.graph.attribution_graph of one prompt over transcoder sets and writes what the
 reference compares to .pt files. tests/circuit_tracer_ref/test_circuit_tracer_ref.py runs it as a subprocess (once:
 loading interplab is most of its time).
 
@@ -23,7 +23,7 @@ def main(prompt: str, out_dir: str, *jobs: str) -> None:
 
 
 def write(lab, prompt: str, transcoders: str, out: str) -> None:
-    g = ilab.attribution_graph(lab, prompt, ilab.Transcoders.load(transcoders), progress=False)
+    g = ilab.analyses.graph.attribution_graph(lab, prompt, ilab.Transcoders.load(transcoders), progress=False)
     node_mask, edge_mask = g.prune()
     loose_nodes, loose_edges = g.prune(*LOOSE)
     torch.save({"input_ids": lab.tokenizer(prompt, return_tensors="pt").input_ids[0], "tokens": g.tokens,
