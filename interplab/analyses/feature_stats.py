@@ -31,7 +31,7 @@ import torch
 
 from ..engine import Engine, engine_of
 from ..errors import EmptyPromptError, InterplabError, LoadError, OutOfRangeError
-from ..sae import SAE
+from ..sae import EMBEDDED_SAES, SAE
 from ..transcoders import Transcoder
 
 SETTINGS = ("top_k", "n_bands", "per_band", "n_bins", "context", "seed")
@@ -153,6 +153,20 @@ def corpus_digest(corpus: list[str]) -> str:
     return h.hexdigest()
 
 
+SHIPPED = "feature_stats.safetensors"  # beside an SAE's weights: its statistics over its own training corpus
+
+
+def shipped_file(dictionary) -> Path | None:
+    """The statistics file shipped beside an SAE's weights (its folder's feature_stats.safetensors), if any."""
+    if isinstance(dictionary, Transcoder):
+        folder = Path(dictionary.source) if dictionary.source else None
+    else:
+        given = (dictionary.source or {}).get("source")
+        folder = EMBEDDED_SAES.get(given) or (Path(given) if given else None)
+    file = folder / SHIPPED if folder is not None and folder.is_dir() else None
+    return file if file is not None and file.exists() else None
+
+
 def cache_dir() -> Path:
     root = os.environ.get("INTERPLAB_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "interplab")
@@ -164,9 +178,17 @@ def feature_stats(lab: Engine, corpus, dictionary: SAE | Transcoder, *, top_k: i
                   budget_mb: int = 1024, cache: bool = True, progress: bool = True) -> FeatureStats:
     """Every feature's statistics over `corpus` (a list of documents): see the module's docstring.
 
+    corpus=None: the statistics shipped with the SAE (ioi-tiny-sae's, over its own training corpus), checked to be
+    this SAE's and this model's.
     budget_mb: the memory the kept activations may take (16 bytes a firing); a corpus that needs more is refused
     with the numbers (pass fewer documents or a larger budget). cache=False: neither read nor write the disk cache."""
     engine = engine_of(lab)
+    if corpus is None and isinstance(dictionary, (SAE, Transcoder)):
+        file = shipped_file(dictionary)
+        if file is None:
+            raise EmptyPromptError("this SAE ships no statistics: pass a corpus (a list of documents, ideally the one "
+                                   "it was trained on).")
+        return FeatureStats.load(file, engine, dictionary)
     if not isinstance(dictionary, (SAE, Transcoder)):
         raise InterplabError(f"feature_stats takes an SAE (ilab.SAE.load) or a Transcoder, got "
                              f"{type(dictionary).__name__}.")

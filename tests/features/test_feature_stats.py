@@ -116,3 +116,27 @@ def test_bad_input(lab, sae, cache_dir):
     stats = feature_stats(lab, corpus_texts(20, seed=5), sae, progress=False, cache=False)
     with pytest.raises(OutOfRangeError, match="negative"):
         stats.feature(-1)
+
+
+def test_the_shipped_statistics_are_ioi_tiny_saes_over_its_training_corpus(lab, sae):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("ship", Path(__file__).parents[2] / "scripts/ship_feature_stats.py")
+    ship = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship)
+    from interplab.analyses.feature_stats import corpus_digest
+
+    stats = feature_stats(lab, None, sae)  # the shipped file, checked to be this SAE's and this model's
+    corpus = ship.training_corpus()
+    assert stats.key["corpus"] == corpus_digest(corpus) and stats.n_docs == len(corpus)
+    # feature 321 (notebook 05's): a dense feature; its strongest example is where the SAE reads that value
+    page = stats.feature(321)
+    assert page["density"] > 0.1 and 321 in stats.dense(0.1)
+    top = page["top"][0]
+    acts, ids = dense_acts(lab, sae, [corpus[top["doc"]]])
+    assert abs(float(acts[top["pos"], 321]) - top["act"]) <= 1e-4 * top["act"]
+    assert abs(top["act"] - page["max"]) <= 1e-6 * page["max"]
+    with pytest.raises(EmptyPromptError, match="ships no statistics"):
+        feature_stats(lab, None, ilab.SAE(sae.W_enc, sae.b_enc, sae.W_dec, sae.b_dec, site="resid_pre", layer=2,
+                                          architecture="topk", k=sae.k))
