@@ -36,6 +36,8 @@ from ..transcoders import Transcoder
 
 SETTINGS = ("top_k", "n_bands", "per_band", "n_bins", "context", "seed")
 LOG_RANGE = 3.0  # the histogram spans max / 10^LOG_RANGE .. max
+FORMAT = 2  # of the saved file; part of the cache key, so a file of another format is never read
+TOP_TOKENS = 8  # per feature, the tokens it fires on most (feature search by token)
 
 
 @dataclass
@@ -55,6 +57,8 @@ class FeatureStats:
     ex_pos: torch.Tensor  # [n_ex]
     ex_act: torch.Tensor  # [n_ex]
     ex_context: torch.Tensor  # [n_ex, 2 * context + 1] token ids, -1 beyond the document
+    top_tokens: torch.Tensor  # [d, TOP_TOKENS] the tokens each feature fires on most (activation summed), -1: none
+    top_token_mass: torch.Tensor  # [d, TOP_TOKENS] that sum, over the corpus
     key: dict  # what it was made from: dictionary, model, corpus digests and the settings
     tokenizer: object = field(default=None, repr=False)
 
@@ -67,6 +71,14 @@ class FeatureStats:
         order = self.density.argsort(descending=True)
         return [int(i) for i in order if self.density[i] > threshold]
 
+    def features_for_token(self, token_id: int, k: int = 10) -> list[tuple[int, float]]:
+        """The features that fire most on this token over the corpus: (feature, activation summed over its
+        occurrences), largest first, among the features that have it in their TOP_TOKENS most-fired-on tokens."""
+        hit = self.top_tokens == int(token_id)
+        mass = torch.where(hit, self.top_token_mass, torch.zeros_like(self.top_token_mass)).sum(1)
+        order = mass.argsort(descending=True)[:k]
+        return [(int(f), float(mass[f])) for f in order if mass[f] > 0]
+
     def feature(self, i: int) -> dict:
         """Feature i's page: density, mean, max, histogram, top examples and examples per activation band."""
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.d:
@@ -77,6 +89,8 @@ class FeatureStats:
         return {"feature": i, "density": float(self.density[i]), "mean": float(self.mean[i]),
                 "max": float(self.max[i]), "hist_edges": self.hist_edges[i].tolist(),
                 "hist_counts": self.hist_counts[i].tolist(),
+                "top_tokens": [(self._decode(int(t)), float(m)) for t, m in zip(self.top_tokens[i],
+                                                                                 self.top_token_mass[i]) if t >= 0],
                 "top": [e for e in examples if e["band"] == -1],
                 "bands": [[e for e in examples if e["band"] == b] for b in range(self.key["settings"]["n_bands"])]}
 
@@ -93,7 +107,7 @@ class FeatureStats:
 
     # ---- disk ----------------------------------------------------------------------------------------------
     TENSORS = ("density", "mean", "max", "hist_edges", "hist_counts", "ex_feature", "ex_band", "ex_doc", "ex_pos",
-               "ex_act", "ex_context")
+               "ex_act", "ex_context", "top_tokens", "top_token_mass")
 
     def save(self, path: str | os.PathLike) -> Path:
         from safetensors.torch import save_file
@@ -116,6 +130,8 @@ class FeatureStats:
                 meta = f.metadata() or {}
             tensors = load_file(str(path))
             key = json.loads(meta["key"])
+            if key.get("format") != FORMAT or any(n not in tensors for n in cls.TENSORS):
+                raise ValueError(f"format {key.get('format')}, this interplab reads format {FORMAT}")
         except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
             raise LoadError(f"{path} holds no feature statistics interplab wrote ({type(e).__name__}: {e}).") from None
         engine = engine_of(lab) if lab is not None else None
@@ -208,7 +224,7 @@ def feature_stats(lab: Engine, corpus, dictionary: SAE | Transcoder, *, top_k: i
     for name, v in (("batch_size", batch_size), ("budget_mb", budget_mb)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise OutOfRangeError(f"{name}={v!r}: an int >= 1.")
-    key = {"dictionary": _dictionary_digest(dictionary), "model": model_digest(engine),
+    key = {"format": FORMAT, "dictionary": _dictionary_digest(dictionary), "model": model_digest(engine),
            "corpus": corpus_digest(list(corpus)), "n_docs": len(corpus), "settings": settings}
     file = cache_dir() / (hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=16).hexdigest()
                           + ".safetensors")
@@ -317,6 +333,19 @@ def _compute(feats, toks, vals, docs, dictionary, settings: dict, key: dict) -> 
         ids = docs[doc]
         lo, hi_ = max(0, pos - c), min(len(ids), pos + c + 1)
         windows[r, lo - (pos - c):hi_ - (pos - c)] = ids[lo:hi_]
+    # each feature's most fired-on tokens: activation summed per (feature, token id)
+    token_of = torch.cat(docs)[toks]
+    pair, inverse = torch.unique(feats * (int(token_of.max()) + 1) + token_of, return_inverse=True)
+    mass = torch.zeros(len(pair), dtype=torch.float64).index_add_(0, inverse, vals.double())
+    pf, pt = pair // (int(token_of.max()) + 1), pair % (int(token_of.max()) + 1)
+    order = mass.argsort(descending=True, stable=True)
+    order = order[pf[order].argsort(stable=True)]
+    keep = order[_grouped_rank(pf[order], d) < TOP_TOKENS]
+    slot = _grouped_rank(pf[keep], d)
+    top_tokens = torch.full((d, TOP_TOKENS), -1, dtype=torch.int32)
+    top_mass = torch.zeros(d, TOP_TOKENS)
+    top_tokens[pf[keep], slot] = pt[keep].int()
+    top_mass[pf[keep], slot] = mass[keep].float()
     return FeatureStats(len(docs), n_tokens, density.float(), mean.float(), mx, edges.float(), hist.int(),
                         feats[chosen].int(), ex_band.int(), ex_doc.int(), ex_pos.int(), vals[chosen], windows.int(),
-                        key)
+                        top_tokens, top_mass, key)

@@ -122,6 +122,42 @@ class LogitEffects:
         return f"LogitEffects(F{self.feature}\n  raised: {up}\n  lowered: {down}\n)"
 
 
+def _unembedded(engine: Engine, directions: torch.Tensor, tokens=None) -> torch.Tensor:
+    """[n, vocab] (or [n, len(tokens)]) residual directions [n, d] through the final norm (centred where it is a
+    LayerNorm, times its weight; its 1/std left out, shared by every token) and the unembedding."""
+    arch = engine.sites.arch
+    if arch is None:
+        raise InterplabError("logit effects need a known architecture (the final norm and unembedding).")
+    norm = engine.model.get_submodule(arch.final_norm)
+    unembed = engine.model.get_submodule(arch.unembed)
+    with torch.no_grad(), own_weights(norm), own_weights(unembed):
+        v = directions.float().cpu()
+        if "layernorm" in type(norm).__name__.lower() or getattr(norm, "bias", None) is not None:
+            v = v - v.mean(-1, keepdim=True)
+        weight = getattr(norm, "weight", None)
+        if weight is not None:
+            w = weight.detach().float().cpu()
+            v = v * (1 + w if "gemma" in type(norm).__name__.lower() else w)
+        W_U = unembed.weight.detach().float().cpu()
+        return v @ (W_U if tokens is None else W_U[tokens]).T
+
+
+def features_by_logit_effect(lab: Engine, sae: SAE, token, k: int = 10) -> dict:
+    """The features whose decoder directions raise and lower `token`'s logit most (each feature's logit effect on
+    it, as feature_logit_effects computes them): {"raise": [(feature, effect)], "lower": [...]}."""
+    engine = engine_of(lab)
+    sae = _check(engine, sae)
+    if sae.site == "z":
+        raise InterplabError("logit effects read directions in the residual stream; a z SAE's do not live there.")
+    tid = engine.token_id(token)
+    effects = _unembedded(engine, sae.direction(list(range(sae.d_sae))).float(), [tid])[:, 0]
+    k = _k(k, effects.numel())
+    top, low = effects.topk(k), effects.topk(k, largest=False)
+    return {"token": token_text(engine.tokenizer, tid),
+            "raise": [(int(i), float(v)) for v, i in zip(top.values, top.indices)],
+            "lower": [(int(i), float(v)) for v, i in zip(low.values, low.indices)]}
+
+
 def feature_logit_effects(lab: Engine, sae: SAE, feature: int, k: int = 10) -> LogitEffects:
     """The tokens feature `feature`'s decoder direction raises and lowers most: the direction through the final
     norm (centred where the norm is a LayerNorm, times its weight; its scale 1/std left out, as it is shared by
@@ -132,23 +168,11 @@ def feature_logit_effects(lab: Engine, sae: SAE, feature: int, k: int = 10) -> L
     if isinstance(feature, bool) or not isinstance(feature, int):
         raise OutOfRangeError(f"feature={feature!r}: one feature index, an int 0..{sae.d_sae - 1}.")
     sae.features_of(feature)
-    arch = engine.sites.arch
-    if arch is None:
-        raise InterplabError("feature_logit_effects needs a known architecture (the final norm and unembedding).")
-    norm = engine.model.get_submodule(arch.final_norm)
-    unembed = engine.model.get_submodule(arch.unembed)
-    with torch.no_grad(), own_weights(norm), own_weights(unembed):
-        v = sae.direction(feature).float()
-        if sae.site == "z":  # a head output: through each head's slice of the output projection first
-            raise InterplabError("feature_logit_effects reads directions in the residual stream; a z SAE's "
-                                 "directions pass through the attention output projection first (not supported).")
-        if "layernorm" in type(norm).__name__.lower() or getattr(norm, "bias", None) is not None:
-            v = v - v.mean()
-        weight = getattr(norm, "weight", None)
-        if weight is not None:
-            w = weight.detach().float().cpu()
-            v = v * (1 + w if "gemma" in type(norm).__name__.lower() else w)
-        values = unembed.weight.detach().float().cpu() @ v
+    if sae.site == "z":  # a head output: through each head's slice of the output projection first
+        raise InterplabError("feature_logit_effects reads directions in the residual stream; a z SAE's "
+                             "directions pass through the attention output projection first (not supported).")
+    with torch.no_grad():
+        values = _unembedded(engine, sae.direction(feature).float()[None])[0]
     k = _k(k, values.numel())
     top, low = values.topk(k), values.topk(k, largest=False)
     def name(i) -> str:  # as the views name a token: a lone byte piece as its bytes ('<C0>'), not U+FFFD
@@ -296,5 +320,6 @@ class Feature:
         return f"Feature({self.index} of {self.sae.describe()})"
 
 
-__all__ = ["feature_acts", "features", "feature_attribution", "feature_logit_effects", "top_contexts",
+__all__ = ["feature_acts", "features", "feature_attribution", "feature_logit_effects", "features_by_logit_effect",
+           "top_contexts",
            "TokenFeatures", "LogitEffects", "TopContexts", "Feature"]

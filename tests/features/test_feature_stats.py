@@ -140,3 +140,27 @@ def test_the_shipped_statistics_are_ioi_tiny_saes_over_its_training_corpus(lab, 
     with pytest.raises(EmptyPromptError, match="ships no statistics"):
         feature_stats(lab, None, ilab.SAE(sae.W_enc, sae.b_enc, sae.W_dec, sae.b_dec, site="resid_pre", layer=2,
                                           architecture="topk", k=sae.k))
+
+
+def test_feature_search_by_token_over_the_corpus_and_by_logit_effect(lab, sae, docs, cache_dir):
+    stats = feature_stats(lab, docs, sae, progress=False)
+    acts, ids = dense_acts(lab, sae, docs)
+    token_ids = torch.tensor([t for doc in ids for t in doc])
+    john = lab.token_id(" John")
+    found = stats.features_for_token(john, k=5)
+    assert found
+    for f, mass in found:  # the activation summed over every occurrence of the token, by the dense computation
+        want = float(acts[token_ids == john, f].sum())
+        assert abs(mass - want) <= 1e-3 * max(1.0, want)
+        page_tokens = dict(stats.feature(f)["top_tokens"])
+        assert " John" in page_tokens
+    # by logit effect: each feature's decoder direction through ln_f's weight (centred) and the unembedding
+    from interplab.analyses.features import features_by_logit_effect
+
+    got = features_by_logit_effect(lab, sae, " Mary", k=3)
+    ln_f, W_U = lab.model.transformer.ln_f, lab.model.lm_head.weight
+    d = sae.W_dec - sae.W_dec.mean(-1, keepdim=True)
+    want = ((d * ln_f.weight) @ W_U[lab.token_id(" Mary")]).detach()
+    assert [f for f, _ in got["raise"]] == want.topk(3).indices.tolist()
+    assert [f for f, _ in got["lower"]] == (-want).topk(3).indices.tolist()
+    assert abs(got["raise"][0][1] - float(want.max())) <= 1e-4 * abs(float(want.max()))
