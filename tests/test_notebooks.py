@@ -336,7 +336,7 @@ EDGE_SLIPS = {  # 06's edge by hand (a last-layer feature to the logit through t
     "the mean logit not subtracted": ("u = W_U[token] - W_U.mean(0)", "u = W_U[token]", "mean logit"),
     "no centring": ("grad = (wu - wu.mean()) / s", "grad = wu / s", "no centring"),
     "no scale": ("grad = (wu - wu.mean()) / s", "grad = wu - wu.mean()", "scale is missing"),
-    "no gain": ("wu = ln_f.weight.detach() * u", "wu = u", "gain is missing"),
+    "no gain": ("wu = gain * u", "wu = u", "gain is missing"),
     "no activation": ("return float(a * w_dec @ grad)", "return float(w_dec @ grad)", "activation is missing"),
     "unbiased variance": ("x.var(unbiased=False)", "x.var()", "unbiased variance"),
     "the sign flipped": ("return float(a * w_dec @ grad)", "return float(-a * w_dec @ grad)", "sign is flipped"),

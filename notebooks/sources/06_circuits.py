@@ -31,6 +31,8 @@
 # %%
 from pathlib import Path
 
+import torch
+
 import interplab as ilab
 from interplab.analyses.attention_attribution import edge_heads, qk_attribution
 from interplab.analyses.graph import attribution_graph
@@ -231,13 +233,15 @@ print(f"is the S2 feature (L{s2['layer']} F{s2['feature']}) among the key side's
 # With `s` held fixed, `target` is linear in `x`, and its gradient is `grad = centre(gain * u) / s`, where
 # `centre(v) = v - v.mean()` (the mean subtraction is a projection, its own transpose). The edge is `a * w_dec . grad`.
 #
-# Write `my_edge(a, w_dec, x, token)`; `W_U` and `ln_f` are given. The check compares yours with `g.adjacency` on two
-# features (the graph's own edges come from autograd through the frozen model) and says what is off.
+# Write `my_edge(a, w_dec, x, token)`; `W_U`, `gain`, `bias` and `eps` (`ln_f`'s) are given. The check compares
+# yours with `g.adjacency` on two features (the graph's own edges come from autograd through the frozen model) and
+# says what is off.
 
 # %%
-W_U = lab.model.lm_head.weight.detach()  # [vocab, d_model]: logits = ln_f(x) @ W_U.T
-ln_f = lab.model.transformer.ln_f  # ln_f.weight (the gain), ln_f.bias, ln_f.eps
-x_end = base.cache["resid_post", g.n_layers - 1][0, END]  # [d_model]: the residual stream entering ln_f at END
+W_U = lab.model.lm_head.weight.detach().cpu()  # [vocab, d_model]: logits = ln_f(x) @ W_U.T
+ln_f = lab.model.transformer.ln_f
+gain, bias, eps = ln_f.weight.detach().cpu(), ln_f.bias.detach().cpu(), ln_f.eps  # ln_f's gain, bias and epsilon
+x_end = base.cache["resid_post", g.n_layers - 1][0, END].cpu()  # [d_model]: the residual entering ln_f at END
 
 
 def my_edge(a, w_dec, x, token):
@@ -249,24 +253,22 @@ def my_edge(a, w_dec, x, token):
 # %%
 def check_edge(fn):
     """Your edge against the graph's, for the two most influential last-layer features at END."""
-    gain = ln_f.weight.detach()
-
     def edge(node, mean=True, centre=True, scale=True, use_gain=True, act=True, unbiased=False):
         n = g.node(node)
         u = W_U[answer_id] - (W_U.mean(0) if mean else 0)
         wu = (gain if use_gain else 1) * u
         grad = (wu - wu.mean()) if centre else wu
         if scale:
-            grad = grad / (x_end.var(unbiased=unbiased) + ln_f.eps).sqrt()
+            grad = grad / (x_end.var(unbiased=unbiased) + eps).sqrt()
         a = n["activation"] if act else 1.0
         return float(a * tcs[n["layer"]].W_dec[n["feature"]] @ grad)
 
     slips = {"the mean logit is not subtracted: the target is the logit minus the mean logit, so u = W_U[token] - "
              "W_U.mean(0)": {"mean": False},
-             "no centring: ln_f subtracts x's mean, so the gradient is centred too: grad = (gain * u - (gain * u)"
-             ".mean()) / s": {"centre": False},
+             "no centring: ln_f subtracts x's mean, so the gradient is centred too: "
+             "grad = (gain * u - (gain * u).mean()) / s": {"centre": False},
              "the scale is missing: ln_f divides by s = sqrt(var(x) + eps), so the gradient does too": {"scale": False},
-             "the gain is missing: ln_f multiplies by ln_f.weight, so the gradient does too": {"use_gain": False},
+             "the gain is missing: ln_f multiplies by its gain, so the gradient does too": {"use_gain": False},
              "the activation is missing: the feature writes a * w_dec, not w_dec": {"act": False},
              "unbiased variance: LayerNorm's var is the plain mean of squares, x.var(unbiased=False)":
                  {"unbiased": True}}
@@ -290,7 +292,7 @@ def check_edge(fn):
                 print(f"not yet ({got:+.3f}, the graph {want:+.3f}): {hint}")
                 return False
         print(f"not yet: {got:+.3f} for node {node}, the graph says {want:+.3f}: u = W_U[token] - W_U.mean(0); "
-              "grad = centre(ln_f.weight * u) / s; edge = a * w_dec . grad")
+              "grad = centre(gain * u) / s; edge = a * w_dec . grad")
         return False
     edges = ", ".join(f"{float(g.adjacency[LOGIT, i]):+.3f}" for i in end_l3[:2])
     print(f"right: your edges equal the graph's ({edges}) for the two most influential last-layer features at END")
@@ -304,8 +306,8 @@ check_edge(my_edge)
 # ANSWER
 def my_edge(a, w_dec, x, token):
     u = W_U[token] - W_U.mean(0)  # d(logit - mean logit) / d(ln_f's output)
-    s = (x.var(unbiased=False) + ln_f.eps).sqrt()  # the norm's scale at this run, held fixed
-    wu = ln_f.weight.detach() * u
+    s = (x.var(unbiased=False) + eps).sqrt()  # the norm's scale at this run, held fixed
+    wu = gain * u
     grad = (wu - wu.mean()) / s  # back through the frozen norm: the gain, the centring, the scale
     return float(a * w_dec @ grad)
 
@@ -329,6 +331,7 @@ assert check_edge(my_edge)
 # %%
 tests = {"last-layer feature at END": hand_node, "layer-0 feature at S2": s2_node}
 results = {name: g.intervene(node, 0.0) for name, node in tests.items()}
+late, early = results["last-layer feature at END"], results["layer-0 feature at S2"]
 for name, r in results.items():
     n = g.node(tests[name])
     print(f"{name} (L{n['layer']} F{n['feature']}): real {r['real'][0]:+.2f}, predicted direct "
@@ -337,7 +340,6 @@ for name, r in results.items():
 
 # %%
 # ANSWER
-late, early = results["last-layer feature at END"], results["layer-0 feature at S2"]
 assert late["real"][0] * late["predicted"]["total"][0] > 0 and abs(late["real"][0]) > 0.4 * abs(late["predicted"][
     "total"][0])
 assert abs(early["real"][0] - early["predicted"]["total"][0]) > 0.5 * abs(early["predicted"]["total"][0])
@@ -346,13 +348,13 @@ assert abs(early["real"][0] - early["predicted"]["total"][0]) > 0.5 * abs(early[
 n = g.node(hand_node)
 w = n["activation"] * tcs[n["layer"]].W_dec[n["feature"]]  # what the feature adds to the residual stream at END
 u = W_U[answer_id] - W_U.mean(0)
-s0 = (x_end.var(unbiased=False) + ln_f.eps).sqrt()  # the scale with the feature, as the graph holds it
-live = lambda x: float(ln_f(x).detach() @ u)  # noqa: E731  the norm recomputes its scale
-frozen = lambda x: float(((x - x.mean()) / s0 * ln_f.weight + ln_f.bias).detach() @ u)  # noqa: E731  scale at s0
+s0 = (x_end.var(unbiased=False) + eps).sqrt()  # the scale with the feature, as the graph holds it
+live = lambda x: float(torch.nn.functional.layer_norm(x, x.shape, gain, bias, eps) @ u)  # noqa: E731  its own scale
+frozen = lambda x: float(((x - x.mean()) / s0 * gain + bias) @ u)  # noqa: E731  the scale held at s0
 print(f"through the live ln_f by hand: {live(x_end - w) - live(x_end):+.2f} (the run: {late['real'][0]:+.2f}); "
       f"with its scale frozen: {frozen(x_end - w) - frozen(x_end):+.2f} (the graph: "
       f"{late['predicted']['direct'][0]:+.2f}); the scale s: {float(s0):.2f} with the feature, "
-      f"{float(((x_end - w).var(unbiased=False) + ln_f.eps).sqrt()):.2f} without")
+      f"{float(((x_end - w).var(unbiased=False) + eps).sqrt()):.2f} without")
 assert abs(live(x_end - w) - live(x_end) - late["real"][0]) < 1e-3
 assert abs(frozen(x_end - w) - frozen(x_end) - late["predicted"]["direct"][0]) < 1e-3
 assert abs(late["real"][0]) < abs(late["predicted"]["direct"][0])
