@@ -144,7 +144,7 @@ CLAIMS = {
          rf"\(the graph: {NUM}\)"),
         ("The layer-0 feature at S2 misses", rf"layer-0 feature at S2 \(L0 F\d+\): real {NUM}, predicted direct {NUM}"),
         ("The norms.", rf"patterns and later MLPs frozen \(only the norms live\): {NUM}"),
-        ("the scale every later norm divides by there changes (printed)",
+        ("it the scale the next norm divides by there changes (printed)",
          rf"the scale of the residual stream at S2 entering layer 1: {NUM} with the feature, {NUM} without"),
     ],
 }

@@ -396,11 +396,11 @@ print(f"the scale of the residual stream at S2 entering layer {n['layer'] + 1}: 
 # ANSWER
 assert abs(only_norms - early["predicted"]["direct"][0]) > 0.5 * abs(early["predicted"]["direct"][0])
 # The norms. With the patterns and the later MLPs frozen, only the LayerNorms are live, and the logit still moves far
-# less than the direct edge predicts (printed). The feature is a large part of the residual stream at S2: without it
-# the scale every later norm divides by there changes (printed), which rescales everything else S2 holds. The graph
-# holds that scale fixed, so it sees only the feature's own share.
+# less than the direct edge predicts (printed). The feature is part of what the residual stream holds at S2: without
+# it the scale the next norm divides by there changes (printed), which rescales everything else S2 holds, and every
+# head that reads S2 reads that. The graph holds the scale fixed, so it sees only the feature's own share.
 # The lesson: an edge is exact in the model it describes (the frozen replacement), a hypothesis about the live model,
-# and an intervention on the live model is its test. Late features pass it; early ones can fail it.
+# and an intervention on the live model is its test. Here the late feature passes it and the early one fails it.
 
 # %% [markdown]
 # ## Caveats, and the graph elsewhere
