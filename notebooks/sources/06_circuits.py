@@ -97,8 +97,8 @@ assert gap <= 1e-4 and int(p_alone.argmax()) == int(p_model.argmax())
 #   node's value being its logit minus the mean logit.
 #
 # An **edge** from a source to a target is the source's **direct effect** in the replacement model: how much the
-# target changes through the frozen linear paths (attention with its patterns fixed, the residual stream) if the
-# source were removed, not through other nodes. For a feature `s` at layer `l` writing `a_s * W_dec[s]`:
+# source adds to the target through the frozen linear paths (attention with its patterns fixed, the residual stream),
+# not through other nodes. Removing the source would change the target by minus the edge. For a feature `s` at layer `l` writing `a_s * W_dec[s]`:
 # `edge = a_s * W_dec[s] . d target / d mlp_out[l]`. `g.adjacency[target, source]` holds every edge (rows targets,
 # columns sources; node order: features, errors, tokens, logits).
 #
@@ -410,7 +410,7 @@ assert abs(only_norms - early["predicted"]["direct"][0]) > 0.5 * abs(early["pred
 # - **One prompt, one graph.** The features and edges are this prompt's; a claim about the IOI task needs many
 #   prompts, as notebook 05's dataset of pairs.
 # - **Frozen attention**: the graph's edges see attention as fixed weights. Which heads carry an edge, and what the
-#   attention score is made of, sections 4 and its QK cell showed.
+#   attention score is made of, section 4 and its QK cell showed.
 #
 # `g.to_json()` writes the pruned graph in the format circuit-tracer's and Neuronpedia's graph frontend reads, so a
 # graph made here opens there (the cell writes it next to the notebook).
