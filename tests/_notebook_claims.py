@@ -121,6 +121,32 @@ CLAIMS = {
         ("-1 x the activation is the ablation exactly", rf"steered at S2 by alpha = -1 x {NUM}: logit diff {NUM}"),
         ("Twice that lowers the logit difference further", rf"steered at S2 by alpha = -2 x {NUM}: logit diff {NUM}"),
     ],
+    "06_circuits": [
+        ("will the replacement give the model's logits exactly, or only close?", QUESTION),
+        ("(a) Exactly, up to float rounding (printed)",
+         r"\(a\) with error terms: largest logit difference from the model's own [\d.e+-]+"),
+        ("(b) Yes, Mary still wins (printed)",
+         r"\(b\) transcoders alone: top token ' Mary' p = [\d.]+ \(the model: ' Mary'"),
+        ("Will the replacement score be closer to 0.5 or to 1?", QUESTION),
+        ("One: the model gives Mary more than the 95 percent", r"logit nodes: \[\(' Mary', 0\.9[5-9]\d*\)\]"),
+        ("The replacement score is close to 1 (printed)", r"replacement score 0\.[89]\d\d, completeness 0\.9\d\d"),
+        ("The single most influential feature is an early one at S2 (printed)",
+         r"the most influential feature: layer 0, feature \d+ at position \d+ \(' John'\)"),
+        ("the rest of the top sits mostly at END, in the first and last layers",
+         r"of the top 10, [5-9] at END, in layers \[0, 3\]"),
+        ("None: the residual stream keeps each position's own content", rf"edge {NUM} = residual [+-]0\.00 "),
+        ("heads of the layers after the feature that attend from END to S2",
+         rf"{HEAD}: carries {NUM}; its attention from END to S2 (0\.[5-9]\d|1\.00)"),
+        ("The last-layer feature: the right sign and size, a little smaller than predicted",
+         rf"last-layer feature at END \(L3 F\d+\): real {NUM}, predicted direct {NUM}"),
+        ("the live norm recomputes its scale once the feature is gone",
+         rf"through the live ln_f by hand: {NUM} \(the run: {NUM}\); with its scale frozen: {NUM} "
+         rf"\(the graph: {NUM}\)"),
+        ("The layer-0 feature at S2 misses", rf"layer-0 feature at S2 \(L0 F\d+\): real {NUM}, predicted direct {NUM}"),
+        ("The norms.", rf"patterns and later MLPs frozen \(only the norms live\): {NUM}"),
+        ("it the scale the next norm divides by there changes (printed)",
+         rf"the scale of the residual stream at S2 entering layer 1: {NUM} with the feature, {NUM} without"),
+    ],
 }
 
 

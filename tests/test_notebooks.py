@@ -35,7 +35,8 @@ def test_every_sentence_with_a_number_or_a_role_is_listed_with_what_shows_it():
 
 def test_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == ["00_primer.ipynb", "01_ioi_patching.ipynb", "02_steering.ipynb",
-                                         "03_logit_lens.ipynb", "04_circuit.ipynb", "05_features.ipynb"]
+                                         "03_logit_lens.ipynb", "04_circuit.ipynb", "05_features.ipynb",
+                                         "06_circuits.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -182,11 +183,11 @@ def test_the_solved_copy_runs_top_to_bottom(path, tmp_path, monkeypatch):
     assert size <= MAX_EXECUTED, f"{path.name} executed is {size / 1e6:.2f} MB (at most {MAX_EXECUTED / 1e6:.1f} MB)"
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.name[:2] in ("00", "01", "02", "03", "05")],
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.name[:2] in ("00", "01", "02", "03", "05", "06")],
                          ids=lambda p: p.stem)
 def test_prose_states_no_measured_numbers_or_head_names(path):
     """The text cannot drift from a retrained model: no head name (L2H3) and no measured-looking number (0.87) in
-    the markdown of notebooks 00-03 and 05; cells print or assert them instead."""
+    the markdown of notebooks 00-03, 05 and 06; cells print or assert them instead."""
     import re
 
     for cell in nbformat.read(path, as_version=4).cells:
@@ -331,6 +332,17 @@ PATH_PATCH_SLIPS = {  # 04's path patching by hand
                          "step 3's sign"),
 }
 
+EDGE_SLIPS = {  # 06's edge by hand (a last-layer feature to the logit through the frozen final norm)
+    "the mean logit not subtracted": ("u = W_U[token] - W_U.mean(0)", "u = W_U[token]", "mean logit"),
+    "no centring": ("grad = (wu - wu.mean()) / s", "grad = wu / s", "no centring"),
+    "no scale": ("grad = (wu - wu.mean()) / s", "grad = wu - wu.mean()", "scale is missing"),
+    "no gain": ("wu = gain * u", "wu = u", "gain is missing"),
+    "no activation": ("return float(a * w_dec @ grad)", "return float(w_dec @ grad)", "activation is missing"),
+    "unbiased variance": ("x.var(unbiased=False)", "x.var()", "unbiased variance"),
+    "the sign flipped": ("return float(a * w_dec @ grad)", "return float(-a * w_dec @ grad)", "sign is flipped"),
+    "nothing returned": ("return float(a * w_dec @ grad)", "float(a * w_dec @ grad)", "should return a float"),
+}
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("notebook, marker, answer, call, slips", [
@@ -338,10 +350,11 @@ PATH_PATCH_SLIPS = {  # 04's path patching by hand
      PATCHING_SLIPS),
     ("04_circuit", "def check_path_patch", "# ANSWER\ndef my_path_patch", "check_path_patch(my_path_patch)",
      PATH_PATCH_SLIPS),
-], ids=["01-activation-patching", "04-path-patching"])
+    ("06_circuits", "def check_edge", "# ANSWER\ndef my_edge", "check_edge(my_edge)", EDGE_SLIPS),
+], ids=["01-activation-patching", "04-path-patching", "06-edge-by-hand"])
 def test_each_wrong_version_of_a_hand_written_exercise_gets_the_hint_that_names_its_slip(
         notebook, marker, answer, call, slips, tmp_path, monkeypatch):
-    """The common slips of the two hand-written exercises, each made in the answer's own code and run against the
+    """The common slips of the three hand-written exercises, each made in the answer's own code and run against the
     notebook's check in a real kernel: the check says "not yet" and names that slip (and the answer itself passes).
     No traceback reaches the student: a slip that raises inside the model is caught and named too."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

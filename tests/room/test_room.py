@@ -248,7 +248,7 @@ def test_a_wrong_password_is_refused_and_the_teacher_is_the_hubs_admin(room):
 
 def test_notebooks_reach_each_home_and_an_edit_survives_a_restart(room):
     r, hub, tokens = room
-    assert len(NOTEBOOKS) == 6, f"ROOM.md says the six notebooks: {NOTEBOOKS}"
+    assert len(NOTEBOOKS) == 7, f"ROOM.md says the seven notebooks: {NOTEBOOKS}"
     for name in NAMES:
         listing = hub.api("GET", f"/user/{name}/api/contents/interplab-notebooks", tokens[name]).json()
         assert sorted(c["name"] for c in listing["content"]) == NOTEBOOKS, (name, listing)
