@@ -79,11 +79,14 @@ function nodeLabel(n, tokens, logitTokens) {
 /** A context's tokens, the firing one marked (<mark class="il-fire">). */
 function context(ex) {
   const line = h("div", { class: "il-context", style: { ...MONO, margin: "2px 0", overflowWrap: "anywhere" } });
-  line.append(h("span", { class: "il-context-act", style: { color: "#555" } }, `${fmt(ex.act, 3)} `));
+  line.append(h("span", { class: "il-context-act", style: { color: "#555", display: "inline-block",
+    whiteSpace: "pre" } }, `${fmt(ex.act, 3)} `));
   (ex.tokens ?? []).forEach((t, i) => {
-    const text = visible(String(t));
-    line.append(i === ex.at ? h("mark", { class: "il-fire", style: { background: "#fdba74" } }, text)
-      : h("span", {}, text));
+    const text = String(t).replace(/\n/g, "↵");
+    // each token one box (never split over two lines), so a context wraps between tokens
+    const style = { display: "inline-block", whiteSpace: "pre" };
+    line.append(i === ex.at ? h("mark", { class: "il-fire", style: { ...style, background: "#fdba74" } }, text)
+      : h("span", { style }, text));
   });
   line.dataset.act = String(ex.act);
   return line;
@@ -103,7 +106,7 @@ export function render({ model, el }) {
   const subgraph = h("div", { class: "il-graph-subgraph" });
   const interv = h("div", { class: "il-graph-intervention" });
   panel.append(nodeBox, subgraph, interv);
-  const main = h("div", { style: { flex: "1 1 auto", minWidth: "0" } }, drawing);
+  const main = h("div", { style: { flex: "1 1 0", minWidth: "0" } }, drawing); // its width is the page's, not the canvas's
   state.plot.replaceWith(h("div", { style: { display: "flex", gap: "12px", alignItems: "flex-start" } }, main, panel));
   main.prepend(state.plot); // the shell's plot div stays in the page (its width is followed), holding nothing
   state.plot.style.height = "0";
@@ -364,9 +367,9 @@ export function render({ model, el }) {
       r.dataset.count = String(c);
       svg.append(r);
     });
-    const e = st.hist_edges ?? [];
+    const e = st.hist_edges ?? []; // log10 of the activations at the bins' edges (FeatureStats)
     box.append(svg, h("div", { class: "il-metric", style: { fontSize: "11px" } },
-      `activations, log-spaced bins ${fmt(e[0], 3)} to ${fmt(e[e.length - 1], 3)} (bar height: log count)`));
+      `activation histogram: ${counts.length} bins, equal in log10, ${fmt(10 ** e[0], 3)} to ${fmt(10 ** e[e.length - 1], 3)}; bar height: log count`));
     return box;
   }
 
@@ -374,7 +377,7 @@ export function render({ model, el }) {
   const groupBtn = h("button", { type: "button", class: "il-group" }, "Group pinned");
   groupBtn.addEventListener("click", () => state.request("group", { name: nameBox.value }));
   const factorBox = h("input", { type: "number", class: "il-factor", step: "0.5", value: "0", style: { width: "64px" } });
-  const zeroBtn = h("button", { type: "button", class: "il-zero" }, "Zero");
+  const zeroBtn = h("button", { type: "button", class: "il-graph-zero" }, "Zero");
   const scaleBtn = h("button", { type: "button", class: "il-scale-btn" }, "Scale");
   zeroBtn.addEventListener("click", () => state.request("intervene", { factor: 0 }));
   scaleBtn.addEventListener("click", () => state.request("intervene", { factor: Number(factorBox.value) }));
