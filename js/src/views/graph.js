@@ -306,7 +306,14 @@ export function render({ model, el }) {
     facts.append(h("span", { class: "il-page-influence", "data-value": node?.influence ?? n.influence },
       `influence ${fmt(node?.influence ?? n.influence, 4)}`));
     nodeBox.append(facts);
-    if (!node) {
+    if (!node) { // what the page already holds (the hover summary) until the kernel's page arrives
+      const sum = n.kind === "feature" ? (model.get("summaries") ?? {})[`${n.layer}:${n.feature}`] : null;
+      if (sum) {
+        nodeBox.append(h("div", { class: "il-metric il-page-summary", "data-value": sum.density },
+          `density ${fmt(100 * sum.density, 3)}% of the corpus's tokens${sum.dense ? " (dense)" : ""}; mean ${
+            fmt(sum.mean, 3)}, max ${fmt(sum.max, 3)}`));
+        for (const ex of sum.top ?? []) nodeBox.append(context(ex));
+      }
       nodeBox.append(h("div", { class: "il-metric il-page-wait" }, "computing its page…"));
       return;
     }
