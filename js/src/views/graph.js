@@ -19,6 +19,7 @@ const LEFT = 44; // px for the layer labels
 const AXIS = 22; // px for the token labels under the plot
 const TOP = 8;
 const FONT = "11px system-ui, sans-serif";
+const EDGE_CHUNK = 2500; // edges painted per animation frame
 const MONO = { fontFamily: "monospace", fontSize: "12px" };
 
 /** Nodes as the kernel sent them: [{index, kind, layer, pos, feature, act, influence}]. */
@@ -96,10 +97,13 @@ export function render({ model, el }) {
   const state = shell(model, el, "graph");
   const title = h("div", { class: "il-bars-title" });
   state.root.insertBefore(title, state.plot);
-  const canvas = h("canvas", { class: "il-graph-canvas", style: { display: "block", cursor: "pointer" } });
+  const canvas = h("canvas", { class: "il-graph-canvas", style: { display: "block", cursor: "pointer",
+    position: "relative" } });
+  const edgeCanvas = h("canvas", { class: "il-graph-edges", style: { position: "absolute", left: "0", top: "0",
+    pointerEvents: "none" } });
   const axis = h("div", { class: "il-graph-axis", style: { position: "relative", height: `${AXIS}px` } });
   const labels = h("div", { class: "il-graph-layers", style: { position: "absolute", left: "0", top: "0" } });
-  const drawing = h("div", { style: { position: "relative" } }, canvas, labels, axis);
+  const drawing = h("div", { style: { position: "relative" } }, edgeCanvas, canvas, labels, axis);
   const tip = h("div", { class: "il-tip", style: { maxWidth: "420px" } });
   const panel = h("div", { class: "il-graph-panel", style: { flex: "0 0 340px", maxWidth: "340px", minWidth: "0" } });
   const nodeBox = h("div", { class: "il-graph-node" });
@@ -116,7 +120,16 @@ export function render({ model, el }) {
   let layout = null;
   let width = 0;
 
-  const nodes = () => nodeList(model.get("nodes"));
+  let nodesRaw = null;
+  let nodesMemo = [];
+  const nodes = () => { // parsed once per `nodes` value
+    const raw = model.get("nodes");
+    if (raw !== nodesRaw) {
+      nodesRaw = raw;
+      nodesMemo = nodeList(raw);
+    }
+    return nodesMemo;
+  };
   const tokens = () => (Array.isArray(model.get("tokens")) ? model.get("tokens") : []);
   const logitTokens = () => {
     const list = Array.isArray(model.get("logit_tokens")) ? model.get("logit_tokens") : [];
@@ -129,57 +142,96 @@ export function render({ model, el }) {
   const pinned = () => new Set(Array.isArray(model.get("pinned")) ? model.get("pinned") : []);
   const groups = () => (Array.isArray(model.get("supernodes")) ? model.get("supernodes") : []);
 
+  // Two canvases: the edges (painted in chunks of EDGE_CHUNK, one chunk per animation frame, and only when the graph
+  // or the width changes) under the nodes and highlights (painted at once on every change). A selection fades the
+  // edge layer by its CSS opacity, so a click never repaints thousands of edges.
+  let edgeKey = null;
+  let edgeRun = 0;
+
+  function sizeCanvas(cv, height) {
+    const dpr = window.devicePixelRatio || 1;
+    cv.width = Math.round(width * dpr);
+    cv.height = Math.round(height * dpr);
+    cv.style.width = `${width}px`;
+    cv.style.height = `${height}px`;
+    const ctx = cv.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    return ctx;
+  }
+
+  function paintEdges(nLayers) {
+    const { place, height, rowH } = layout;
+    const ctx = sizeCanvas(edgeCanvas, height);
+    for (let row = 0; row < nLayers + 2; row++) { // row bands
+      ctx.fillStyle = row % 2 ? "#fafafa" : "#f2f4f7";
+      ctx.fillRect(LEFT, TOP + row * rowH, width - LEFT - 8, rowH);
+    }
+    const edges = Array.isArray(model.get("edges")) ? model.get("edges") : [];
+    const top = edges.reduce((m, e) => Math.max(m, Math.abs(e[2]) || 0), 1e-12);
+    const run = ++edgeRun;
+    const BUCKETS = 8;
+    const chunk = (start) => {
+      if (run !== edgeRun || !state.alive) return; // a newer paint started
+      // weakest first (the kernel sends them strongest first): the strong edges end on top
+      const from = Math.max(0, edges.length - start - EDGE_CHUNK);
+      const paths = Array.from({ length: 2 * BUCKETS }, () => []);
+      for (let i = edges.length - start - 1; i >= from; i--) {
+        const e = edges[i];
+        const a = place.get(e[0]);
+        const b = place.get(e[1]);
+        if (!a || !b) continue;
+        const k = Math.min(BUCKETS - 1, Math.floor(Math.sqrt(Math.abs(e[2]) / top) * BUCKETS));
+        paths[(e[2] >= 0 ? 0 : BUCKETS) + k].push(a, b);
+      }
+      for (let j = 0; j < 2 * BUCKETS; j++) {
+        const list = paths[j];
+        if (!list.length) continue;
+        const k = j % BUCKETS;
+        ctx.beginPath();
+        for (let i = 0; i < list.length; i += 2) {
+          ctx.moveTo(list[i].x, list[i].y);
+          ctx.lineTo(list[i + 1].x, list[i + 1].y);
+        }
+        ctx.strokeStyle = j < BUCKETS ? POSITIVE : NEGATIVE;
+        ctx.globalAlpha = 0.25 + 0.45 * (k / BUCKETS);
+        ctx.lineWidth = 0.4 + (4 * (k + 1) * (k + 1)) / (BUCKETS * BUCKETS);
+        ctx.stroke();
+      }
+      ctx.globalAlpha = 1;
+      if (from > 0) requestAnimationFrame(() => chunk(start + EDGE_CHUNK));
+      else edgeCanvas.dataset.painted = String(edges.length);
+    };
+    edgeCanvas.dataset.painted = "0";
+    chunk(0);
+  }
+
   function paintGraph() {
     width = Math.max(320, Math.floor(main.clientWidth || 700));
     const ns = nodes();
     const toks = tokens();
     const nLayers = Number(state.get("n_layers", 0));
-    layout = layoutGraph(ns, toks.length, nLayers, width);
-    const { place, height, rowH, colW } = layout;
-    const dpr = window.devicePixelRatio || 1;
-    canvas.width = Math.round(width * dpr);
-    canvas.height = Math.round(height * dpr);
-    canvas.style.width = `${width}px`;
-    canvas.style.height = `${height}px`;
-    const ctx = canvas.getContext("2d");
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, width, height);
-    // row bands
-    for (let row = 0; row < nLayers + 2; row++) {
-      ctx.fillStyle = row % 2 ? "#fafafa" : "#f2f4f7";
-      ctx.fillRect(LEFT, TOP + row * rowH, width - LEFT - 8, rowH);
+    const key = [model.get("nodes"), model.get("edges"), width, nLayers];
+    if (!edgeKey || key.some((v, i) => v !== edgeKey[i])) {
+      layout = layoutGraph(ns, toks.length, nLayers, width);
+      edgeKey = key;
+      paintEdges(nLayers);
     }
+    const { place, height, rowH, colW } = layout;
+    const ctx = sizeCanvas(canvas, height);
     const sel = selected();
     const pins = pinned();
+    edgeCanvas.style.opacity = sel >= 0 || pins.size > 0 ? "0.4" : "1";
     const edges = Array.isArray(model.get("edges")) ? model.get("edges") : [];
     const top = edges.reduce((m, e) => Math.max(m, Math.abs(e[2]) || 0), 1e-12);
-    // edges in buckets of sign x width: one path each, weakest bucket first
-    const BUCKETS = 8;
-    const paths = Array.from({ length: 2 * BUCKETS }, () => []);
     const lit = [];
-    for (const e of edges) {
-      const a = place.get(e[0]);
-      const b = place.get(e[1]);
-      if (!a || !b) continue;
-      const rel = Math.abs(e[2]) / top;
-      if (e[0] === sel || e[1] === sel || (pins.has(e[0]) && pins.has(e[1]))) lit.push([a, b, e[2], rel]);
-      const k = Math.min(BUCKETS - 1, Math.floor(Math.sqrt(rel) * BUCKETS));
-      paths[(e[2] >= 0 ? 0 : BUCKETS) + k].push(a, b);
-    }
-    const faded = sel >= 0 || pins.size > 0;
-    for (let j = 0; j < 2 * BUCKETS; j++) {
-      const list = paths[j];
-      if (!list.length) continue;
-      const k = j % BUCKETS;
-      ctx.beginPath();
-      for (let i = 0; i < list.length; i += 2) {
-        ctx.moveTo(list[i].x, list[i].y);
-        ctx.lineTo(list[i + 1].x, list[i + 1].y);
+    if (sel >= 0 || pins.size > 1) {
+      for (const e of edges) {
+        if (e[0] !== sel && e[1] !== sel && !(pins.has(e[0]) && pins.has(e[1]))) continue;
+        const a = place.get(e[0]);
+        const b = place.get(e[1]);
+        if (a && b) lit.push([a, b, e[2], Math.abs(e[2]) / top]);
       }
-      ctx.strokeStyle = j < BUCKETS ? POSITIVE : NEGATIVE;
-      ctx.globalAlpha = (faded ? 0.12 : 0.25) + (faded ? 0.1 : 0.45) * (k / BUCKETS);
-      ctx.lineWidth = 0.4 + (4 * (k + 1) * (k + 1)) / (BUCKETS * BUCKETS);
-      ctx.stroke();
     }
     ctx.globalAlpha = 0.95;
     for (const [a, b, w, rel] of lit) {
