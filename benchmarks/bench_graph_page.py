@@ -135,13 +135,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--write", action="store_true", help="add the section to benchmarks/RESULTS.md")
+    ap.add_argument("--keep", type=pathlib.Path, help="a JSON file: the view's traits are read from it if it exists, "
+                    "else computed and written there (the page measured again without attributing again)")
     args = ap.parse_args()
     if (why := chromium_missing()):
         print(f"skipped: {why}")
         return 0
-    g, traits, node_page, pins, graph_s = big_graph(args.tokens)
+    if args.keep is not None and args.keep.exists():
+        n_tokens, n_features, traits, node_page, pins, graph_s = json.loads(args.keep.read_text())
+    else:
+        g, traits, node_page, pins, graph_s = big_graph(args.tokens)
+        n_tokens, n_features = len(g.tokens), g.n_features
+        if args.keep is not None:
+            args.keep.write_text(json.dumps([n_tokens, n_features, traits, node_page, pins, graph_s]))
     n_nodes, n_edges = len(traits["nodes"]), len(traits["edges"])
-    print(f"graph: {len(g.tokens)} tokens, {g.n_features} active features, {n_nodes} nodes drawn, {n_edges} edges "
+    print(f"graph: {n_tokens} tokens, {n_features} active features, {n_nodes} nodes drawn, {n_edges} edges "
           f"drawn ({graph_s:.1f} s to attribute)")
     with launch_browser() as browser:
         context, page = open_page(browser, BUNDLE.read_bytes())
@@ -160,7 +168,7 @@ def main() -> int:
 
         lines = [f"`python benchmarks/bench_graph_page.py --tokens {args.tokens}` ({platform.machine()}, "
                  f"{platform.python_version()}, headless Chromium, bare page; measured {time.strftime('%Y-%m-%d')}). "
-                 f"ioi-tiny's unpruned graph of {len(g.tokens)} tokens over the shipped transcoders: {n_nodes} nodes, "
+                 f"ioi-tiny's unpruned graph of {n_tokens} tokens over the shipped transcoders: {n_nodes} nodes, "
                  f"the strongest {n_edges} edges; mount, a node's page, two pins, 40 hovers.",
                  "", "| view | longest task, ms | tasks > 100 ms |", "|---|---|---|",
                  f"| graph view (canvas) | {shown} | {over} |",
