@@ -109,7 +109,8 @@ def test_the_exported_graph_draws_offline_and_its_controls_say_the_kernel_is_gon
         tip = page.page.locator(".interplab-graph .il-tip.on")
         tip.wait_for()
         density = traits["summaries"][f"{best[2]}:{best[4]}"]["density"]
-        assert f"density {100 * density:.3g}" in tip.text_content()
+        shown = float(page.page.locator(".interplab-graph .il-tip.on .il-tip-density").get_attribute("data-value"))
+        assert shown == pytest.approx(density, rel=1e-9)
         page.page.mouse.click(x, y)
         note = page.page.locator(".interplab-offline-note")
         note.wait_for()

@@ -208,7 +208,9 @@ def test_a_real_click_shows_the_feature_page_and_the_panel_the_intervention(page
     tip.wait_for()
     text = tip.text_content()
     density = float(stats[node["layer"]].density[node["feature"]])
-    assert f"L{node['layer']} F{node['feature']}" in text and f"density {100 * density:.3g}" in text, text
+    assert f"L{node['layer']} F{node['feature']}" in text and "density" in text, text
+    shown = float(page.locator(w.sel(".il-tip.on .il-tip-density")).get_attribute("data-value"))
+    assert shown == pytest.approx(density, rel=1e-6)
     # click: the panel is the feature page (g.node, stats.feature)
     page.mouse.click(*where[i])
     w.wait_sent(1)

@@ -327,7 +327,7 @@ export function render({ model, el }) {
     }
     const s = n.kind === "feature" ? (model.get("summaries") ?? {})[`${n.layer}:${n.feature}`] : null;
     if (s) {
-      lines.push(h("div", { class: "il-tip-density" }, `density ${fmt(100 * s.density, 3)}% of tokens${s.dense ? " (dense)" : ""}, mean ${
+      lines.push(h("div", { class: "il-tip-density", "data-value": s.density }, `density ${fmt(100 * s.density, 3)}% of tokens${s.dense ? " (dense)" : ""}, mean ${
         fmt(s.mean, 3)}, max ${fmt(s.max, 3)}`));
       for (const ex of s.top ?? []) lines.push(context(ex));
     } else if (n.kind === "feature") {
