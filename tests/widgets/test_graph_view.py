@@ -273,3 +273,28 @@ def hand_real(lab, tcs, g, nodes):
     before = hand_ablated_targets(lab, tcs, g, nodes, 1.0)
     after = hand_ablated_targets(lab, tcs, g, nodes, 0.0)
     return [a - b for a, b in zip(after, before)]
+
+
+@pytest.mark.browser
+def test_in_a_shadow_root_at_three_widths_every_node_stays_in_the_plot(page, mount, graph, stats):
+    """marimo renders each widget in a shadow root: the view draws there too; at each width (the page narrowed and
+    widened: the view lays itself out again) the nodes lie inside the plot and no text lies over other text."""
+    traits = graph_traits(graph, stats)
+    w = mount("graph", _shadow=True, **traits)
+    w.wait_paints(1)
+    for px_width in (900, 640, 1200):
+        page.evaluate("(px) => { document.body.style.width = px + 'px'; }", px_width)
+        page.wait_for_timeout(150)  # the resize observer, then a frame
+        px = node_pixels(w)
+        left, top, width, height = px["box"]
+        assert len(px["nodes"]) == len(traits["nodes"])
+        assert abs(width - px["width"]) < 1, (px_width, width, px["width"])
+        for i, x, y, r in px["nodes"]:
+            assert left + r <= x <= left + width - r and top + r <= y <= top + height - r, (px_width, i)
+        panel = w.js("(w) => { const b = w.el.querySelector('.il-graph-panel').getBoundingClientRect(); "
+                     "return [b.left, b.top]; }")
+        # beside the plot, or under it where the page is too narrow for both
+        assert left + width <= panel[0] + 0.5 or top + height <= panel[1] + 0.5, (px_width, px["box"], panel)
+        out = measure(page, "(i) => window.W(i).el", w.i)
+        assert out["problems"] == [], (px_width, out["problems"])
+    page.evaluate("() => { document.body.style.width = '900px'; }")

@@ -105,13 +105,15 @@ export function render({ model, el }) {
   const labels = h("div", { class: "il-graph-layers", style: { position: "absolute", left: "0", top: "0" } });
   const drawing = h("div", { style: { position: "relative" } }, edgeCanvas, canvas, labels, axis);
   const tip = h("div", { class: "il-tip", style: { maxWidth: "420px" } });
-  const panel = h("div", { class: "il-graph-panel", style: { flex: "0 0 340px", maxWidth: "340px", minWidth: "0" } });
+  const panel = h("div", { class: "il-graph-panel", style: { flex: "1 0 300px", maxWidth: "340px", minWidth: "0" } });
   const nodeBox = h("div", { class: "il-graph-node" });
   const subgraph = h("div", { class: "il-graph-subgraph" });
   const interv = h("div", { class: "il-graph-intervention" });
   panel.append(nodeBox, subgraph, interv);
-  const main = h("div", { style: { flex: "1 1 0", minWidth: "0" } }, drawing); // its width is the page's, not the canvas's
-  state.plot.replaceWith(h("div", { style: { display: "flex", gap: "12px", alignItems: "flex-start" } }, main, panel));
+  // its width is the page's, not the canvas's; on a page too narrow for both, the panel goes under the plot
+  const main = h("div", { style: { flex: "1 1 420px", minWidth: "320px" } }, drawing);
+  state.plot.replaceWith(h("div", { style: { display: "flex", flexWrap: "wrap", gap: "12px",
+    alignItems: "flex-start" } }, main, panel));
   main.prepend(state.plot); // the shell's plot div stays in the page (its width is followed), holding nothing
   state.plot.style.height = "0";
   state.root.append(tip);
