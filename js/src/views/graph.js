@@ -19,7 +19,7 @@ const LEFT = 44; // px for the layer labels
 const AXIS = 22; // px for the token labels under the plot
 const TOP = 8;
 const FONT = "11px system-ui, sans-serif";
-const EDGE_CHUNK = 2500; // edges painted per animation frame
+const EDGE_CHUNK = 1500; // edges painted per animation frame
 const MONO = { fontFamily: "monospace", fontSize: "12px" };
 
 /** Nodes as the kernel sent them: [{index, kind, layer, pos, feature, act, influence}]. */
@@ -101,9 +101,12 @@ export function render({ model, el }) {
     position: "relative" } });
   const edgeCanvas = h("canvas", { class: "il-graph-edges", style: { position: "absolute", left: "0", top: "0",
     pointerEvents: "none" } });
+  const nodeCanvas = h("canvas", { class: "il-graph-nodes", style: { position: "absolute", left: "0", top: "0",
+    pointerEvents: "none" } });
   const axis = h("div", { class: "il-graph-axis", style: { position: "relative", height: `${AXIS}px` } });
   const labels = h("div", { class: "il-graph-layers", style: { position: "absolute", left: "0", top: "0" } });
-  const drawing = h("div", { style: { position: "relative" } }, edgeCanvas, canvas, labels, axis);
+  const drawing = h("div", { style: { position: "relative" } }, edgeCanvas, nodeCanvas, canvas, labels,
+    axis);
   const tip = h("div", { class: "il-tip", style: { maxWidth: "420px" } });
   const panel = h("div", { class: "il-graph-panel", style: { flex: "1 0 300px", maxWidth: "340px", minWidth: "0" } });
   const nodeBox = h("div", { class: "il-graph-node" });
@@ -144,9 +147,10 @@ export function render({ model, el }) {
   const pinned = () => new Set(Array.isArray(model.get("pinned")) ? model.get("pinned") : []);
   const groups = () => (Array.isArray(model.get("supernodes")) ? model.get("supernodes") : []);
 
-  // Two canvases: the edges (painted in chunks of EDGE_CHUNK, one chunk per animation frame, and only when the graph
-  // or the width changes) under the nodes and highlights (painted at once on every change). A selection fades the
-  // edge layer by its CSS opacity, so a click never repaints thousands of edges.
+  // Three canvases: the edges (painted in chunks of EDGE_CHUNK, one chunk per animation frame) and the nodes, both
+  // only when the graph or the width changes, under the highlights (the selected node's and the pinned nodes' edges
+  // and rings, painted at once on every change). A selection fades the edge layer by its CSS opacity, so a click
+  // never repaints thousands of edges or nodes.
   let edgeKey = null;
   let edgeRun = 0;
 
@@ -205,7 +209,28 @@ export function render({ model, el }) {
       else edgeCanvas.dataset.painted = String(edges.length);
     };
     edgeCanvas.dataset.painted = "0";
-    chunk(0);
+    requestAnimationFrame(() => chunk(0)); // not in the task that draws the nodes
+  }
+
+  /** Nodes as circles: one path and fill per kind. */
+  function paintNodes(ctx, places) {
+    const list = [...places];
+    for (const kind of Object.keys(KIND_FILL)) {
+      ctx.beginPath();
+      let any = false;
+      for (const p of list) {
+        if (p.n.kind !== kind) continue;
+        ctx.moveTo(p.x + p.r, p.y);
+        ctx.arc(p.x, p.y, p.r, 0, 2 * Math.PI);
+        any = true;
+      }
+      if (!any) continue;
+      ctx.fillStyle = KIND_FILL[kind];
+      ctx.fill();
+      ctx.lineWidth = 0.8;
+      ctx.strokeStyle = "#555";
+      ctx.stroke();
+    }
   }
 
   function paintGraph() {
@@ -218,6 +243,7 @@ export function render({ model, el }) {
       layout = layoutGraph(ns, toks.length, nLayers, width);
       edgeKey = key;
       paintEdges(nLayers);
+      paintNodes(sizeCanvas(nodeCanvas, layout.height), layout.place.values());
     }
     const { place, height, rowH, colW } = layout;
     const ctx = sizeCanvas(canvas, height);
@@ -247,21 +273,11 @@ export function render({ model, el }) {
     ctx.globalAlpha = 1;
     const groupOf = new Map();
     groups().forEach((g, i) => (g.nodes ?? []).forEach((n) => groupOf.set(n, GROUP_COLORS[i % GROUP_COLORS.length])));
-    // nodes: one fill per kind, then the rings of the selected, pinned and grouped ones
-    for (const kind of Object.keys(KIND_FILL)) {
-      ctx.beginPath();
-      for (const p of place.values()) {
-        if (p.n.kind !== kind) continue;
-        ctx.moveTo(p.x + p.r, p.y);
-        ctx.arc(p.x, p.y, p.r, 0, 2 * Math.PI);
-      }
-      ctx.fillStyle = KIND_FILL[kind];
-      ctx.fill();
-      ctx.lineWidth = 0.8;
-      ctx.strokeStyle = "#555";
-      ctx.stroke();
-    }
-    for (const p of place.values()) {
+    // the lit edges' ends drawn again over them, then the rings of the selected, pinned and grouped nodes
+    const marked = [...place.values()].filter((p) => p.n.index === sel || pins.has(p.n.index) || groupOf.has(p.n.index));
+    const ends = new Set(lit.flatMap(([a, b]) => [a, b]));
+    paintNodes(ctx, [...ends, ...marked]);
+    for (const p of marked) {
       const ring = p.n.index === sel ? "#111" : groupOf.get(p.n.index) ?? (pins.has(p.n.index) ? "#7c3aed" : null);
       if (!ring) continue;
       ctx.beginPath();
