@@ -42,14 +42,16 @@ BASELINE = """([nodes, edges, width]) => {
   const at = new Map(), seen = new Map();
   for (const n of nodes) {
     const key = `${n[2]}:${n[3]}`, k = seen.get(key) ?? 0; seen.set(key, k + 1);
-    at.set(n[0], [((n[3] + 0.5) * width) / cols + ((k % 4) - 1.5) * 8, (rows - 1.5 - n[2]) * 120 + Math.floor(k / 4) * 8]);
+    at.set(n[0], [((n[3] + 0.5) * width) / cols + ((k % 4) - 1.5) * 8,
+                  (rows - 1.5 - n[2]) * 120 + Math.floor(k / 4) * 8]);
   }
   const top = Math.max(...edges.map((e) => Math.abs(e[2])));
   for (const [s, t, w] of edges) {
     const a = at.get(s), b = at.get(t); if (!a || !b) continue;
     const l = document.createElementNS(NS, "line");
     l.setAttribute("x1", a[0]); l.setAttribute("y1", a[1]); l.setAttribute("x2", b[0]); l.setAttribute("y2", b[1]);
-    l.setAttribute("stroke", w >= 0 ? "#2166ac" : "#b2182b"); l.setAttribute("stroke-width", 0.4 + 4 * Math.abs(w) / top);
+    l.setAttribute("stroke", w >= 0 ? "#2166ac" : "#b2182b");
+    l.setAttribute("stroke-width", 0.4 + 4 * Math.abs(w) / top);
     l.setAttribute("stroke-opacity", 0.5); svg.append(l);
   }
   for (const [x, y] of at.values()) {
@@ -160,7 +162,8 @@ def main() -> int:
     shown = f"{o_max:.0f} ms" if o_max else "< 50 ms (no long task seen)"
     ratio = f"{b_max / o_max:.1f}x" if o_max else f"> {b_max / 50:.1f}x"
     print(f"graph view: longest task {shown}, {over} over {GOAL_MS:.0f} ms, {len(ours['tasks'])} over 50 ms, in "
-          f"{ours['paints']} paints (first paint settled in {ours['first_s']:.2f} s; the {ours['state_mb']:.1f} MB state "
+          f"{ours['paints']} paints (first paint settled in {ours['first_s']:.2f} s; the {ours['state_mb']:.1f} MB "
+          f"state "
           f"parsed in {ours['parse_ms']:.0f} ms of it); SVG-element baseline: longest "
           f"{b_max:.0f} ms; baseline / ours = {ratio}")
     if args.write:

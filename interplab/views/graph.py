@@ -145,7 +145,8 @@ class SupernodeName(Field):
 
     def check(self, key, value):
         if value not in self.names:
-            raise MessageError(f"{key!r}: no supernode {value!r} (there are: {', '.join(map(repr, self.names)) or 'none'})")
+            there = ", ".join(map(repr, self.names)) or "none"
+            raise MessageError(f"{key!r}: no supernode {value!r} (there are: {there})")
         return value
 
 
@@ -281,7 +282,8 @@ def show_graph(g: AttributionGraph, stats: dict | None = None, *, full: bool = F
         if not targets:
             raise InterplabError("select a feature node (click) or pin features (shift-click) to intervene on")
         if lab is None:
-            raise InterplabError("an intervention runs the model: build the graph with ilab.attribution_graph(lab, ...)")
+            raise InterplabError("an intervention runs the model: build the graph with "
+                                 "ilab.attribution_graph(lab, ...)")
         view.factor = factor
         what = "zeroing" if factor == 0 else f"scaling by {factor:g}"
         view.status = f"{what} {len(targets)} feature{'s' if len(targets) > 1 else ''}..."

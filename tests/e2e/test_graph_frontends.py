@@ -48,7 +48,8 @@ def strongest_feature_pixel(page, root_js: str, arg):
         const cv = root.querySelector('canvas.il-graph-canvas');
         cv.scrollIntoView({{block: 'center'}});
         const b = cv.getBoundingClientRect(), g = cv.__interplab_graph;
-        return {{box: [b.left, b.top, b.width, b.height], nodes: g.nodes.map((n) => [n.index, b.left + n.x, b.top + n.y])}};
+        return {{box: [b.left, b.top, b.width, b.height],
+                 nodes: g.nodes.map((n) => [n.index, b.left + n.x, b.top + n.y])}};
     }}""", arg)
 
 

@@ -165,7 +165,8 @@ def test_pins_and_supernodes_and_bad_requests(lab, graph):
 def node_pixels(w) -> dict:
     """{node index: (page x, page y, r)} from where the view painted each node, and the canvas's box."""
     return w.js("""(w) => {
-        const cv = w.el.querySelector('canvas.il-graph-canvas'), g = cv.__interplab_graph, b = cv.getBoundingClientRect();
+        const cv = w.el.querySelector('canvas.il-graph-canvas'), g = cv.__interplab_graph;
+        const b = cv.getBoundingClientRect();
         return {box: [b.left, b.top, b.width, b.height], width: g.width, height: g.height,
                 nodes: g.nodes.map((n) => [n.index, b.left + n.x, b.top + n.y, n.r])};
     }""")
@@ -221,7 +222,8 @@ def test_a_real_click_shows_the_feature_page_and_the_panel_the_intervention(page
     got = w.js("""(w) => {
         const q = (s) => w.el.querySelector(s);
         return {act: Number(q('.il-page-act').dataset.value), density: Number(q('.il-page-density').dataset.value),
-                dense: !!q('.il-dense'), hist: [...w.el.querySelectorAll('.il-histogram rect')].map((r) => Number(r.dataset.count)),
+                dense: !!q('.il-dense'),
+                hist: [...w.el.querySelectorAll('.il-histogram rect')].map((r) => Number(r.dataset.count)),
                 contexts: [...w.el.querySelectorAll('.il-graph-node .il-context')].map((c) => [Number(c.dataset.act),
                     c.querySelector('mark.il-fire')?.textContent ?? null]),
                 logits: [...w.el.querySelectorAll('.il-page-logit')].map((e) => Number(e.dataset.value))};
