@@ -49,7 +49,7 @@ class FeatureStats:
     density: torch.Tensor  # [d] share of tokens where the feature fires
     mean: torch.Tensor  # [d] mean activation where it fires (0 where it never does)
     max: torch.Tensor  # [d]
-    hist_edges: torch.Tensor  # [d, n_bins + 1] log-spaced bin edges
+    hist_edges: torch.Tensor  # [d, n_bins + 1] the bin edges as log10(activation), equally spaced
     hist_counts: torch.Tensor  # [d, n_bins] firing tokens per bin
     ex_feature: torch.Tensor  # [n_ex] the examples, grouped by feature
     ex_band: torch.Tensor  # [n_ex] -1 for a top example, else its interval 0..n_bands-1 (0: the weakest)
