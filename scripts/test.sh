@@ -34,3 +34,7 @@ fi
 if [ $# -eq 0 ] && [ -z "${SKIP_CIRCUIT_TRACER:-}" ]; then
   bash scripts/circuit_tracer.sh
 fi
+# sae-dashboard as the reference for interplab's feature statistics, in its own environment (its pins differ)
+if [ $# -eq 0 ] && [ -z "${SKIP_SAE_DASHBOARD:-}" ]; then
+  bash scripts/sae_dashboard.sh
+fi
