@@ -19,6 +19,8 @@ collect_ignore = [] if importlib.util.find_spec("vllm") is not None else ["vllm_
 collect_ignore += [] if importlib.util.find_spec("sae_lens") is not None else ["saelens_ref"]
 # tests/circuit_tracer_ref/ runs there too (scripts/circuit_tracer.sh)
 collect_ignore += [] if importlib.util.find_spec("circuit_tracer") is not None else ["circuit_tracer_ref"]
+# tests/sae_dashboard_ref/ runs in sae-dashboard's own environment (scripts/sae_dashboard.sh)
+collect_ignore += [] if importlib.util.find_spec("sae_dashboard") is not None else ["sae_dashboard_ref"]
 
 
 @pytest.fixture(scope="session")
