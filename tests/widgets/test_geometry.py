@@ -67,6 +67,9 @@ def views(lab):
         # notebook 05's feature view: a token's top features, a feature's panel, the edited next-token bars
         "features": lab.features(CLEAN, ilab.SAE.load("ioi-tiny-sae")).show(contexts=[CLEAN, CORRUPT],
                                                                             metric=metric),
+        # notebook 06's circuits: the IOI prompt's attribution graph over the shipped transcoders
+        "attribution graph": ilab.analyses.graph.attribution_graph(
+            lab, CLEAN, ilab.Transcoders.load("ioi-tiny-transcoders"), progress=False).show(),
     }
 
 
