@@ -387,7 +387,7 @@ def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
         try:
             page.wait_for_function(
                 "(f) => [...window.__m.all('.interplab-features')[0].querySelectorAll('.il-series-name')]"
-                ".some((d) => d.textContent === `F${f} steered (alpha 0.3)`)", arg=feature, timeout=60_000)
+                ".some((d) => d.textContent === `F${f} steered (alpha 0.3)`)", arg=feature, timeout=120_000)
         except Exception as e:
             raise AssertionError(f"no steered bars in the feature view; JS errors {errors}; server log:\n"
                                  f"{marimo_server.log_tail()}") from e
