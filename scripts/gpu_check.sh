@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: the GPU tests (tests/gpu: every analysis and the four notebooks on cuda against
-# the CPU) and the GPU benchmark (benchmarks/bench_gpu.py --big, which writes the "GPU scale" section of
-# benchmarks/RESULTS.md).
+# the CPU) and the GPU benchmarks (benchmarks/bench_gpu.py --big, which writes the "GPU scale" section of
+# benchmarks/RESULTS.md, and benchmarks/bench_graph.py, its "Attribution graphs" section).
 #   bash scripts/gpu_check.sh               # tests, then the benchmark
 #   SKIP_BENCH=1 bash scripts/gpu_check.sh  # tests only;  BENCH_ARGS="--shapes gpt2-small" picks the benchmark's shapes
 # Which Python: .venv's where it exists; else, where a python3 with a CUDA torch is there already (a CUDA image, which
@@ -34,5 +34,8 @@ status=0
 if [ -z "${SKIP_BENCH:-}" ]; then
   # shellcheck disable=SC2086
   "$PY" benchmarks/bench_gpu.py ${BENCH_ARGS:---big} || status=$?
+  # attribution graphs: the IOI graph, memory as prompts grow, and (CUDA present) GPT-2-small and a
+  # Gemma-2-2B shape at 32 and 64 tokens, 7,500 kept nodes (the "Attribution graphs" section of RESULTS.md)
+  "$PY" benchmarks/bench_graph.py --rows 512 || status=$?
 fi
 exit $status
