@@ -119,7 +119,7 @@ def main(argv=None):
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--rows", type=int, default=7500, help="kept feature nodes in the memory part")
-    ap.add_argument("--tokens", default="64,128,256")
+    ap.add_argument("--tokens", default="64,128,256", help="prompt lengths of the memory part ('' skips it)")
     ap.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -141,7 +141,7 @@ def main(argv=None):
              "|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     results = []
-    for n in [int(x) for x in args.tokens.split(",")]:
+    for n in [int(x) for x in args.tokens.split(",") if x]:
         out = subprocess.run([sys.executable, __file__, "--child", str(n), str(rows)], capture_output=True,
                              text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])

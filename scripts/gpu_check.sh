@@ -36,6 +36,6 @@ if [ -z "${SKIP_BENCH:-}" ]; then
   "$PY" benchmarks/bench_gpu.py ${BENCH_ARGS:---big} || status=$?
   # attribution graphs: the IOI graph, memory as prompts grow, and (CUDA present) GPT-2-small and a
   # Gemma-2-2B shape at 32 and 64 tokens, 7,500 kept nodes (the "Attribution graphs" section of RESULTS.md)
-  "$PY" benchmarks/bench_graph.py --rows 512 || status=$?
+  "$PY" benchmarks/bench_graph.py --tokens "" --no-write || status=$?
 fi
 exit $status
