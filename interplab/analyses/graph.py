@@ -391,6 +391,8 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
         stacked = torch.stack(acts)  # [layer, pos, d_tc]
         features = stacked.nonzero()  # (layer, pos, feature), in that order
         activations = stacked[features[:, 0], features[:, 1], features[:, 2]]
+        # the graph lives on the host (the gradients come there a batch at a time), whatever runs the model
+        errors, features, activations = errors.cpu(), features.cpu(), activations.cpu()
         probs = run.last_logits[0].float().softmax(-1)
         top_p, top_i = probs.topk(min(max_n_logits, len(probs)))
         n_logits = min(int((top_p.cumsum(0) < desired_logit_prob).sum()) + 1, len(top_p))
