@@ -36,7 +36,7 @@ from ..transcoders import Transcoder
 
 SETTINGS = ("top_k", "n_bands", "per_band", "n_bins", "context", "seed")
 LOG_RANGE = 3.0  # the histogram spans max / 10^LOG_RANGE .. max
-FORMAT = 2  # of the saved file; part of the cache key, so a file of another format is never read
+FORMAT = 3  # of the saved file; part of the cache key, so a file of another format is never read
 TOP_TOKENS = 8  # per feature, the tokens it fires on most (feature search by token)
 
 
@@ -147,11 +147,13 @@ class FeatureStats:
 
 
 def model_digest(engine: Engine) -> str:
-    """The model's identity: its name, its config and its input embedding's bytes (a change of weights shows)."""
+    """The model's identity: its type, its parameters' shapes and its input embedding's bytes (a change of weights
+    shows). Not its name or its config's text, which differ between a hub id and a local copy, and between versions
+    of transformers, for the same weights."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(str(engine.model_id).encode())
     config = getattr(engine.model, "config", None)
-    h.update((config.to_json_string(use_diff=False) if hasattr(config, "to_json_string") else "").encode())
+    h.update(str(getattr(config, "model_type", type(engine.model).__name__)).encode())
+    h.update(json.dumps([list(p.shape) for p in engine.model.parameters()]).encode())
     emb = engine.model.get_input_embeddings().weight.detach()
     h.update(emb.flatten()[: 1 << 20].float().cpu().numpy().tobytes())
     return h.hexdigest()
