@@ -38,6 +38,7 @@ SETTINGS = ("top_k", "n_bands", "per_band", "n_bins", "context", "seed")
 LOG_RANGE = 3.0  # the histogram spans max / 10^LOG_RANGE .. max
 FORMAT = 3  # of the saved file; part of the cache key, so a file of another format is never read
 TOP_TOKENS = 8  # per feature, the tokens it fires on most (feature search by token)
+DENSE = 0.1  # a feature firing on more than this share of the corpus's tokens is dense (the views mark it)
 
 
 @dataclass
@@ -66,7 +67,7 @@ class FeatureStats:
     def d(self) -> int:
         return len(self.density)
 
-    def dense(self, threshold: float = 0.1) -> list[int]:
+    def dense(self, threshold: float = DENSE) -> list[int]:
         """Features that fire on more than `threshold` of the corpus's tokens, densest first."""
         order = self.density.argsort(descending=True)
         return [int(i) for i in order if self.density[i] > threshold]

@@ -5,9 +5,17 @@ slider and an ablate toggle with the next-token bars they give.
     lab.features(prompt, sae).show()           # the prompt's tokens, each one's top features
     lab.feature(sae, 12).show(prompt)          # the same, feature 12 selected
 
-The page holds every token's top features and, for each of those features, its panel (top contexts, logit effects,
-its activation at each token), so a click on a token or a feature paints at once; the kernel computes only the
-steered and ablated logits (a forward each) and the panel of a feature the page was not given.
+    lab.features(prompt, sae).show(stats=s)   # each feature's page from these corpus statistics
+
+With corpus statistics (ilab.analyses.feature_stats; by default the ones shipped with the SAE, as ioi-tiny-sae's over
+its own training corpus), each feature in a token's list shows its density (marked "dense" above
+interplab.analyses.feature_stats.DENSE), and its panel is its feature page: density, activation histogram, top
+examples and examples per activation band from the corpus. Without them (or with contexts= given), the panel shows
+its top contexts in a list of prompts.
+
+The page holds every token's top features and, for each of those features, its panel (its page or top contexts,
+logit effects, its activation at each token), so a click on a token or a feature paints at once; the kernel computes
+only the steered and ablated logits (a forward each) and the panel of a feature the page was not given.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import torch
 import traitlets as t
 
 from .. import display
+from ..analyses.feature_stats import DENSE, FeatureStats, feature_stats, shipped_file
 from ..analyses.features import Feature, TokenFeatures, feature_acts, feature_logit_effects, features, top_contexts
 from ..edits import steer, zero
 from ..engine import Engine, engine_of
@@ -34,8 +43,10 @@ EFFECTS = 6  # tokens raised and lowered shown per feature
 
 
 class FeatureView(LabWidget):
-    """Traits (kernel -> page): tokens; top [per position: [[feature, activation], ...]]; panels {"<feature>": {acts,
-    contexts: [{tokens, acts, pos}], raised: [[token, value]], lowered: [...]}}; pos, feature (selected; -1: none);
+    """Traits (kernel -> page): tokens; top [per position: [[feature, activation], ...]]; densities {"<feature>":
+    share of the corpus's tokens} and dense_threshold (with statistics); panels {"<feature>": {acts, contexts:
+    [{tokens, acts, pos}] or stats (FeatureStats.feature), corpus (what the contexts come from), raised: [[token,
+    value]], lowered: [...]}}; pos, feature (selected; -1: none);
     alpha, alpha_min, alpha_max, ablate; logits [{name, tokens, probs}] (base and the edited run); metric {name,
     values} (with an answer); title, d_sae.
 
@@ -52,6 +63,8 @@ class FeatureView(LabWidget):
     tokens = Labels().tag(sync=True)
     top = t.List().tag(sync=True)
     panels = t.Dict().tag(sync=True)
+    densities = t.Dict().tag(sync=True)
+    dense_threshold = t.Float(DENSE).tag(sync=True)
     pos = t.Int(-1).tag(sync=True)
     feature = t.Int(-1).tag(sync=True)
     d_sae = t.Int(0).tag(sync=True)
@@ -86,13 +99,16 @@ def token_tops(tf: TokenFeatures) -> list[list[list]]:
     return [[[f, round(a, 4)] for f, a in tf.at(p)] for p in range(len(tf.tokens))]
 
 
-def feature_panels(engine: Engine, sae, prompt: str, feats: list[int], contexts: list[str] | None) -> dict:
-    """{str(feature): panel} for the page: the feature's activation at each token of `prompt`, its top contexts in
-    `contexts` (each token's activation, for shading) and the tokens its decoder direction raises and lowers most."""
+def feature_panels(engine: Engine, sae, prompt: str, feats: list[int], contexts: list[str] | None,
+                   stats: FeatureStats | None = None) -> dict:
+    """{str(feature): panel} for the page: the feature's activation at each token of `prompt`, its page from the
+    corpus statistics `stats` (or else its top contexts in `contexts`, each token's activation for shading) and the
+    tokens its decoder direction raises and lowers most."""
     if not feats:
         return {}
     here = feature_acts(engine, prompt, sae)[0][:, feats]  # [pos, n]
-    found = top_contexts(engine, contexts, sae, feats, k=CONTEXTS, progress=False) if contexts else None
+    found = top_contexts(engine, contexts, sae, feats, k=CONTEXTS, progress=False) if contexts and stats is None \
+        else None
     shown = sorted({int(i) for i in found.prompt_index[torch.isfinite(found.values)].tolist()}) if found else []
     acts = feature_acts(engine, [contexts[i] for i in shown], sae)[..., feats] if shown else None  # one batched run
     row_of = {i: r for r, i in enumerate(shown)}
@@ -110,12 +126,23 @@ def feature_panels(engine: Engine, sae, prompt: str, feats: list[int], contexts:
         # named as every view names a token: a lone byte piece by its bytes ('<E2>'), not the decoder's U+FFFD
         ids_up = effects.values.topk(len(effects.raised)).indices.tolist()
         ids_down = effects.values.topk(len(effects.lowered), largest=False).indices.tolist()
-        out[str(f)] = {"acts": [round(x, 4) for x in here[:, j].tolist()], "contexts": ctx,
+        page = {"stats": stats.feature(f), "corpus": corpus_name(stats)} if stats is not None else {
+            "corpus": f"{len(contexts)} prompts" if contexts else None}
+        out[str(f)] = {"acts": [round(x, 4) for x in here[:, j].tolist()], "contexts": ctx, **page,
                        "raised": [[token_text(engine.tokenizer, i), round(v, 4)]
                                   for i, (_, v) in zip(ids_up, effects.raised)],
                        "lowered": [[token_text(engine.tokenizer, i), round(v, 4)]
                                    for i, (_, v) in zip(ids_down, effects.lowered)]}
     return out
+
+
+def corpus_name(stats: FeatureStats) -> str:
+    return f"{stats.n_docs:,} documents ({stats.n_tokens:,} tokens)"
+
+
+def densities(stats: FeatureStats | None, feats) -> dict:
+    """{str(feature): its density} for the page's token lists."""
+    return {} if stats is None else {str(f): round(float(stats.density[f]), 6) for f in feats}
 
 
 def edited_logits(engine: Engine, prompt: str, sae, feature: int, alpha: float, ablate: bool, metric=None) -> dict:
@@ -134,14 +161,19 @@ def edited_logits(engine: Engine, prompt: str, sae, feature: int, alpha: float, 
 # ---- the wiring: requests become jobs on the lab's worker --------------------------------------------------------
 class FeatureExplorer:
     """Drives a FeatureView for one prompt and SAE (`explorer.view`; `lab.features(prompt, sae).show()` returns the
-    view, its explorer as view.explorer). contexts: the prompts to find each feature's top contexts in (default:
-    ioi-tiny's corpus sample from interplab.zoo, 200 prompts); metric: an optional metric shown beside the bars."""
+    view, its explorer as view.explorer). stats: corpus statistics of this SAE (ilab.analyses.feature_stats;
+    default: those shipped with it, if any; False: none); contexts: prompts to find each feature's top contexts in
+    instead (default, when there are no statistics: 200 prompts of ioi-tiny's IOI dataset); metric: an optional
+    metric shown beside the bars."""
 
     def __init__(self, lab, prompt: str, sae, *, feature: int | None = None, k: int = 5, contexts=None,
-                 metric=None, alpha_range: tuple[float, float] = (-8.0, 8.0)):
+                 stats: FeatureStats | bool | None = None, metric=None,
+                 alpha_range: tuple[float, float] = (-8.0, 8.0)):
         self.engine = engine = engine_of(lab)
         self.prompt, self.sae = prompt, sae
-        self.contexts = list(contexts) if contexts is not None else default_contexts()
+        self.stats = _stats_for(engine, sae, stats, contexts)
+        self.contexts = list(contexts) if contexts is not None else (default_contexts() if self.stats is None
+                                                                     else None)
         self.metric = as_metric(metric).bind(engine.token_id) if metric is not None else None
         tf = features(engine, prompt, sae, k)
         top = token_tops(tf)
@@ -149,7 +181,8 @@ class FeatureExplorer:
         last = len(tf.tokens) - 1
         first = feature if feature is not None else (top[last][0][0] if top[last] else (feats[0] if feats else 0))
         self.view = FeatureView(tokens=prompt_tokens(engine, prompt), top=top,
-                                panels=feature_panels(engine, sae, prompt, feats, self.contexts),
+                                panels=feature_panels(engine, sae, prompt, feats, self.contexts, self.stats),
+                                densities=densities(self.stats, feats),
                                 pos=last, feature=first, d_sae=sae.d_sae, alpha_min=float(alpha_range[0]),
                                 alpha_max=float(alpha_range[1]),
                                 title=f"{sae.describe()} on {prompt[-60:]!r}")
@@ -168,10 +201,11 @@ class FeatureExplorer:
 
             def show(panel):
                 v.panels = {**v.panels, **panel}
+                v.densities = {**v.densities, **densities(self.stats, [index])}
                 v.status = ""
 
             job(self.engine.worker, v, f"panel:{id(self)}",
-                lambda: feature_panels(self.engine, self.sae, self.prompt, [index], self.contexts), show)
+                lambda: feature_panels(self.engine, self.sae, self.prompt, [index], self.contexts, self.stats), show)
         self.refresh()
 
     def _edit(self, alpha: float | None = None, ablate: bool | None = None) -> None:
@@ -192,6 +226,21 @@ class FeatureExplorer:
             v.logits, v.metric = out["series"], out["metric"]
 
         job(self.engine.worker, v, f"logits:{id(self)}", lambda: edited_logits(self.engine, *args), show)
+
+
+def _stats_for(engine: Engine, sae, stats, contexts) -> FeatureStats | None:
+    """The statistics the view shows: those given, else (unless contexts= asks for prompts) the SAE's shipped ones."""
+    if stats is False or (stats is None and contexts is not None):
+        return None
+    if stats is None or stats is True:
+        return feature_stats(engine, None, sae) if shipped_file(sae) is not None else None
+    if not isinstance(stats, FeatureStats):
+        raise InterplabError(f"stats={stats!r}: the SAE's ilab.analyses.feature_stats.feature_stats(lab, corpus, "
+                             f"sae), or False for none.")
+    if stats.d != sae.d_sae or stats.key.get("dictionary") != sae.digest:
+        raise InterplabError(f"these statistics were made for another SAE ({stats.d} features): compute this SAE's "
+                             f"with ilab.analyses.feature_stats.feature_stats(lab, corpus, sae).")
+    return stats
 
 
 def default_contexts(n: int = 200) -> list[str]:

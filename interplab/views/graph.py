@@ -24,6 +24,7 @@ import time
 import traitlets as t
 
 from .. import display
+from ..analyses.feature_stats import DENSE
 from ..analyses.graph import AttributionGraph
 from ..errors import InterplabError
 from ..widgets.base import Field, Float, LabWidget, MessageError, Str
@@ -34,7 +35,6 @@ __all__ = ["GraphView", "graph_traits", "node_page", "intervention", "show_graph
 MAX_EDGES = 10000  # the page draws at most this many edges (the strongest): a full graph has ~n_nodes^2 / 2
 SUMMARIES = 600  # hover summaries (density, top contexts) for at most this many features, the most influential
 SUMMARY_CONTEXTS = 3
-DENSE = 0.1  # a feature firing on more than this share of the corpus's tokens is marked dense (FeatureStats.dense)
 FACTOR = (-10.0, 10.0)
 NODE_KINDS = ("feature", "error", "token", "logit")
 

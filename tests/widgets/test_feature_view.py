@@ -240,3 +240,118 @@ def _bytes_to_unicode() -> dict[int, str]:
             cs.append(256 + n)
             n += 1
     return dict(zip(bs, map(chr, cs)))
+
+
+# ------------------------------------------------------------------------------------ the feature page (statistics)
+@pytest.fixture(scope="module")
+def corpus_stats(lab, sae, contexts):
+    from interplab.analyses.feature_stats import feature_stats
+
+    return feature_stats(lab, contexts, sae, top_k=3, n_bands=3, per_band=2, cache=False, progress=False)
+
+
+def test_with_statistics_each_feature_shows_its_density_and_its_page_from_the_corpus(lab, sae, contexts,
+                                                                                      corpus_stats):
+    """Densities and each panel's top example against the SAE run by hand over the same corpus (a hook on block 1's
+    output, tests/features/_saes.py's encode); the prompts' contexts are not searched when statistics are given."""
+    view = lab.features(CLEAN, sae).show(stats=corpus_stats)
+    lab.engine.worker.join()
+    assert view.explorer.contexts is None
+    fired, total, best = torch.zeros(sae.d_sae), 0, torch.zeros(sae.d_sae)
+    for doc in contexts:
+        acts = hand_feature_acts(lab, sae, doc)
+        fired += (acts > 0).sum(0)
+        total += acts.shape[0]
+        best = torch.maximum(best, acts.max(0).values)
+    shown = {int(f) for row in view.top for f, _ in row}
+    assert shown and set(map(int, view.densities)) == shown
+    for f in shown:
+        assert view.densities[str(f)] == pytest.approx(float(fired[f] / total), abs=1e-6)
+        panel = view.panels[str(f)]
+        assert panel["contexts"] == [] and f"{len(contexts):,} documents" in panel["corpus"]
+        page = panel["stats"]
+        assert page["density"] == pytest.approx(float(fired[f] / total), abs=1e-6)
+        if fired[f] > 0:
+            assert page["max"] == pytest.approx(float(best[f]), rel=1e-4)
+            top = page["top"][0]
+            assert top["act"] == pytest.approx(float(best[f]), rel=1e-4)
+            doc = lab.to_str_tokens(contexts[top["doc"]])
+            assert top["tokens"][top["at"]] == doc[top["pos"]]  # the marked token is the one it fired on
+    # a feature the page lacks gets its density with its panel
+    missing = next(f for f in range(sae.d_sae) if str(f) not in view.panels)
+    view.explorer.select(missing)
+    lab.engine.worker.join()
+    assert view.densities[str(missing)] == pytest.approx(float(fired[missing] / total), abs=1e-6)
+    assert view.panels[str(missing)]["stats"]["feature"] == missing
+
+
+def test_the_shipped_sae_opens_with_its_shipped_statistics(lab):
+    """ioi-tiny-sae's view: its panels come from the statistics over its own training corpus (not from IOI
+    prompts), and its dense features are the statistics' dense ones."""
+    from interplab.analyses.feature_stats import DENSE
+
+    sae = ilab.SAE.load("ioi-tiny-sae")
+    view = lab.features(CLEAN, sae).show()
+    stats = view.explorer.stats
+    assert stats is not None and view.explorer.contexts is None
+    assert stats.n_docs >= 10_000  # its training corpus, not 200 IOI prompts
+    assert all(f"{stats.n_docs:,} documents" in p["corpus"] for p in view.panels.values())
+    assert all(p["contexts"] == [] and p["stats"]["top"] for p in view.panels.values())
+    dense = {f for f, d in view.densities.items() if d > DENSE}
+    assert dense and dense <= {str(f) for f in stats.dense()}
+    # contexts= asks for prompts instead; stats=False for none
+    by_prompts = lab.features(CLEAN, sae).show(contexts=[CLEAN, CORRUPT])
+    assert by_prompts.explorer.stats is None and by_prompts.densities == {}
+    assert all("stats" not in p for p in by_prompts.panels.values())
+
+
+@pytest.mark.parametrize("bad", ["yes", 3])
+def test_statistics_of_another_kind_or_sae_are_refused(lab, sae, bad):
+    with pytest.raises(ilab.InterplabError, match="stats="):
+        lab.features(CLEAN, sae).show(stats=bad)
+    from interplab.analyses.feature_stats import feature_stats
+
+    shipped = feature_stats(lab, None, ilab.SAE.load("ioi-tiny-sae"))
+    with pytest.raises(ilab.InterplabError, match="another SAE"):
+        lab.features(CLEAN, sae).show(stats=shipped)
+    assert lab.hooks() == []
+
+
+@pytest.mark.browser
+def test_the_feature_page_draws_density_histogram_and_examples(page, mount, lab, sae, contexts, corpus_stats,
+                                                              monkeypatch):
+    """In Chromium: each token's feature rows carry their density (a dense one marked), and the panel draws the
+    feature's page: one histogram bar per bin, taller for more firings; each example with its firing token marked;
+    nothing wider than the view."""
+    from bridge import Bridge  # tests/widgets/bridge.py
+
+    view = lab.features(CLEAN, sae).show(stats=corpus_stats)
+    lab.engine.worker.join()
+    b = Bridge(view, mount, monkeypatch)
+    w = b.w
+    page.wait_for_function("() => document.querySelectorAll('.il-frow').length > 0")
+    rows = w.js("(w) => [...w.el.querySelectorAll('.il-frow')].map((r) => [Number(r.dataset.feature), "
+                "Number(r.querySelector('.il-fdensity').dataset.value), !!r.querySelector('.il-dense')])")
+    assert rows
+    for f, d, marked in rows:
+        assert d == pytest.approx(view.densities[str(f)], abs=1e-9)
+        assert marked == (d > view.dense_threshold)
+    f = view.feature
+    st = view.panels[str(f)]["stats"]
+    bars = w.js("(w) => [...w.el.querySelectorAll('.il-fpanel .il-histogram rect')].map((r) => "
+                "[Number(r.dataset.count), r.getBoundingClientRect().height])")
+    assert [c for c, _ in bars] == st["hist_counts"]
+    for (c1, h1), (c2, h2) in zip(bars, bars[1:]):
+        if c1 < c2:
+            assert h1 < h2
+    examples = w.js("(w) => [...w.el.querySelectorAll('.il-fpanel .il-context')].map((e) => [Number(e.dataset.act), "
+                    "[...e.querySelectorAll('mark.il-fire')].map((m) => m.textContent)])")
+    want = st["top"] + [e for band in st["bands"] for e in band]
+    assert [a for a, _ in examples] == pytest.approx([e["act"] for e in want], rel=1e-6)
+    for (_, marks), e in zip(examples, want):
+        assert marks == [e["tokens"][e["at"]].replace("\n", "↵")]
+    outer = w.js("(w) => w.el.getBoundingClientRect().right")
+    inner = w.js("(w) => Math.max(...[...w.el.querySelectorAll('.il-fpanel *')].map((e) => "
+                 "e.getBoundingClientRect().right))")
+    assert inner <= outer + 1
+    page.screenshot(path="artifacts/feature_page.png", full_page=True)

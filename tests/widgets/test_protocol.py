@@ -194,8 +194,8 @@ def test_js_reads_only_declared_traits():
                 assert const, f"{path.name}: cannot read the trait names in watch({m.group(1)})"
                 start = const.end() - 1
             names |= set(re.findall(r"\"(\w+)\"", _balanced(src, start)))
-        kinds = views_of(path.name) if path.name not in ("index.js", "bars.js", "protocol.js", "registry.js",
-                                                         "plotly.js") else []
+        shared = ("index.js", "bars.js", "featurepage.js", "protocol.js", "registry.js", "plotly.js")
+        kinds = views_of(path.name) if path.name not in shared else []
         allowed = set(PROTOCOL["common_traits"]).union(*(VIEWS[k]["traits"] for k in kinds))
         assert names <= allowed, f"{path.name} reads undeclared trait(s) {names - allowed}"
 

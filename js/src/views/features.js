@@ -5,6 +5,7 @@
 // those features' panels (traits `top`, `panels`), so a click on a token or a feature paints at once; the request
 // still goes, and the kernel's traits then agree. Steering and ablating need the model: the kernel answers with bars.
 import { barsElement } from "../bars.js";
+import { denseMark, statsSection } from "../featurepage.js";
 import { fmt, h, metricLine, recordPaint, scheduler, shell, visible } from "../plot.js";
 
 const ACT = "#4c78a8"; // an activation's shade (its alpha is the activation over the feature's largest)
@@ -110,7 +111,8 @@ export function render({ model, el }) {
     const panel = panels[String(feature)];
     const acts = Array.isArray(panel?.acts) ? panel.acts : [];
     const peak = Math.max(1e-9, ...acts.filter(Number.isFinite),
-      ...(panel?.contexts ?? []).flatMap((c) => (c.acts ?? []).filter(Number.isFinite)));
+      ...(panel?.contexts ?? []).flatMap((c) => (c.acts ?? []).filter(Number.isFinite)),
+      ...(Number.isFinite(panel?.stats?.max) ? [panel.stats.max] : [])); // shaded against its corpus maximum
 
     titleBox.textContent = String(state.get("title", ""));
     tokBox.replaceChildren(tokenRow(tokens, acts, peak, { selected: pos, onClick: pickToken }));
@@ -125,7 +127,7 @@ export function render({ model, el }) {
         h("span", { class: "il-tok", text: `F${f}` }),
         h("span", { class: "il-track" }, h("span", { class: "il-fill", style: { width: `${(100 * a) / best}%`,
           background: ACT } })),
-        h("span", { class: "il-val", text: fmt(a) }));
+        h("span", { class: "il-val", text: fmt(a) }), ...densityOf(f));
         row.addEventListener("click", () => pickFeature(f));
         return row;
       }) : [h("div", { class: "il-hint", text: "no feature is active here" })]));
@@ -143,16 +145,30 @@ export function render({ model, el }) {
     recordPaint(state);
   }
 
+  // a feature's share of the corpus's tokens beside it (from the statistics), "dense" above the threshold
+  function densityOf(f) {
+    const d = (state.get("densities", {}) || {})[String(f)];
+    if (typeof d !== "number") return [];
+    const cell = h("span", { class: "il-fdensity", "data-value": String(d), title: "its density: the share of the corpus's tokens it fires on",
+      style: { fontSize: "11px", color: "#666", marginLeft: "6px", whiteSpace: "nowrap" } }, `${fmt(100 * d, 2)}%`);
+    if (d > Number(state.get("dense_threshold", 0.1))) cell.append(denseMark());
+    return [cell];
+  }
+
   function featurePanel(feature, panel, peak) {
     if (feature < 0) return h("div", { class: "il-hint", text: "click a feature" });
     if (!panel) return h("div", { class: "il-hint", text: `F${feature}: computing its panel...` });
     const effects = (rows, name) => h("div", { class: "il-fcol" }, h("div", { class: "il-series-name", text: name }),
       (rows ?? []).map(([tok, v]) => h("div", { class: "il-feffect", "data-value": String(v) },
         h("span", { class: "il-tok", text: visible(String(tok)) }), h("span", { class: "il-val", text: fmt(v) }))));
-    return h("div", {},
-      h("div", { class: "il-bars-title", text: `F${feature}: where it fires most` }),
-      h("div", { class: "il-fcontexts" }, (panel.contexts ?? []).map((c) =>
-        tokenRow((c.tokens ?? []).map(String), c.acts ?? [], peak, { mark: c.pos }))),
+    const st = panel.stats; // its page over the corpus (FeatureStats), when the view has statistics
+    const where = st ? [h("div", { class: "il-fstats" }, h("div", { class: "il-bars-title",
+      text: `F${feature} over ${panel.corpus ?? "the corpus"}` }), ...statsSection(st, st.density > Number(
+      state.get("dense_threshold", 0.1))))]
+      : [h("div", { class: "il-bars-title", text: `F${feature}: where it fires most${panel.corpus ? ` in ${panel.corpus}` : ""}` }),
+        h("div", { class: "il-fcontexts" }, (panel.contexts ?? []).map((c) =>
+          tokenRow((c.tokens ?? []).map(String), c.acts ?? [], peak, { mark: c.pos })))];
+    return h("div", {}, ...where,
       h("div", { class: "il-fcols" }, effects(panel.raised, "raises"), effects(panel.lowered, "lowers")));
   }
 
@@ -160,7 +176,7 @@ export function render({ model, el }) {
   state.watch(["pos"], () => { local.pos = null; redraw(); });
   state.watch(["feature"], () => { local.feature = null; redraw(); });
   state.watch(["alpha"], () => { local.alpha = null; redraw(); });
-  state.watch(["tokens", "top", "panels", "ablate", "logits", "metric", "title", "alpha_min", "alpha_max"], redraw);
+  state.watch(["tokens", "top", "panels", "densities", "dense_threshold", "ablate", "logits", "metric", "title", "alpha_min", "alpha_max"], redraw);
   draw();
   return () => state.cleanup();
 }

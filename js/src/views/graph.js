@@ -7,6 +7,7 @@
 // them into a supernode: group {name}; ungroup {name}). The intervention panel: intervene {factor} (zero or scale
 // the pinned features, or the selected one) shows the live logits beside the graph's prediction. The page never
 // computes a number: each is a trait.
+import { context, statsSection } from "../featurepage.js";
 import { fmt, h, recordPaint, scheduler, shell, textWidth, visible } from "../plot.js";
 
 const TRAITS = ["tokens", "n_layers", "nodes", "edges", "logit_tokens", "logit_probs", "summaries", "selected",
@@ -75,22 +76,6 @@ function nodeLabel(n, tokens, logitTokens) {
   if (n.kind === "error") return `L${n.layer} error at '${tok}' (pos ${n.pos})`;
   if (n.kind === "token") return `embedding of '${tok}' (pos ${n.pos})`;
   return `logit '${visible(String(logitTokens[n.index] ?? ""))}'`;
-}
-
-/** A context's tokens, the firing one marked (<mark class="il-fire">). */
-function context(ex) {
-  const line = h("div", { class: "il-context", style: { ...MONO, margin: "2px 0", overflowWrap: "anywhere" } });
-  line.append(h("span", { class: "il-context-act", style: { color: "#555", display: "inline-block",
-    whiteSpace: "pre" } }, `${fmt(ex.act, 3)} `));
-  (ex.tokens ?? []).forEach((t, i) => {
-    const text = String(t).replace(/\n/g, "↵");
-    // each token one box (never split over two lines), so a context wraps between tokens
-    const style = { display: "inline-block", whiteSpace: "pre" };
-    line.append(i === ex.at ? h("mark", { class: "il-fire", style: { ...style, background: "#fdba74" } }, text)
-      : h("span", { style }, text));
-  });
-  line.dataset.act = String(ex.act);
-  return line;
 }
 
 export function render({ model, el }) {
@@ -389,19 +374,7 @@ export function render({ model, el }) {
     }
     const st = page.stats;
     if (st) {
-      const dense = h("div", { class: "il-metric il-page-density", "data-value": st.density },
-        `density ${fmt(100 * st.density, 3)}% of the corpus's tokens; mean ${fmt(st.mean, 3)}, max ${fmt(st.max, 3)}`);
-      if (page.dense) dense.append(h("b", { class: "il-dense", style: { color: "#b45309", marginLeft: "6px" } }, "dense"));
-      nodeBox.append(dense, histogram(st));
-      nodeBox.append(h("div", { class: "il-bars-title" }, "top examples"));
-      for (const ex of st.top ?? []) nodeBox.append(context(ex));
-      (st.bands ?? []).forEach((band, b) => {
-        if (!band.length) return;
-        const nb = st.bands.length;
-        nodeBox.append(h("div", { class: "il-bars-title il-band", "data-band": b },
-          `activation ${fmt((st.max * b) / nb, 3)} to ${fmt((st.max * (b + 1)) / nb, 3)}`));
-        for (const ex of band) nodeBox.append(context(ex));
-      });
+      nodeBox.append(...statsSection(st, page.dense));
     } else if (n.kind === "feature") {
       nodeBox.append(h("div", { class: "il-metric" }, "no statistics for its layer: g.show(stats={layer: ilab.analyses.feature_stats.feature_stats(...)})"));
     }
@@ -420,34 +393,6 @@ export function render({ model, el }) {
       for (const [, label, w] of rows) list.append(h("div", {}, `${label} ${fmt(w, 4)}`));
       nodeBox.append(list);
     }
-  }
-
-  function histogram(st) {
-    const counts = st.hist_counts ?? [];
-    const most = Math.max(1, ...counts);
-    const W = 300;
-    const H = 60;
-    const bw = W / Math.max(1, counts.length);
-    const box = h("div", { class: "il-histogram", style: { margin: "4px 0" } });
-    const svgNS = "http://www.w3.org/2000/svg";
-    const svg = document.createElementNS(svgNS, "svg");
-    svg.setAttribute("width", String(W));
-    svg.setAttribute("height", String(H));
-    counts.forEach((c, i) => {
-      const r = document.createElementNS(svgNS, "rect");
-      const hgt = c > 0 ? Math.max(1, (H * Math.log1p(c)) / Math.log1p(most)) : 0;
-      r.setAttribute("x", String(i * bw));
-      r.setAttribute("y", String(H - hgt));
-      r.setAttribute("width", String(Math.max(0.5, bw - 0.5)));
-      r.setAttribute("height", String(hgt));
-      r.setAttribute("fill", "#4c78a8");
-      r.dataset.count = String(c);
-      svg.append(r);
-    });
-    const e = st.hist_edges ?? []; // log10 of the activations at the bins' edges (FeatureStats)
-    box.append(svg, h("div", { class: "il-metric", style: { fontSize: "11px" } },
-      `activation histogram: ${counts.length} bins, equal in log10, ${fmt(10 ** e[0], 3)} to ${fmt(10 ** e[e.length - 1], 3)}; bar height: log count`));
-    return box;
   }
 
   const nameBox = h("input", { type: "text", class: "il-group-name", placeholder: "supernode name", style: { width: "140px" } });
