@@ -373,7 +373,7 @@ def test_an_exported_feature_view_answers_token_and_feature_clicks_offline(tmp_p
     from harness import CLEAN, CORRUPT, write_notebook
 
     code = ("import interplab as ilab\nlab = ilab.Lab.load('ioi-tiny')\nsae = ilab.SAE.load('ioi-tiny-sae')\n"
-            f"view = lab.features({CLEAN!r}, sae).show(contexts=[{CLEAN!r}])\nview")
+            f"view = lab.features({CLEAN!r}, sae).show()\nview")  # its page: the shipped statistics
     sweep = (f"lab.patch_sweep({CLEAN!r}, {CORRUPT!r}, sae, ('feature', 'pos'), ilab.logit_diff(' Mary', ' John'), "
              "method='attribution', progress=False).show()")
     nb = execute(write_notebook(tmp_path / "features.ipynb", [code, sweep]), tmp_path / "features.ipynb")
@@ -393,6 +393,13 @@ def test_an_exported_feature_view_answers_token_and_feature_clicks_offline(tmp_p
         feature = traits["top"][pos][0][0]
         rows.first.click()
         assert fv.locator(".il-fpanel .il-bars-title").first.inner_text().startswith(f"F{feature}:")
+        # the feature's page from the saved statistics: densities beside the rows, its histogram and examples
+        densities = [float(fv.locator(".il-frow .il-fdensity").nth(i).get_attribute("data-value"))
+                     for i in range(rows.count())]
+        assert densities == pytest.approx([traits["densities"][str(f)] for f, _ in traits["top"][pos]], abs=1e-9)
+        st = traits["panels"][str(feature)]["stats"]
+        assert fv.locator(".il-fpanel .il-histogram rect").count() == len(st["hist_counts"])
+        assert fv.locator(".il-fpanel .il-context mark.il-fire").count() == len(st["top"]) + sum(map(len, st["bands"]))
 
         pg = page.page
         pg.set_viewport_size({"width": 1300, "height": 600})  # the view is taller than the window

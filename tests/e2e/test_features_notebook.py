@@ -58,6 +58,11 @@ def test_the_feature_view_renders_and_a_token_click_paints_its_top_features(feat
                                  ".map((e) => e.textContent).join(' | ')", i)
         assert rows == want, (rows, want)
         assert f"(position {s2})" in title, title
+        # the feature page from the shipped statistics: each row's density, the selected feature's histogram
+        n_dens = nb.page.evaluate("(i) => window.__il.cellNode(i).querySelectorAll('.il-frow .il-fdensity').length", i)
+        assert n_dens == len(want), n_dens
+        assert nb.page.evaluate("(i) => window.__il.cellNode(i).querySelectorAll('.il-fpanel .il-histogram rect')"
+                                ".length", i) > 0
         # the click reached the kernel: the view's pos is S2 there too
         got = None
         for _ in range(100):

@@ -66,7 +66,7 @@ APP = textwrap.dedent(f'''
 
     @app.cell
     def _(clean, corrupt, ilab, lab):
-        features = lab.features(clean, ilab.SAE.load("ioi-tiny-sae")).show(contexts=[clean, corrupt])
+        features = lab.features(clean, ilab.SAE.load("ioi-tiny-sae")).show()
         features
         return (features,)
 
@@ -381,6 +381,10 @@ def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
         feature = rows.first.get_attribute("data-feature")
         rows.first.click()
         assert fv.locator(".il-fpanel .il-bars-title").first.inner_text().startswith(f"F{feature}:")
+        # its page from the shipped statistics: a density beside each row, the histogram and the corpus's examples
+        assert fv.locator(".il-frow .il-fdensity").count() == rows.count()
+        assert fv.locator(".il-fpanel .il-histogram rect").count() > 0
+        assert fv.locator(".il-fpanel .il-context mark.il-fire").count() > 0
         fv.locator(".il-falpha").focus()
         for _ in range(3):
             page.keyboard.press("ArrowRight")

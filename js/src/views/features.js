@@ -163,7 +163,7 @@ export function render({ model, el }) {
         h("span", { class: "il-tok", text: visible(String(tok)) }), h("span", { class: "il-val", text: fmt(v) }))));
     const st = panel.stats; // its page over the corpus (FeatureStats), when the view has statistics
     const where = st ? [h("div", { class: "il-fstats" }, h("div", { class: "il-bars-title",
-      text: `F${feature} over ${panel.corpus ?? "the corpus"}` }), ...statsSection(st, st.density > Number(
+      text: `F${feature}: its page over ${panel.corpus ?? "the corpus"}` }), ...statsSection(st, st.density > Number(
       state.get("dense_threshold", 0.1))))]
       : [h("div", { class: "il-bars-title", text: `F${feature}: where it fires most${panel.corpus ? ` in ${panel.corpus}` : ""}` }),
         h("div", { class: "il-fcontexts" }, (panel.contexts ?? []).map((c) =>
