@@ -15,7 +15,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_circuit_tracer_ref import (  # noqa: E402
-    MODEL, PROMPT, SHIPPED, circuit_tracer_model, circuit_tracer_transcoders, read_saelens, theirs)
+    MODEL,
+    PROMPT,
+    SHIPPED,
+    circuit_tracer_model,
+    circuit_tracer_transcoders,
+    read_saelens,
+    theirs,
+)
 from transformers import AutoTokenizer  # noqa: E402
 
 

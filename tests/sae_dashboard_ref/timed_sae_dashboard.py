@@ -13,14 +13,19 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_sae_dashboard_ref import HOOK, N_BANDS, N_BINS, SAE_FOLDER, TOP_K, tl_model  # noqa: E402
-
 from sae_dashboard.components_config import (  # noqa: E402
-    ActsHistogramConfig, Column, FeatureTablesConfig, LogitsHistogramConfig, LogitsTableConfig, SequencesConfig)
+    ActsHistogramConfig,
+    Column,
+    FeatureTablesConfig,
+    LogitsHistogramConfig,
+    LogitsTableConfig,
+    SequencesConfig,
+)
 from sae_dashboard.layout import SaeVisLayoutConfig  # noqa: E402
 from sae_dashboard.sae_vis_data import SaeVisConfig  # noqa: E402
 from sae_dashboard.sae_vis_runner import SaeVisRunner  # noqa: E402
 from sae_lens import SAE  # noqa: E402
+from test_sae_dashboard_ref import HOOK, N_BANDS, N_BINS, SAE_FOLDER, TOP_K, tl_model  # noqa: E402
 
 
 def main(tokens_file: str, repeats: str) -> None:
