@@ -23,6 +23,7 @@ stopped and the norms frozen (Engine.run(frozen_norms=True)).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -235,52 +236,147 @@ class AttributionGraph:
             raise OutOfRangeError("no node given: pass feature nodes (indices or (layer, pos, feature)).")
         return sorted(set(out))
 
-    def predicted(self, nodes, factor: float = 0.0) -> dict:
-        """What the graph predicts for the logit nodes when the features' activations are multiplied by factor:
-        'direct' through the intervened features' own edges to the logits; 'total' also through every feature
-        downstream, each responding linearly to its pre-activation's change (errors and tokens fixed). In units of
-        each logit node's target: the logit minus the mean logit."""
+    def predicted(self, nodes, factor: float = 0.0, add: float = 0.0) -> dict:
+        """What the graph predicts for the logit nodes when the features' activations a become factor * a + add
+        (factor 0: ablated; factor 1 and add alpha: steered by alpha): 'direct' through the intervened features' own
+        edges to the logits; 'total' also through every feature downstream, each responding linearly to its
+        pre-activation's change (errors and tokens fixed). In units of each logit node's target: the logit minus the
+        mean logit."""
         idx = self.feature_nodes(nodes)
         change = torch.zeros(self.n_features)
-        change[idx] = float(factor) - 1.0  # relative change of each intervened feature's activation
-        to_feat = self.adjacency[:self.n_features, :self.n_features]
+        # each intervened feature's relative change (edges are per unit of relative change: a_s * d target / d a_s)
+        change[idx] = (float(factor) - 1.0) + float(add) / self.activations[idx].clamp(min=1e-12)
         to_logit = self.adjacency[self.logit_start:, :self.n_features]
-        direct = to_logit @ change
-        rel = change.clone()
+        return {"direct": (to_logit @ change).tolist(),
+                "total": (to_logit @ self._responding(change, fixed=change != 0)).tolist()}
+
+    def _responding(self, start: torch.Tensor, fixed: torch.Tensor, pre: torch.Tensor | None = None) -> torch.Tensor:
+        """Every feature's relative change once the features downstream respond linearly to their pre-activations'
+        change: the `fixed` ones keep `start`; the others move by (their edges' sum [+ pre]) / activation."""
+        to_feat = self.adjacency[:self.n_features, :self.n_features]
         acts = self.activations.clamp(min=1e-12)
+        extra = torch.zeros(self.n_features) if pre is None else pre
+        rel = start.clone()
         for _ in range(self.n_layers):  # features only read earlier layers: n_layers rounds reach the fixed point
-            delta_pre = to_feat @ rel  # change of each feature's pre-activation
-            rel = change + torch.where(change == 0, delta_pre / acts, torch.zeros_like(delta_pre))
-        return {"direct": direct.tolist(), "total": (to_logit @ rel).tolist()}
+            rel = torch.where(fixed, start, (to_feat @ rel + extra) / acts)
+        return rel
 
-    def intervene(self, nodes, factor: float = 0.0) -> dict:
-        """Run the model (everything live) with these features' activations multiplied by factor (0: ablated):
-        each one's decoder vector times (factor - 1) * activation added to its MLP's output at its position.
-        Returns the logit nodes' targets (logit minus mean logit) before and after, the graph's prediction
-        (`predicted`) and the new top tokens."""
-        from ..metrics import top_k
-
-        engine = engine_of(self.lab)
-        if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor != factor:
-            raise OutOfRangeError(f"factor={factor!r}: a number (0 ablates, 1 leaves as is, 2 doubles).")
-        idx = self.feature_nodes(nodes)
+    def intervene(self, nodes, factor: float = 0.0, add: float = 0.0) -> dict:
+        """Run the model (everything live) with these features' activations a set to factor * a + add (factor 0:
+        ablated; factor 1, add alpha: steered): each one's decoder vector times the change added to its MLP's output
+        at its position. Returns the logit nodes' targets (logit minus mean logit) before and after, the graph's
+        prediction (`predicted`) and the new top tokens."""
         if self.transcoders_obj is None:
             raise InterplabError("this graph does not hold its transcoders (made elsewhere): build it with "
                                  "ilab.analyses.graph.attribution_graph to intervene.")
+        for name, v in (("factor", factor), ("add", add)):
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v or abs(v) == float("inf"):
+                raise OutOfRangeError(f"{name}={v!r}: a finite number (factor 0 ablates, 1 leaves as is, 2 doubles; "
+                                      f"add steers by that much).")
+        idx = self.feature_nodes(nodes)
         vectors: dict[tuple[int, int], torch.Tensor] = {}
         for i in idx:
             layer, pos, feat = (int(v) for v in self.features[i])
-            vec = (float(factor) - 1.0) * float(self.activations[i]) * self.transcoders_obj[layer].W_dec[feat]
+            delta = (float(factor) - 1.0) * float(self.activations[i]) + float(add)
+            vec = delta * self.transcoders_obj[layer].W_dec[feat]
             vectors[layer, pos] = vectors.get((layer, pos), 0) + vec
         steers = [edits.steer("mlp_out", layer, vector=v, pos=pos) for (layer, pos), v in vectors.items()]
+        out = self._live(steers)
+        return {"nodes": idx, "factor": float(factor), "add": float(add), **out,
+                "predicted": self.predicted(idx, factor, add)}
+
+    def heads(self, heads) -> list[tuple[int, int]]:
+        """(layer, head) pairs from pairs or names such as "L2H0"; OutOfRangeError for any other."""
+        engine = engine_of(self.lab)
+        if isinstance(heads, (str, tuple)):
+            heads = [heads]
+        out = []
+        for h in heads:
+            name = h
+            if isinstance(h, str):
+                m = re.fullmatch(r"\s*L(\d+)\s*H(\d+)\s*", h, flags=re.IGNORECASE)
+                h = (int(m.group(1)), int(m.group(2))) if m else None
+            if not (isinstance(h, tuple) and len(h) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                 for v in h)
+                    and 0 <= h[0] < self.n_layers and 0 <= h[1] < engine.n_heads):
+                raise OutOfRangeError(f"head {name!r}: a (layer, head) pair or a name like 'L2H0', layer in "
+                                      f"0..{self.n_layers - 1}, head in 0..{engine.n_heads - 1}.")
+            out.append(h)
+        if not out:
+            raise OutOfRangeError("no head given: pass (layer, head) pairs or names like 'L2H0'.")
+        return sorted(set(out))
+
+    def predicted_heads(self, heads) -> dict:
+        """What the graph predicts for the logit nodes when these attention heads' outputs are removed (their z
+        zeroed at every position, as intervene_heads does live): 'direct' with every feature fixed, 'total' with the
+        active features responding linearly to their pre-activations' change, to the fixed point. Both exact in the
+        replacement model, which is linear in a head's output: the removed heads' z are cut from the graph (no path
+        runs through them) and tangents pushed forward through it (J @ v by a double backward), one product giving
+        every feature's pre-activation and every logit target at once."""
+        heads = self.heads(heads)
+        if self.transcoders_obj is None:
+            raise InterplabError("this graph does not hold its transcoders: build it with "
+                                 "ilab.analyses.graph.attribution_graph.")
+        engine = engine_of(self.lab)
+        layers = sorted({layer for layer, _ in heads})
+        cut = [edits.stop_grad("z", layer, head=h) for layer, h in heads]
+        lin = Linearised(engine, self.prompt, self.frozen_edits() + cut, self.features, self.logit_ids,
+                         self.transcoders_obj, self.n_layers, also=[("z", layer) for layer in layers])
+        zs = [lin.cache["z", layer] for layer in layers]
+        outs = lin.inputs[:self.n_layers]  # each MLP's output: where a feature's change enters
+        removal = []
+        for layer, z in zip(layers, zs):
+            d_head = z.shape[-1] // engine.n_heads
+            mask = torch.zeros(z.shape[-1], dtype=z.dtype, device=z.device)
+            for hl, h in heads:
+                if hl == layer:
+                    mask[h * d_head:(h + 1) * d_head] = 1
+            removal.append(-(z.detach() * mask))
+        targets = torch.cat(lin.groups)
+        u = torch.zeros_like(targets, requires_grad=True)
+        back = torch.autograd.grad(targets, zs + outs, grad_outputs=u, create_graph=True, allow_unused=True)
+
+        def push(tangents: list) -> torch.Tensor:  # J @ tangents: the change of every target
+            used = [(b, t) for b, t in zip(back, tangents) if b is not None]
+            return torch.autograd.grad([b for b, _ in used], u, grad_outputs=[t for _, t in used],
+                                       retain_graph=True)[0].detach().float().cpu()
+
+        feats = self.features
+        delta = torch.zeros(self.n_features)  # each active feature's activation change
+        direct = None
+        for _ in range(self.n_layers + 1):  # features read only earlier layers: n_layers + 1 rounds are exact
+            moved = [torch.zeros_like(o) for o in outs]
+            for layer in range(self.n_layers):
+                here = (feats[:, 0] == layer).nonzero()[:, 0]
+                if len(here) and delta[here].abs().max() > 0:
+                    dec = self.transcoders_obj[layer].W_dec[feats[here, 2]].to(moved[layer])
+                    moved[layer][0].index_add_(0, feats[here, 1].to(moved[layer].device),
+                                               delta[here].to(dec)[:, None] * dec)
+            change = push(removal + moved)
+            if direct is None:
+                direct = change[self.n_features:]
+            delta = change[:self.n_features]  # a feature's activation moves with its pre-activation
+        return {"direct": direct.tolist(), "total": change[self.n_features:].tolist()}
+
+    def intervene_heads(self, heads) -> dict:
+        """Run the model (everything live) with these heads' outputs zeroed at every position; the logit nodes'
+        targets before and after, and the graph's prediction (`predicted_heads`)."""
+        heads = self.heads(heads)
+        out = self._live([edits.zero("z", layer, head=h) for layer, h in heads])
+        return {"heads": heads, **out, "predicted": self.predicted_heads(heads)}
+
+    def _live(self, edit_list: list) -> dict:
+        """The logit nodes' targets of the real model as is and with these edits, and the edited run's top tokens."""
+        from ..metrics import top_k
+
+        engine = engine_of(self.lab)
         before = engine.run(self.prompt, log=False).last_logits[0].float()
-        after = engine.run(self.prompt, steers, log=False, memo=False).last_logits[0].float()
+        after = engine.run(self.prompt, edit_list, log=False, memo=False).last_logits[0].float()
         target = lambda logits: [float(logits[i] - logits.mean()) for i in self.logit_ids]  # noqa: E731
         ids, probs = top_k(after[None], 5)
         tokens = [engine.to_string([i]) for i in ids[0]]
-        return {"nodes": idx, "factor": float(factor), "before": target(before), "after": target(after),
-                "real": [a - b for a, b in zip(target(after), target(before))],
-                "predicted": self.predicted(idx, factor), "top": list(zip(tokens, probs[0]))}
+        return {"before": target(before), "after": target(after),
+                "real": [a - b for a, b in zip(target(after), target(before))], "top": list(zip(tokens, probs[0]))}
 
     def show(self, **kw):
         """The graph view (interplab.views.graph)."""
@@ -514,10 +610,12 @@ class Linearised:
     product over the one graph)."""
 
     def __init__(self, engine: Engine, prompt: str, frozen: list, features: torch.Tensor, logit_ids: list,
-                 transcoders: Transcoders, n_layers: int):
+                 transcoders: Transcoders, n_layers: int, also: list | None = None):
         cache = [("mlp_in", layer) for layer in range(n_layers)] \
             + [("mlp_out", layer) for layer in range(n_layers)] + [("resid_pre", 0)]
-        run = engine.run(prompt, frozen, cache=cache, grad=True, log=False, memo=False, frozen_norms=True)
+        run = engine.run(prompt, frozen, cache=cache + list(also or []), grad=True, log=False, memo=False,
+                         frozen_norms=True)
+        self.cache = run.cache  # `also`: more sites recorded in the same graph (a head's z, for predicted_heads)
         self.groups = []  # per layer the active features' pre-activations, then the logit targets: node order
         for layer in range(n_layers):
             here = (features[:, 0] == layer).nonzero()[:, 0]

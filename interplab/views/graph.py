@@ -10,8 +10,9 @@ width by |weight|, colour by sign. Hover a node: what it is, its activation and 
 contexts (from stats). Click: the node's page in the side panel (the feature page when stats are given: density, the
 activation histogram, top examples and examples per activation band, the firing token marked; the node's direct
 effects on the logit nodes; its strongest inputs and outputs). Shift-click pins nodes into a subgraph; pinned nodes
-can be grouped into named supernodes. The intervention panel scales the pinned features (or the selected one) and
-shows the live logits (g.intervene) beside what the graph predicted (g.predicted).
+can be grouped into named supernodes. The intervention panel zeroes, scales or steers the pinned features (or the
+selected one), or zeroes attention heads named in its box ("L2H0 L1H2"), and shows the live logits (g.intervene,
+g.intervene_heads) beside what the graph predicted (g.predicted, g.predicted_heads).
 
 Every number is computed here from the graph's public API; the page draws them. Requests that need the model (an
 intervention) or the statistics (a page) run as jobs on the lab's worker.
@@ -19,6 +20,7 @@ intervention) or the statistics (a page) run as jobs on the lab's worker.
 
 from __future__ import annotations
 
+import re
 import time
 
 import traitlets as t
@@ -26,7 +28,7 @@ import traitlets as t
 from .. import display
 from ..analyses.feature_stats import DENSE
 from ..analyses.graph import AttributionGraph
-from ..errors import InterplabError
+from ..errors import InterplabError, OutOfRangeError
 from ..widgets.base import Field, Float, LabWidget, MessageError, Str
 from ..widgets.jobs import job
 
@@ -36,6 +38,7 @@ MAX_EDGES = 10000  # the page draws at most this many edges (the strongest): a f
 SUMMARIES = 600  # hover summaries (density, top contexts) for at most this many features, the most influential
 SUMMARY_CONTEXTS = 3
 FACTOR = (-10.0, 10.0)
+ALPHA = (-100.0, 100.0)  # a steer adds at most this much to a feature's activation
 NODE_KINDS = ("feature", "error", "token", "logit")
 
 
@@ -61,7 +64,9 @@ class GraphView(LabWidget):
     numbers); title; dense_threshold.
 
     Requests (page -> kernel): select {node}, pin {node} (pins or unpins), group {name} (the pinned nodes become a
-    supernode), ungroup {name}, intervene {factor} (the pinned features, or the selected one, scaled)."""
+    supernode), ungroup {name}, intervene {factor} (the pinned features, or the selected one, scaled), steer
+    {alpha} (their activations plus alpha), heads {names} (attention heads such as "L2H0 L1H2", their outputs
+    zeroed)."""
 
     _view_kind = t.Unicode("graph").tag(sync=True)
     REQUESTS = {
@@ -70,6 +75,8 @@ class GraphView(LabWidget):
         "group": {"name": "string"},
         "ungroup": {"name": "string"},
         "intervene": {"factor": "number"},
+        "steer": {"alpha": "number"},
+        "heads": {"names": "string"},
     }
 
     tokens = t.List().tag(sync=True)
@@ -97,7 +104,8 @@ class GraphView(LabWidget):
         names = [s["name"] for s in self.supernodes]
         return {"select": {"node": NodeIndex(self._indices)}, "pin": {"node": NodeIndex(self._indices)},
                 "group": {"name": Str(60, min_len=1)}, "ungroup": {"name": SupernodeName(names)},
-                "intervene": {"factor": Float(*FACTOR)}}
+                "intervene": {"factor": Float(*FACTOR)}, "steer": {"alpha": Float(*ALPHA)},
+                "heads": {"names": Str(200, min_len=1)}}
 
     def _handle_select(self, node: int) -> None:
         self.selected = node
@@ -129,6 +137,14 @@ class GraphView(LabWidget):
     def on_intervene(self, fn, remove: bool = False):
         """fn(factor=) when the intervention panel's button is pressed."""
         return self._register("intervene", fn, remove)
+
+    def on_steer(self, fn, remove: bool = False):
+        """fn(alpha=) when the intervention panel's Steer button is pressed."""
+        return self._register("steer", fn, remove)
+
+    def on_heads(self, fn, remove: bool = False):
+        """fn(names=) when the intervention panel's Zero heads button is pressed."""
+        return self._register("heads", fn, remove)
 
     def targets(self) -> list[int]:
         """The features an intervention acts on: the pinned feature nodes, else the selected one if a feature."""
@@ -242,12 +258,26 @@ def node_page(g: AttributionGraph, i: int, stats: dict | None = None, k: int = 6
             "outputs": [[j, _label(g.node(j)), float(col[j])] for j in outs if col[j] != 0]}
 
 
-def intervention(g: AttributionGraph, nodes: list[int], factor: float) -> dict:
-    """g.intervene(nodes, factor) as plain numbers, the logit nodes' tokens beside them."""
-    out = g.intervene(nodes, factor)
-    return {"nodes": [int(i) for i in out["nodes"]], "labels": [_label(g.node(int(i))) for i in out["nodes"]],
-            "factor": out["factor"], "tokens": list(g.logit_tokens), "before": out["before"], "after": out["after"],
-            "real": out["real"], "direct": out["predicted"]["direct"], "total": out["predicted"]["total"],
+def intervention(g: AttributionGraph, nodes: list[int], factor: float, add: float = 0.0) -> dict:
+    """g.intervene(nodes, factor, add) as plain numbers, the logit nodes' tokens beside them."""
+    out = g.intervene(nodes, factor, add)
+    labels = [_label(g.node(int(i))) for i in out["nodes"]]
+    what = f"{', '.join(labels)} " + (f"x {factor:g}" if add == 0 else f"+ {add:g} (steered)" if factor == 1
+                                      else f"x {factor:g} + {add:g}")
+    return {"nodes": [int(i) for i in out["nodes"]], "labels": labels, "what": what, "factor": out["factor"],
+            "add": out["add"], **_numbers(g, out)}
+
+
+def head_intervention(g: AttributionGraph, names: str) -> dict:
+    """g.intervene_heads(heads named in `names`, e.g. "L2H0 L1H2") as plain numbers."""
+    out = g.intervene_heads([n for n in re.split(r"[\s,;]+", names) if n])
+    heads = [f"L{layer}H{h}" for layer, h in out["heads"]]
+    return {"heads": heads, "what": f"heads {', '.join(heads)} zeroed", **_numbers(g, out)}
+
+
+def _numbers(g: AttributionGraph, out: dict) -> dict:
+    return {"tokens": list(g.logit_tokens), "before": out["before"], "after": out["after"], "real": out["real"],
+            "direct": out["predicted"]["direct"], "total": out["predicted"]["total"],
             "top": [[tok, float(p)] for tok, p in out["top"]]}
 
 
@@ -278,27 +308,49 @@ def show_graph(g: AttributionGraph, stats: dict | None = None, *, full: bool = F
 
         job(worker(), view, f"page:{id(view)}", lambda: node_page(g, node, stats), show)
 
-    def on_intervene(factor: float) -> None:
-        targets = view.targets()
-        if not targets:
-            raise InterplabError("select a feature node (click) or pin features (shift-click) to intervene on")
+    def run(what: str, compute) -> None:
+        """The intervention `compute` on the worker; its numbers become the panel's (the latest request wins)."""
         if lab is None:
             raise InterplabError("an intervention runs the model: build the graph with "
                                  "ilab.analyses.graph.attribution_graph(lab, ...)")
-        view.factor = factor
-        what = "zeroing" if factor == 0 else f"scaling by {factor:g}"
-        view.status = f"{what} {len(targets)} feature{'s' if len(targets) > 1 else ''}..."
+        view.status = f"{what}..."
         t0 = time.perf_counter()
 
         def show(out):
             view.intervention = out
-            view.status = f"{what} {len(targets)} feature{'s' if len(targets) > 1 else ''}: the model ran in " \
-                          f"{1000 * (time.perf_counter() - t0):.0f} ms"
+            view.status = f"{what}: the model ran in {1000 * (time.perf_counter() - t0):.0f} ms"
 
-        job(worker(), view, f"intervene:{id(view)}", lambda: intervention(g, targets, factor), show)
+        job(worker(), view, f"intervene:{id(view)}", compute, show)
+
+    def features_to_edit() -> list[int]:
+        targets = view.targets()
+        if not targets:
+            raise InterplabError("select a feature node (click) or pin features (shift-click) to intervene on")
+        return targets
+
+    def on_intervene(factor: float) -> None:
+        targets = features_to_edit()
+        view.factor = factor
+        what = "zeroing" if factor == 0 else f"scaling by {factor:g}"
+        run(f"{what} {len(targets)} feature{'s' if len(targets) > 1 else ''}",
+            lambda: intervention(g, targets, factor))
+
+    def on_steer(alpha: float) -> None:
+        targets = features_to_edit()
+        run(f"steering {len(targets)} feature{'s' if len(targets) > 1 else ''} by {alpha:g}",
+            lambda: intervention(g, targets, 1.0, alpha))
+
+    def on_heads(names: str) -> None:
+        try:
+            g.heads([n for n in re.split(r"[\s,;]+", names) if n])  # checked here: a bad name is the reply's error
+        except OutOfRangeError as e:
+            raise MessageError(f"'names': {e}") from None
+        run(f"zeroing heads {names.strip()}", lambda: head_intervention(g, names))
 
     view.on_select(on_select)
     view.on_intervene(on_intervene)
+    view.on_steer(on_steer)
+    view.on_heads(on_heads)
     return view
 
 

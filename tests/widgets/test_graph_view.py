@@ -127,6 +127,23 @@ def test_a_select_shows_the_nodes_page_and_an_intervention_the_live_model(lab, t
     assert r["total"] == pytest.approx(g.predicted(pins, 0.5)["total"], abs=1e-6)
     hand = hand_ablated_targets(lab, tcs, g, pins, 0.5)
     assert max(abs(a - b) for a, b in zip(r["after"], hand)) <= 1e-4 * max(map(abs, hand))
+    # steer them by +2: g.intervene(pins, 1, add=2), whose live side tests/features/test_graph_interventions.py
+    # checks against a hook
+    assert view.send_test_message({"type": "steer", "alpha": 2.0})["ok"]
+    lab.engine.worker.join()
+    r = view.intervention
+    want = g.intervene(pins, 1.0, add=2.0)
+    assert r["nodes"] == pins and r["add"] == 2.0 and "steered" in r["what"]
+    assert r["real"] == pytest.approx(want["real"], abs=1e-5)
+    assert r["total"] == pytest.approx(want["predicted"]["total"], abs=1e-6)
+    # zero two heads: g.intervene_heads
+    assert view.send_test_message({"type": "heads", "names": "L2H0, l1h2"})["ok"]
+    lab.engine.worker.join()
+    r = view.intervention
+    want = g.intervene_heads([(2, 0), (1, 2)])
+    assert r["heads"] == ["L1H2", "L2H0"] and r["what"] == "heads L1H2, L2H0 zeroed"
+    assert r["real"] == pytest.approx(want["real"], abs=1e-5)
+    assert r["direct"] == pytest.approx(want["predicted"]["direct"], abs=1e-6)
     assert not ilab.attached_hooks()
 
 
@@ -142,6 +159,10 @@ def test_pins_and_supernodes_and_bad_requests(lab, graph):
                       ({"type": "ungroup", "name": "x"}, "no supernode 'x'"),
                       ({"type": "intervene", "factor": 11}, "out of range"),
                       ({"type": "intervene", "factor": 0}, "select a feature node"),
+                      ({"type": "steer", "alpha": 101}, "out of range"),
+                      ({"type": "steer", "alpha": 1}, "select a feature node"),
+                      ({"type": "heads", "names": "L9H0"}, "a (layer, head) pair or a name like 'L2H0'"),
+                      ({"type": "heads", "names": ""}, "'names'"),
                       ({"type": "zap"}, "unknown message type")]:
         reply = view.send_test_message(msg)
         assert reply["ok"] is False and text in reply["error"], (msg, reply)
@@ -265,6 +286,18 @@ def test_a_real_click_shows_the_feature_page_and_the_panel_the_intervention(page
     assert [r[1] for r in rows] == pytest.approx(want["predicted"]["direct"], abs=1e-6)
     assert [r[2] for r in rows] == pytest.approx(want["predicted"]["total"], abs=1e-6)
     assert [r[3] for r in rows] == pytest.approx(hand_real(lab, tcs, g, pins), abs=1e-4)
+    # a head typed in the box and Zero heads: the live change beside the graph's prediction
+    page.locator(w.sel(".il-heads")).fill("L2H0")
+    page.locator(w.sel(".il-heads-btn")).click()
+    b.pump(lab)
+    b.pump()
+    page.wait_for_function("(i) => window.W(i).el.querySelector('.il-intervention-what')?.textContent"
+                           " === 'heads L2H0 zeroed'", arg=w.i)
+    rows = w.js("""(w) => [...w.el.querySelectorAll('.il-intervention-row')].map((r) => [r.dataset.token,
+        Number(r.dataset.direct), Number(r.dataset.total), Number(r.dataset.real)])""")
+    want = g.intervene_heads("L2H0")
+    assert [r[1] for r in rows] == pytest.approx(want["predicted"]["direct"], abs=1e-6)
+    assert [r[3] for r in rows] == pytest.approx(want["real"], abs=1e-5)
     out = measure(page, "(i) => window.W(i).el", w.i)
     assert out["problems"] == [], out["problems"]
     assert not ilab.attached_hooks()

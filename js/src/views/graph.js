@@ -5,8 +5,8 @@
 // select {node} (its page in the side panel: the feature page the kernel computes from the statistics); shift-click:
 // pin {node} (pinned nodes form the subgraph: ringed, their edges drawn on top, listed with a name box that groups
 // them into a supernode: group {name}; ungroup {name}). The intervention panel: intervene {factor} (zero or scale
-// the pinned features, or the selected one) shows the live logits beside the graph's prediction. The page never
-// computes a number: each is a trait.
+// the pinned features, or the selected one), steer {alpha} (add to their activations), heads {names} (zero attention
+// heads) shows the live logits beside the graph's prediction. The page never computes a number: each is a trait.
 import { context, statsSection } from "../featurepage.js";
 import { fmt, h, recordPaint, scheduler, shell, textWidth, visible } from "../plot.js";
 
@@ -403,6 +403,12 @@ export function render({ model, el }) {
   const scaleBtn = h("button", { type: "button", class: "il-scale-btn" }, "Scale");
   zeroBtn.addEventListener("click", () => state.request("intervene", { factor: 0 }));
   scaleBtn.addEventListener("click", () => state.request("intervene", { factor: Number(factorBox.value) }));
+  const alphaBox = h("input", { type: "number", class: "il-alpha", step: "1", value: "2", style: { width: "64px" } });
+  const steerBtn = h("button", { type: "button", class: "il-steer-btn" }, "Steer");
+  steerBtn.addEventListener("click", () => state.request("steer", { alpha: Number(alphaBox.value) }));
+  const headsBox = h("input", { type: "text", class: "il-heads", placeholder: "L2H0 L1H2", style: { width: "120px" } });
+  const headsBtn = h("button", { type: "button", class: "il-heads-btn" }, "Zero heads");
+  headsBtn.addEventListener("click", () => state.request("heads", { names: headsBox.value }));
 
   function showSubgraph() {
     const pins = [...pinned()];
@@ -424,11 +430,13 @@ export function render({ model, el }) {
   }
 
   function showIntervention() {
-    interv.replaceChildren(h("div", { class: "il-bars-title" }, "intervene on the pinned features (or the selected one)"),
-      h("div", { class: "il-row" }, zeroBtn, h("label", {}, "factor ", factorBox), scaleBtn));
+    interv.replaceChildren(h("div", { class: "il-bars-title" }, "intervene on the pinned features (or the selected one), or on heads"),
+      h("div", { class: "il-row" }, zeroBtn, h("label", {}, "factor ", factorBox), scaleBtn),
+      h("div", { class: "il-row" }, h("label", {}, "add ", alphaBox), steerBtn),
+      h("div", { class: "il-row" }, h("label", {}, "heads ", headsBox), headsBtn));
     const r = model.get("intervention") ?? {};
     if (!Array.isArray(r.tokens)) return;
-    interv.append(h("div", { class: "il-metric" }, `${(r.labels ?? []).join(", ")} x ${fmt(r.factor, 3)}`));
+    interv.append(h("div", { class: "il-metric il-intervention-what" }, String(r.what ?? "")));
     const table = h("table", { class: "il-intervention-table", style: { ...MONO, borderCollapse: "collapse" } });
     table.append(h("tr", {}, h("th", {}, "logit"), h("th", {}, "predicted direct"), h("th", {}, "predicted total"),
       h("th", {}, "real")));
