@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from features.test_attribution_graph import PROMPT, HandReplacement, random_transcoders
 
 import interplab as ilab
+from features.test_attribution_graph import PROMPT, HandReplacement, random_transcoders
 from interplab.analyses.graph import attribution_graph
 from interplab.errors import OutOfRangeError
 
@@ -143,7 +143,8 @@ def test_removing_heads_live_and_as_the_hand_replacement_model_predicts(lab, tcs
                 # a head's removal in the feature's own layer is added after the hand model's MLP input: its
                 # frozen ln_2, added here
                 delta = removed[layer][pos]
-                x = x + (delta - delta.mean()) / hand.scales[f"ln2.{layer}"][pos] * lab.model.transformer.h[layer].ln_2.weight
+                ln_2 = lab.model.transformer.h[layer].ln_2
+                x = x + (delta - delta.mean()) / hand.scales[f"ln2.{layer}"][pos] * ln_2.weight
                 delta_a[j] = x @ tcs[layer].W_enc[:, f]
         total = targets(logits, g.logit_ids) - targets(logits0, g.logit_ids)
     assert torch.allclose(torch.tensor(r["predicted"]["total"]), total, atol=1e-4 * float(total.abs().max()))
