@@ -22,6 +22,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 from geometry import judge, measure  # tests/geometry.py
 from harness import CLEAN, CORRUPT, answers_200, file_tail, free_port, wait_until_serving
 
@@ -69,6 +70,21 @@ APP = textwrap.dedent(f'''
         features = lab.features(clean, ilab.SAE.load("ioi-tiny-sae")).show()
         features
         return (features,)
+
+
+    @app.cell
+    def _(clean, ilab, lab):
+        from interplab.analyses.feature_stats import feature_stats
+        from interplab.zoo.train_ioi_tiny_sae import corpus_texts
+
+        tcs = ilab.Transcoders.load("ioi-tiny-transcoders")
+        g = ilab.analyses.graph.attribution_graph(lab, clean, tcs, progress=False)
+        docs = corpus_texts(40, seed=5)
+        layer_stats = {{layer: feature_stats(lab, docs, tcs[layer], cache=False, progress=False, top_k=3, n_bands=3,
+                                             per_band=2, context=4) for layer in range(lab.n_layers)}}
+        graph = g.show(stats=layer_stats)
+        graph
+        return (graph,)
 
 
     if __name__ == "__main__":
@@ -398,6 +414,94 @@ def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
 
         SCREENSHOT.parent.mkdir(exist_ok=True)
         page.locator(".interplab-composite").first.screenshot(path=str(SCREENSHOT))
+        assert not errors, f"JS errors on the page: {errors}"
+    finally:
+        context.close()
+        lab.engine.worker.close(timeout=10)
+
+
+def test_the_graph_view_in_marimo(marimo_server, chromium):
+    """The graph view in its shadow root: a real click on the most influential feature node shows its feature page
+    (the activation, density and histogram the same graph and statistics give here), Zero runs the live model (the
+    change a hook on the model's own MLP gives, computed here), and the geometry holds at three widths."""
+    import interplab as ilab
+    from interplab.analyses.feature_stats import feature_stats
+    from interplab.zoo.train_ioi_tiny_sae import corpus_texts
+
+    lab = ilab.Lab.load("ioi-tiny")
+    tcs = ilab.Transcoders.load("ioi-tiny-transcoders")
+    g = ilab.analyses.graph.attribution_graph(lab, CLEAN, tcs, progress=False)
+    docs = corpus_texts(40, seed=5)
+    stats = {layer: feature_stats(lab, docs, tcs[layer], cache=False, progress=False, top_k=3, n_bands=3,
+                                  per_band=2, context=4) for layer in range(lab.n_layers)}
+    context = chromium.new_context(viewport={"width": 1300, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(marimo_server.url)
+               or r.request.url.startswith(("data:", "blob:")) else r.abort())
+    root = "() => window.__m.all('.interplab-graph')[0]"
+    try:
+        page.goto(marimo_server.url, timeout=120_000)
+        page.evaluate(DEEP)
+        try:
+            page.wait_for_function(f"() => ({root})()?.querySelector('canvas.il-graph-canvas')?.__interplab_graph",
+                                   timeout=240_000, polling=250)
+        except Exception as e:
+            raise AssertionError(f"no graph drawn; JS errors {errors}; server log:\n{marimo_server.log_tail()}") from e
+        assert page.evaluate(f"() => ({root})().getRootNode() instanceof ShadowRoot")
+        painted = page.evaluate(f"""() => {{
+            const cv = ({root})().querySelector('canvas.il-graph-canvas');
+            cv.scrollIntoView({{block: 'center'}});
+            const b = cv.getBoundingClientRect(), gr = cv.__interplab_graph;
+            return gr.nodes.map((n) => [n.index, b.left + n.x, b.top + n.y]); }}""")
+        keep, _ = g.prune()
+        assert sorted(i for i, _, _ in painted) == keep.nonzero()[:, 0].tolist()
+        inf = g.influence()
+        best = max((i for i, _, _ in painted if i < g.n_features), key=lambda i: float(inf[i]))
+        x, y = next((x, y) for i, x, y in painted if i == best)
+        page.mouse.click(x, y)
+        page.wait_for_function(f"() => ({root})().querySelector('.il-page-density')", timeout=60_000)
+        got = page.evaluate(f"""() => {{ const r = ({root})();
+            return {{act: Number(r.querySelector('.il-page-act').dataset.value),
+                     density: Number(r.querySelector('.il-page-density').dataset.value),
+                     hist: [...r.querySelectorAll('.il-histogram rect')].map((e) => Number(e.dataset.count))}}; }}""")
+        node = g.node(best)
+        want = stats[node["layer"]].feature(node["feature"])
+        assert got["act"] == pytest.approx(node["activation"], rel=1e-6)
+        assert got["density"] == pytest.approx(want["density"], rel=1e-9)
+        assert got["hist"] == want["hist_counts"]
+        # Zero: the selected feature removed in the live model, beside the graph's prediction
+        page.evaluate(f"() => ({root})().querySelector('.il-graph-zero').click()")
+        page.wait_for_function(f"() => ({root})().querySelector('.il-intervention-row')", timeout=60_000)
+        rows = page.evaluate(f"""() => [...({root})().querySelectorAll('.il-intervention-row')].map((r) =>
+            [Number(r.dataset.direct), Number(r.dataset.real)])""")
+        layer, pos, feat = (int(v) for v in g.features[best])
+        vec = float(g.activations[best]) * tcs[layer].W_dec[feat]
+
+        def remove(m, args, out):
+            out = out.clone()
+            out[0, pos] -= vec
+            return out
+
+        ids = lab.tokenizer(CLEAN, return_tensors="pt").input_ids
+        h = lab.model.transformer.h[layer].mlp.register_forward_hook(remove)
+        try:
+            with torch.no_grad():
+                after = lab.model(ids).logits[0, -1]
+        finally:
+            h.remove()
+        with torch.no_grad():
+            before = lab.model(ids).logits[0, -1]
+        real = [float((after[t] - after.mean()) - (before[t] - before.mean())) for t in g.logit_ids]
+        assert [r[1] for r in rows] == pytest.approx(real, abs=1e-4)
+        assert [r[0] for r in rows] == pytest.approx((-g.adjacency[g.logit_start:, best]).tolist(), abs=1e-5)
+        for width in (1300, 900, 600):
+            page.set_viewport_size({"width": width, "height": 1000})
+            page.wait_for_timeout(300)
+            found, _ = judge(measure(page, root), f"marimo's graph view at {width} px")
+            assert not found, found
+            page.screenshot(path=str(SCREENSHOT.with_name(f"e2e_marimo_graph_{width}.png")))
         assert not errors, f"JS errors on the page: {errors}"
     finally:
         context.close()
