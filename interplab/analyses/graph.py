@@ -30,7 +30,7 @@ import torch
 from .. import display, edits
 from ..engine import Engine, engine_of
 from ..errors import InterplabError, OutOfRangeError
-from ..transcoders import Transcoders
+from ..transcoders import TRANSCODER_SETS, CrossLayerTranscoder, Transcoders
 
 NODE_THRESHOLD, EDGE_THRESHOLD = 0.8, 0.98  # circuit-tracer's defaults for prune_graph
 
@@ -52,7 +52,7 @@ class AttributionGraph:
     edge_threshold: float = EDGE_THRESHOLD
     transcoders: str | None = None
     lab: object = field(default=None, repr=False)
-    transcoders_obj: Transcoders | None = field(default=None, repr=False)
+    transcoders_obj: Transcoders | CrossLayerTranscoder | None = field(default=None, repr=False)
     errors: torch.Tensor | None = field(default=None, repr=False)  # [layer, pos, d] each MLP's error term
 
     def frozen_edits(self) -> list:
@@ -63,9 +63,9 @@ class AttributionGraph:
         """[rows] the edge from node `source` to each row's target, given the targets' gradients at the MLP outputs
         ([layer] -> [rows, pos, d]) and at the first block's input ([rows, pos, d], whose value is embed)."""
         n = self.node(source)
-        if n["kind"] == "feature":
-            vec = self.activations[source] * self.transcoders_obj[n["layer"]].W_dec[n["feature"]]
-            return grads_out[n["layer"]][:, n["pos"]] @ vec
+        if n["kind"] == "feature":  # through each of its decoders (one per later MLP for a cross-layer transcoder)
+            return sum(grads_out[layer][:, n["pos"]] @ (self.activations[source] * W_dec[n["feature"]])
+                       for layer, W_dec in self.transcoders_obj.decoders_of(n["layer"]))
         if n["kind"] == "error":
             return grads_out[n["layer"]][:, n["pos"]] @ self.errors[n["layer"], n["pos"]]
         if n["kind"] == "token":
@@ -270,8 +270,9 @@ class AttributionGraph:
         vectors: dict[tuple[int, int], torch.Tensor] = {}
         for i in idx:
             layer, pos, feat = (int(v) for v in self.features[i])
-            vec = (float(factor) - 1.0) * float(self.activations[i]) * self.transcoders_obj[layer].W_dec[feat]
-            vectors[layer, pos] = vectors.get((layer, pos), 0) + vec
+            for target, W_dec in self.transcoders_obj.decoders_of(layer):  # every MLP the feature writes to
+                vec = (float(factor) - 1.0) * float(self.activations[i]) * W_dec[feat]
+                vectors[target, pos] = vectors.get((target, pos), 0) + vec
         steers = [edits.steer("mlp_out", layer, vector=v, pos=pos) for (layer, pos), v in vectors.items()]
         before = engine.run(self.prompt, log=False).last_logits[0].float()
         after = engine.run(self.prompt, steers, log=False, memo=False).last_logits[0].float()
@@ -348,7 +349,8 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
                       batch_size: int | None = None, budget_mb: int = 512,
                       node_threshold: float = NODE_THRESHOLD, edge_threshold: float = EDGE_THRESHOLD,
                       progress: bool = True) -> AttributionGraph:
-    """The attribution graph of one prompt over per-layer transcoders (circuit-tracer's `attribute`).
+    """The attribution graph of one prompt over per-layer transcoders (ilab.Transcoders, with or without skip terms)
+    or a cross-layer transcoder (ilab.CrossLayerTranscoder): circuit-tracer's `attribute`.
 
     max_n_logits, desired_logit_prob: the logit nodes are the most likely next tokens, as few as reach
         desired_logit_prob of the probability, at most max_n_logits (circuit-tracer's defaults: 10, 0.95).
@@ -359,16 +361,12 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
     node_threshold, edge_threshold: the pruning that g.nodes, g.edges and g.to_json() show (g.prune(...) for
         others)."""
     engine = engine_of(lab)
-    if not isinstance(transcoders, Transcoders):
-        raise InterplabError(f"attribution_graph takes a transcoder set (ilab.Transcoders.load(...)), got "
-                             f"{type(transcoders).__name__}.")
+    if not isinstance(transcoders, TRANSCODER_SETS):
+        raise InterplabError(f"attribution_graph takes a transcoder set (ilab.Transcoders.load(...)) or a cross-layer "
+                             f"transcoder (ilab.CrossLayerTranscoder.load(...)), got {type(transcoders).__name__}.")
     if not isinstance(prompt, str) or not prompt:
         raise InterplabError(f"attribution_graph takes one prompt (a non-empty string), got {prompt!r}.")
     transcoders.check_fits(engine)
-    if any(t.W_skip is not None for t in transcoders):
-        raise InterplabError("attribution_graph does not yet follow a transcoder's skip connection (W_skip, a linear "
-                             "path from the MLP's input to its output): its edges would be missing. Use transcoders "
-                             "without a skip term.")
     _positive_int(max_n_logits, "max_n_logits")
     if batch_size is not None:
         _positive_int(batch_size, "batch_size")
@@ -385,8 +383,8 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
     run = engine.run(prompt, cache=sites, log=False)
     with torch.no_grad():
         x_in = [run.cache["mlp_in", layer][0].float() for layer in range(n_layers)]
-        acts = [transcoders[layer].encode(x_in[layer]) for layer in range(n_layers)]  # [pos, d_tc]
-        errors = torch.stack([run.cache["mlp_out", layer][0].float() - transcoders[layer](x_in[layer])
+        acts = [transcoders.encode_at(layer, x_in[layer]) for layer in range(n_layers)]  # [pos, d_tc]
+        errors = torch.stack([run.cache["mlp_out", layer][0].float() - transcoders.output_at(layer, acts, x_in[layer])
                               for layer in range(n_layers)])  # [layer, pos, d]
         stacked = torch.stack(acts)  # [layer, pos, d_tc]
         features = stacked.nonzero()  # (layer, pos, feature), in that order
@@ -400,7 +398,7 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
     n_pos, n_active = len(x_in[0]), len(features)
     replacement = Linearised(engine, prompt, frozen_edits(n_layers), features, logit_ids, transcoders, n_layers)
     if batch_size is None:  # per row: the gradients at every MLP output and the input, and one layer's decoder scores
-        d_tc = max(t.d_tc for t in transcoders)
+        d_tc = transcoders.d_tc
         row_bytes = 4 * n_pos * ((n_layers + 1) * engine.d_model + d_tc)
         batch_size = max(1, min(64, budget_mb * 2 ** 20 // row_bytes))  # (larger batches ran slower per row)
     sources = _Sources(features, activations, errors, replacement.embed, transcoders, n_layers, n_pos)
@@ -457,7 +455,8 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
 
 class _Sources:
     """Every source node's edge to a batch of targets: the active features (a_s * W_dec[s] . gradient at its MLP's
-    output and position), the error terms, the tokens. Columns: active features, errors (layer-major), tokens."""
+    output and position, summed over its decoders: a cross-layer transcoder's feature writes to every later MLP),
+    the error terms, the tokens. Columns: active features, errors (layer-major), tokens."""
 
     def __init__(self, features, activations, errors, embed, transcoders, n_layers: int, n_pos: int):
         self.features, self.activations, self.errors, self.embed = features, activations, errors, embed
@@ -471,8 +470,9 @@ class _Sources:
             out = torch.zeros(len(grad_embed), self.n_cols)
             for layer, here in enumerate(self.by_layer):
                 g = grads_out[layer]  # [rows, pos, d]
-                if len(here):  # every feature's decoder against every position, then the active ones
-                    scores = g @ self.transcoders[layer].W_dec.to(g.dtype).T  # [rows, pos, d_tc]
+                if len(here):  # every feature's decoders against every position, then the active ones
+                    scores = sum(grads_out[target] @ W_dec.to(g.dtype).T  # [rows, pos, d_tc]
+                                 for target, W_dec in self.transcoders.decoders_of(layer))
                     out[:, here] = scores[:, self.features[here, 1], self.features[here, 2]] * self.activations[here]
                 e0 = n_active + layer * self.n_pos
                 out[:, e0:e0 + self.n_pos] = (g * self.errors[layer]).sum(-1)
@@ -501,28 +501,30 @@ def _partial_influence(rows: torch.Tensor, row_target: torch.Tensor, logit_probs
 
 
 def frozen_edits(n_layers: int) -> list:
-    """Attention patterns frozen (no gradient through them) and each MLP's output a constant: its transcoder's
-    features and error term, whose gradients the graph reads at the MLP's output."""
-    return ([edits.stop_grad("pattern", layer) for layer in range(n_layers)]
-            + [edits.stop_grad("mlp_out", layer) for layer in range(n_layers)])
+    """Attention patterns frozen (no gradient through them). (Each MLP's output is frozen by Linearised's run: a
+    constant, its transcoder's features and error term, plus its skip term, linear in the MLP's input.)"""
+    return [edits.stop_grad("pattern", layer) for layer in range(n_layers)]
 
 
 class Linearised:
-    """One forward of the replacement model's linear part: patterns and MLP outputs' gradients stopped, norms frozen
-    (the values are the model's own). Its targets are every active feature's pre-activation and each logit node's
+    """One forward of the replacement model's linear part: patterns' gradients stopped, norms frozen, each MLP's
+    output a constant in gradient but for its transcoder's skip term, linear in the MLP's input (circuit-tracer's
+    skip + (mlp_out - skip).detach()); the values are the model's own. Its targets are every active feature's pre-activation and each logit node's
     logit minus the mean logit; `gradients(rows)` backpropagates a chunk of them at once (a batched vector-Jacobian
     product over the one graph)."""
 
     def __init__(self, engine: Engine, prompt: str, frozen: list, features: torch.Tensor, logit_ids: list,
-                 transcoders: Transcoders, n_layers: int):
+                 transcoders: Transcoders | CrossLayerTranscoder, n_layers: int):
         cache = [("mlp_in", layer) for layer in range(n_layers)] \
             + [("mlp_out", layer) for layer in range(n_layers)] + [("resid_pre", 0)]
-        run = engine.run(prompt, frozen, cache=cache, grad=True, log=False, memo=False, frozen_norms=True)
+        mlps = {layer: transcoders.skip_at(layer) for layer in range(n_layers)}
+        run = engine.run(prompt, frozen, cache=cache, grad=True, log=False, memo=False, frozen_norms=True,
+                         linear_mlps=mlps)
         self.groups = []  # per layer the active features' pre-activations, then the logit targets: node order
         for layer in range(n_layers):
             here = (features[:, 0] == layer).nonzero()[:, 0]
             x = run.cache["mlp_in", layer][0]  # [pos, d]
-            enc = transcoders[layer].W_enc.to(x.device, x.dtype)
+            enc = transcoders.W_enc_at(layer).to(x.device, x.dtype)
             self.groups.append((x[features[here, 1]] * enc[:, features[here, 2]].T).sum(-1).float())
         last = run.logits[0, -1].float()
         self.groups.append(last[logit_ids] - last.mean())
