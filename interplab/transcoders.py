@@ -272,6 +272,7 @@ def _layer_of(cfg: dict, layer) -> int | None:
 
 
 def _load_saelens(folder: Path, layer) -> Transcoder:
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     if not (folder / CFG_FILE).exists() or not (folder / WEIGHTS_FILE).exists():
@@ -279,7 +280,7 @@ def _load_saelens(folder: Path, layer) -> Transcoder:
     try:
         cfg = json.loads((folder / CFG_FILE).read_text())
         w = load_file(folder / WEIGHTS_FILE)
-    except (OSError, ValueError) as e:
+    except (SafetensorError, OSError, ValueError) as e:
         raise LoadError(f"could not read the transcoder in {folder}: {e}") from None
     arch = cfg.get("architecture", "transcoder")
     activation = cfg.get("activation") or SAELENS_ARCHS.get(arch)
@@ -380,13 +381,14 @@ def _circuit_tracer_layers(files: dict[int, Path], source: str) -> list[Transcod
 
 
 def _safetensors(file: Path, needed: tuple[str, ...], hint: str) -> dict:
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     if not file.is_file():
         raise LoadError(f"{file} does not exist ({hint}).")
     try:
         w = load_file(file)
-    except (OSError, ValueError, RuntimeError) as e:
+    except (SafetensorError, OSError, ValueError) as e:
         raise LoadError(f"could not read {file}: {e}") from None
     missing = [n for n in needed if n not in w]
     if missing:
