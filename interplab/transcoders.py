@@ -426,11 +426,13 @@ class CrossLayerTranscoder:
         self.W_enc, self.b_enc, self.b_dec = (_tensor(t, n) for t, n in ((W_enc, "W_enc"), (b_enc, "b_enc"),
                                                                          (b_dec, "b_dec")))
         if self.W_enc.dim() != 3:
-            raise LoadError(f"a cross-layer transcoder's W_enc is [n_layers, d_in, d_tc]; got {list(self.W_enc.shape)}.")
+            raise LoadError(f"a cross-layer transcoder's W_enc is [n_layers, d_in, d_tc]; got "
+                            f"{list(self.W_enc.shape)}.")
         n, d_in, d_tc = self.W_enc.shape
         if not isinstance(W_dec, (list, tuple)) or len(W_dec) != n:
-            raise LoadError(f"a cross-layer transcoder's W_dec is one tensor per layer ({n}: W_dec[l] [d_tc, "
-                            f"n_layers - l, d_out]); got {type(W_dec).__name__} of {len(W_dec) if hasattr(W_dec, '__len__') else '?'}.")
+            got = f"{len(W_dec)} tensors" if isinstance(W_dec, (list, tuple)) else type(W_dec).__name__
+            raise LoadError(f"a cross-layer transcoder's W_dec is a list of one tensor per layer ({n}: W_dec[l] "
+                            f"[d_tc, n_layers - l, d_out]); got {got}.")
         self.W_dec = [_tensor(t, f"W_dec[{i}]") for i, t in enumerate(W_dec)]
         d_out = self.b_dec.shape[-1] if self.b_dec.dim() == 2 else -1
         self.threshold = _tensor(threshold, "threshold") if threshold is not None else None
@@ -527,7 +529,8 @@ class CrossLayerTranscoder:
             config = _read_yaml(where / CT_CONFIG)
             if config.get("model_kind") != "cross_layer_transcoder":
                 raise LoadError(f"{where / CT_CONFIG}: model_kind {config.get('model_kind')!r}; a cross-layer "
-                                f"transcoder's says 'cross_layer_transcoder' (a transcoder_set: ilab.Transcoders.load).")
+                                f"transcoder's says 'cross_layer_transcoder' (a transcoder_set: "
+                                f"ilab.Transcoders.load).")
             _check_hooks(config, where / CT_CONFIG)
         layers = sorted(int(m.group(1)) for f in where.iterdir() if (m := re.fullmatch(r"W_enc_(\d+)\.safetensors",
                                                                                           f.name)))

@@ -509,9 +509,9 @@ def frozen_edits(n_layers: int) -> list:
 class Linearised:
     """One forward of the replacement model's linear part: patterns' gradients stopped, norms frozen, each MLP's
     output a constant in gradient but for its transcoder's skip term, linear in the MLP's input (circuit-tracer's
-    skip + (mlp_out - skip).detach()); the values are the model's own. Its targets are every active feature's pre-activation and each logit node's
-    logit minus the mean logit; `gradients(rows)` backpropagates a chunk of them at once (a batched vector-Jacobian
-    product over the one graph)."""
+    skip + (mlp_out - skip).detach()); the values are the model's own. Its targets are every active feature's
+    pre-activation and each logit node's logit minus the mean logit; `gradients(rows)` backpropagates a chunk of
+    them at once (a batched vector-Jacobian product over the one graph)."""
 
     def __init__(self, engine: Engine, prompt: str, frozen: list, features: torch.Tensor, logit_ids: list,
                  transcoders: Transcoders | CrossLayerTranscoder, n_layers: int):

@@ -9,9 +9,9 @@ With the error terms (each MLP's real output minus its transcoder's) the replace
 exactly, which is what makes an attribution graph's nodes account for the whole output. Without them each MLP's
 output is its transcoder's prediction from the MLP's input in the replaced run (layer by layer: a transcoder reads
 what the transcoders before it produced; a cross-layer transcoder's MLP output gathers the decoders of every
-earlier layer's features, read in the replaced run too), attention and norms live, as the transcoders' card measures the loss
-recovered. How much of the graph's influence passes through error nodes is the graph's `scores()` (circuit-tracer's
-replacement and completeness scores).
+earlier layer's features, read in the replaced run too), attention and norms live, as the transcoders' card
+measures the loss recovered. How much of the graph's influence passes through error nodes is the graph's
+`scores()` (circuit-tracer's replacement and completeness scores).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """interplab's side of the circuit-tracer reference: run in the MAIN environment (.venv, where interplab and its
-transformers live), it computes ilab.analyses.graph.attribution_graph of one prompt over transcoder sets and writes what the
-reference compares to .pt files. tests/circuit_tracer_ref/test_circuit_tracer_ref.py runs it as a subprocess (once:
+transformers live), it computes ilab.analyses.graph.attribution_graph of one prompt over transcoder sets and writes
+what the reference compares to .pt files. tests/circuit_tracer_ref/test_circuit_tracer_ref.py runs it as a subprocess (once:
 loading interplab is most of its time).
 
     python tests/circuit_tracer_ref/interplab_graph.py PROMPT OUT_DIR NAME=TRANSCODERS ...   -> OUT_DIR/NAME.pt
@@ -8,9 +8,8 @@ TRANSCODERS: a folder of SAELens transcoder folders (layer_0, ...), 'ioi-tiny-tr
 config.yaml of a transcoder set, or a folder of circuit-tracer's cross-layer transcoder files (W_enc_0.safetensors,
 ...)."""
 
-from pathlib import Path
-
 import sys
+from pathlib import Path
 
 import torch
 

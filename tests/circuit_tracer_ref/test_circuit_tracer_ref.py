@@ -2,9 +2,9 @@
 circuit-tracer's TransformerLens backend), the same transcoders (written in circuit-tracer's own format: a
 config.yaml and one layer_N.safetensors per layer; a cross-layer transcoder's W_enc_N / W_dec_N.safetensors), the
 same prompt. Random TopK transcoders (with and without a skip term), random JumpReLU ones (which interplab reads from
-the very files circuit-tracer reads), a random cross-layer transcoder, and the shipped set. circuit_tracer.attribute's adjacency equals
-interplab's to 1e-4 of each row's largest entry, circuit_tracer.graph.prune_graph keeps the same nodes and edges,
-and compute_graph_scores gives the same replacement and completeness scores.
+the very files circuit-tracer reads), a random cross-layer transcoder, and the shipped set. circuit_tracer.attribute's
+adjacency equals interplab's to 1e-4 of each row's largest entry, circuit_tracer.graph.prune_graph keeps the same nodes
+and edges, and compute_graph_scores gives the same replacement and completeness scores.
 
 Runs in build/venv-saelens (scripts/circuit_tracer.sh): circuit-tracer pins transformers <= 4.57, interplab needs
 >= 5.15, so interplab's graph is computed in the main environment by interplab_graph.py (a subprocess: INTERPLAB_PYTHON,
@@ -48,8 +48,8 @@ from circuit_tracer.graph import Graph, compute_graph_scores, prune_graph  # noq
 from circuit_tracer.replacement_model.replacement_model_transformerlens import (  # noqa: E402
     TransformerLensReplacementModel,
 )
-from circuit_tracer.transcoder.cross_layer_transcoder import load_clt  # noqa: E402
 from circuit_tracer.transcoder.activation_functions import TopK  # noqa: E402
+from circuit_tracer.transcoder.cross_layer_transcoder import load_clt  # noqa: E402
 from circuit_tracer.utils.hf_utils import load_transcoders  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformer_lens import HookedTransformerConfig  # noqa: E402
