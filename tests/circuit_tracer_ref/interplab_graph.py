@@ -1,7 +1,7 @@
 """interplab's side of the circuit-tracer reference: run in the MAIN environment (.venv, where interplab and its
 transformers live), it computes ilab.analyses.graph.attribution_graph of one prompt over transcoder sets and writes
-what the reference compares to .pt files. tests/circuit_tracer_ref/test_circuit_tracer_ref.py runs it as a subprocess (once:
-loading interplab is most of its time).
+what the reference compares to .pt files. tests/circuit_tracer_ref/test_circuit_tracer_ref.py runs it as a
+subprocess (once: loading interplab is most of its time).
 
     python tests/circuit_tracer_ref/interplab_graph.py PROMPT OUT_DIR NAME=TRANSCODERS ...   -> OUT_DIR/NAME.pt
 TRANSCODERS: a folder of SAELens transcoder folders (layer_0, ...), 'ioi-tiny-transcoders', circuit-tracer's
