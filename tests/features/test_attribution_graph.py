@@ -535,3 +535,24 @@ def test_max_feature_nodes_keeps_the_most_influential_features_exactly(lab, tcs,
     # the chosen ones are among the most influential of the full graph (circuit-tracer's order, not its equal)
     top = set(graph.influence()[:graph.n_features].argsort(descending=True)[:80].tolist())
     assert len(top & set(full_index)) >= 30
+
+
+def test_a_linear_mlp_keeps_its_value_and_passes_gradients_through_its_matrix(lab):
+    """Engine.run(linear_mlps={layer: W}): the MLP's output is its real value, and its only gradient path is
+    mlp_in @ W: d target / d mlp_in = (d target / d mlp_out) @ W.T, for the recorded tensors of the same run."""
+    W = torch.randn(lab.d_model, lab.d_model, generator=torch.Generator().manual_seed(2)) * 0.1
+    plain = lab.run(PROMPT, log=False)
+    run = lab.engine.run(PROMPT, cache=[("mlp_in", 3), ("mlp_out", 3)], grad=True, log=False, memo=False,
+                         linear_mlps={3: W})
+    assert (run.logits.detach() - plain.logits).abs().max() <= 1e-6 * plain.logits.abs().max()
+    target = run.logits[0, -1, 7] - run.logits[0, -1].mean()
+    g_in, g_out = torch.autograd.grad(target, [run.cache["mlp_in", 3], run.cache["mlp_out", 3]])
+    want = g_out @ W.T
+    assert want.abs().max() > 0 and (g_in - want).abs().max() <= 1e-5 * want.abs().max()
+    none = lab.engine.run(PROMPT, cache=[("mlp_in", 3)], grad=True, log=False, memo=False, linear_mlps={3: None})
+    (g,) = torch.autograd.grad(none.logits[0, -1, 7], [none.cache["mlp_in", 3]], allow_unused=True)
+    assert g is None or g.abs().max() == 0  # None: no gradient through the MLP at all
+    for bad in ([3], {3: torch.ones(lab.d_model)}):
+        with pytest.raises(InterplabError, match="linear_mlps"):
+            lab.engine.run(PROMPT, grad=True, log=False, linear_mlps=bad)
+    assert ilab.attached_hooks() == []
