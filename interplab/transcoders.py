@@ -4,6 +4,8 @@
     tc = ilab.Transcoder.load("params.npz", layer=3)             # a Gemma Scope transcoder file
     tcs = ilab.Transcoders.load("ioi-tiny-transcoders")          # one per layer: the set shipped with ioi-tiny
     tcs = ilab.Transcoders.load("folder")                        # a folder of layer_0/, layer_1/, ... transcoders
+    tcs = ilab.Transcoders.load("set/config.yaml")               # circuit-tracer's transcoder set (or its folder)
+    clt = ilab.CrossLayerTranscoder.load("clt_folder")           # circuit-tracer's W_enc_N / W_dec_N.safetensors
     f = tc.encode(x)           # [..., d_in] -> [..., d_tc]
     y = tc.decode(f)           # [..., d_tc] -> [..., d_out]   (no skip term)
     y = tc(x)                  # decode(encode(x)) + x @ W_skip where the transcoder has a skip connection
@@ -12,6 +14,22 @@ The arithmetic is SAELens's transcoder (and circuit-tracer's single-layer transc
     pre = x @ W_enc + b_enc   (no input centring)
     relu: f = relu(pre)   jumprelu: f = relu(pre) * (pre > threshold)   topk: the k largest pre, ReLU'd, 0 elsewhere
     out = f @ W_dec + b_dec  (+ x @ W_skip)
+
+The skip term is linear in the MLP's input: in the replacement model of an attribution graph it is no node but a
+path, along which gradients flow from the MLP's output to its input (as circuit-tracer's skip + (out - skip).detach()).
+
+circuit-tracer's files: a transcoder set's config.yaml (model_kind: transcoder_set, feature_input_hook,
+feature_output_hook, `transcoders`: one path per layer, relative to the config or hf://; without it, the
+layer_N.safetensors beside it), each file W_enc [d_tc, d_in], W_dec [d_tc, d_out], b_enc, b_dec, W_skip (applied as
+x @ W_skip.T) and activation_function.threshold for a JumpReLU (a ReLU without it). Its hooks must be the MLP's input
+and output (mlp.hook_in / ln2.hook_normalized, mlp.hook_out / hook_mlp_out): a set read elsewhere (hook_resid_mid)
+would replace nothing here, and is refused.
+
+A cross-layer transcoder (CrossLayerTranscoder, circuit-tracer's CLT): one encoder per layer, each feature read at
+layer l writing to every MLP l' >= l through its own decoder; MLP l''s output is the sum of every earlier layer's
+features' decoders to it plus b_dec[l]. Transcoders and CrossLayerTranscoder answer one interface, which the
+replacement model and the attribution graph read: encode_at(layer, x), W_enc_at(layer), decoders_of(layer),
+output_at(layer, acts, x), skip_at(layer), check_fits(engine) (a set of another layer count or width: OutOfRangeError).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Attribution graphs over transcoders: which features write which, down to the logits (circuit-tracer's meaning).
 
-    tcs = ilab.Transcoders.load("ioi-tiny-transcoders")
+    tcs = ilab.Transcoders.load("ioi-tiny-transcoders")   # or an ilab.CrossLayerTranscoder
     g = ilab.analyses.graph.attribution_graph(lab, "When Mary and John went to the store, John gave a drink", tcs)
     g.nodes, g.edges            # the pruned graph: node dicts, (source, target, weight) links
     g.scores()                  # (replacement score, completeness score)
@@ -11,13 +11,17 @@ error term (the MLP's real output minus the transcoder's), attention patterns an
 frozen at the real run's values. With the error terms the replacement computes exactly the model's logits, and
 between the nodes everything is linear, so each edge is a direct effect:
     source feature s (layer l', pos p', activation a_s) -> target: a_s * (W_dec[s] . d target / d mlp_out[l'][p'])
+        (a cross-layer transcoder's feature: summed over its decoders W_dec[l' -> l] into every MLP l >= l')
     error node (l', p') -> target: err[l'][p'] . d target / d mlp_out[l'][p']
     token node p' -> target: resid_pre[0][p'] . d target / d resid_pre[0][p']   (token + position embedding)
 where a feature target is its pre-activation (mlp_in[l][p] . W_enc[:, f]) and a logit target is the logit minus
 the mean logit. Nodes are ordered [features, errors (layer-major), tokens, logits]; the adjacency's rows are targets
 and its columns sources, as circuit-tracer's Graph. Gradients come from one forward and backward per chunk of
-targets (the prompt repeated once per target), run by the engine with the patterns and MLP outputs' gradients
-stopped and the norms frozen (Engine.run(frozen_norms=True)).
+targets (the prompt repeated once per target), run by the engine with the patterns' gradients stopped, the norms
+frozen (Engine.run(frozen_norms=True)) and each MLP's output a constant but for its transcoder's skip term x @ W_skip,
+linear in the MLP's input x, through which gradients flow (Engine.run(linear_mlps=...); circuit-tracer's
+skip + (mlp_out - skip).detach()). An error node is the MLP's output minus the transcoders' whole prediction
+(decoders, b_dec and skip).
 """
 
 from __future__ import annotations
