@@ -458,7 +458,13 @@ def test_an_intervention_runs_the_model_and_reports_the_graphs_prediction(lab, t
     assert ilab.attached_hooks() == []
 
 
-def test_edge_heads_equal_the_hand_model_with_one_head_open(lab, tcs, graph):
+@pytest.mark.parametrize("kind", ["topk", "skip", "cross-layer"])
+def test_edge_heads_equal_the_hand_model_with_one_head_open(lab, tcs, graph, clt, clt_params, kind):
+    if kind == "skip":
+        tcs = random_transcoders(lab.n_layers, lab.d_model, skip=True)
+    ht, _ = HandTranscoders.of_clt(clt_params) if kind == "cross-layer" else HandTranscoders.of_layers(tcs)
+    if kind != "topk":
+        graph = attribution_graph(lab, PROMPT, clt if kind == "cross-layer" else tcs, progress=False)
     g = graph
     # an edge between positions: a layer-0 feature at S2 (pos 9) to the first logit node
     s = int(((g.features[:, 0] == 0) & (g.features[:, 1] == 9)).nonzero()[0, 0])
@@ -468,21 +474,31 @@ def test_edge_heads_equal_the_hand_model_with_one_head_open(lab, tcs, graph):
     ids = lab.tokenizer(PROMPT, return_tensors="pt").input_ids
     hand = HandReplacement(lab.model, ids)
     n, d = ids.shape[1], lab.d_model
-    acts = tcs[0].encode(hand.mlp_in[0])
-    vec = acts[9, int(g.features[s, 2])] * tcs[0].W_dec[int(g.features[s, 2])]
+    f = int(g.features[s, 2])
+    a = ht.encode_fn(0, hand.mlp_in[0])[9, f]
+    vecs = {tgt: a * W[f] for (src, tgt), W in ht.dec.items() if src == 0}  # each MLP the feature writes to
     for (layer, head), value in got["heads"].items():
         inject = [torch.zeros(n, d, requires_grad=True) for _ in range(lab.n_layers)]
-        _, logits = hand.forward(inject, torch.zeros(n, d), open_heads={(layer, head)})
+        _, logits = hand.forward(inject, torch.zeros(n, d), open_heads={(layer, head)}, skips=ht.skips)
         target = logits[-1, g.logit_ids[0]] - logits[-1].mean()
-        (grad,) = torch.autograd.grad(target, inject[0])
-        want = float(grad[9] @ vec)
+        grads = torch.autograd.grad(target, inject, allow_unused=True)
+        want = sum(float(grads[tgt][9] @ v) for tgt, v in vecs.items() if grads[tgt] is not None)
         assert abs(value - want) <= 1e-4 * abs(got["edge"]) + 1e-6, ((layer, head), value, want)
     assert abs(got["residual"]) < 1e-6  # another position: no path without a head
     assert sum(abs(v) for v in got["heads"].values()) > 0.5 * abs(got["edge"])
 
 
-def test_qk_attribution_equals_the_hand_models_query_and_key_parts(lab, tcs):
+@pytest.mark.parametrize("kind", ["topk", "skip", "cross-layer"])
+def test_qk_attribution_equals_the_hand_models_query_and_key_parts(lab, tcs, clt, clt_params, kind):
+    """Each part's vector in the residual at the query (key) position, through the frozen ln_1 and the head's W_Q
+    (W_K), against the other side: a feature's vector is its activation times its decoders into the MLPs before
+    the head's layer (one for a per-layer transcoder), a skip term is the MLP's input @ W_skip, an error is the MLP's
+    output minus the transcoders' prediction."""
     layer, head, query, key = 3, 0, 13, 1
+    if kind == "skip":
+        tcs = random_transcoders(lab.n_layers, lab.d_model, skip=True)
+    ht, b_dec = HandTranscoders.of_clt(clt_params) if kind == "cross-layer" else HandTranscoders.of_layers(tcs)
+    tcs = clt if kind == "cross-layer" else tcs
     got = qk_attribution(lab, PROMPT, tcs, layer=layer, head=head, query=query, key=key)
     ids = lab.tokenizer(PROMPT, return_tensors="pt").input_ids
     hand = HandReplacement(lab.model, ids)
@@ -505,12 +521,15 @@ def test_qk_attribution_equals_the_hand_models_query_and_key_parts(lab, tcs):
                                      (got.key_parts, key, 1, hand.q[layer][head, query])):
         named = dict(parts)
         want = {"token": embed[pos]}
+        predicted = ht.predict([x[pos] for x in hand.mlp_in], b_dec)
         for l_ in range(layer):
             want[f"L{l_} attention"] = hand.attn_out[l_][pos]
-            acts = tcs[l_].encode(hand.mlp_in[l_][pos])
+            acts = ht.encode_fn(l_, hand.mlp_in[l_][pos])
             for f in acts.nonzero()[:, 0].tolist():
-                want[f"L{l_} F{f}"] = acts[f] * tcs[l_].W_dec[f]
-            want[f"L{l_} error"] = hand.mlp_out[l_][pos] - tcs[l_](hand.mlp_in[l_][pos])
+                want[f"L{l_} F{f}"] = sum(acts[f] * W[f] for (s_, t), W in ht.dec.items() if s_ == l_ and t < layer)
+            if ht.skips[l_] is not None:
+                want[f"L{l_} skip"] = hand.mlp_in[l_][pos] @ ht.skips[l_]
+            want[f"L{l_} error"] = hand.mlp_out[l_][pos] - predicted[l_]
         assert set(named) == set(want)
         for name, c in want.items():
             value = float((linear(c, pos, which) @ other).detach()) * scale
