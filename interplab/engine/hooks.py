@@ -150,7 +150,8 @@ def install(hm: HookManager, plan: Plan, ctx_for: Callable[[PlannedEdit | None],
     for site_in, site_out, W in plan.linear_mlps:  # before the edits and recorders at the MLP's output
         slot: dict = {}
         ops.append((site_out.point, lambda t, slot=slot, W=W: _linear_mlp(t, slot, W)))
-        captured.append((site_in.point, lambda t, slot=slot: slot.__setitem__("x", t) or t))
+        if W is not None:  # the input it reads
+            captured.append((site_in.point, lambda t, slot=slot: slot.__setitem__("x", t) or t))
     for pe in plan.edits:
         if not pe.edit.enabled:
             continue
