@@ -171,6 +171,8 @@ def test_a_circuit_tracer_cross_layer_transcoder(tmp_path):
         assert (clt.encode_at(i, xs[i]) - acts[i]).abs().max() <= 1e-5 * acts[i].abs().max()
     want = p["b_dec_2"] + sum(acts[s] @ p[f"W_dec_{s}"][:, 2 - s] for s in range(3))
     assert (clt.output_at(2, acts, xs[2]) - want).abs().max() <= 1e-5 * want.abs().max()
+    with pytest.raises(LoadError, match="CrossLayerTranscoder.load"):  # not a per-layer set
+        ilab.Transcoders.load(tmp_path / "clt")
     # a config.yaml beside the files is checked for where the features read and write
     (tmp_path / "clt" / "config.yaml").write_text(yaml.safe_dump({
         "model_kind": "cross_layer_transcoder", "feature_input_hook": "hook_resid_mid",
