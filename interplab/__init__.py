@@ -43,12 +43,13 @@ from .lab import Lab, Run, settle
 from .metrics import AnswerSpaceWarning, logit_diff, logprob, prob
 from .sae import SAE
 from .sites import SITE_NAMES
-from .transcoders import Transcoder, Transcoders
+from .transcoders import CrossLayerTranscoder, Transcoder, Transcoders
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Lab", "Run", "Edit", "SITE_NAMES", "settle", "SAE", "Transcoder", "Transcoders", "AttributionGraph",
+    "Lab", "Run", "Edit", "SITE_NAMES", "settle", "SAE", "Transcoder", "Transcoders", "CrossLayerTranscoder",
+    "AttributionGraph",
     "FeatureStats", "QKAttribution",
     "patch", "zero", "mean_ablate", "scale", "steer", "project", "clamp", "set_value",
     "edits_to_json", "edits_from_json",

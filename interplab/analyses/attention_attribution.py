@@ -12,7 +12,8 @@ transcoder's features plus an error term), where everything between nodes is lin
   is left: edge - residual - the heads' sum.
 - qk_attribution: the head's attention score s = (q_query . k_key) * scaling (before the softmax, as the model's
   attention function computes it) split over what the residual stream holds at the query position (the token's
-  embedding, each earlier layer's attention output, each earlier transcoder feature, each earlier error term) with
+  embedding, each earlier layer's attention output, each earlier transcoder feature (a cross-layer transcoder's
+  through its decoders to the MLPs before the head's layer), each earlier skip term and error term) with
   the key side fixed, and over the key position's parts with the query side fixed. The score is bilinear in the two
   residuals, so each side's parts plus its bias term (the norm's and projection's biases) add up to the score.
 """
@@ -26,7 +27,7 @@ import torch
 from .. import edits
 from ..engine import Engine, engine_of
 from ..errors import InterplabError, OutOfRangeError
-from ..transcoders import Transcoders
+from ..transcoders import TRANSCODER_SETS, CrossLayerTranscoder, Transcoders
 from .graph import AttributionGraph, Linearised
 
 
@@ -88,14 +89,14 @@ class QKAttribution:
                 f"{self.score:.3f}; query side: {q}; key side: {k})")
 
 
-def qk_attribution(lab: Engine, prompt: str, transcoders: Transcoders, *, layer: int, head: int, query: int,
-                   key: int) -> QKAttribution:
+def qk_attribution(lab: Engine, prompt: str, transcoders: Transcoders | CrossLayerTranscoder, *, layer: int,
+                   head: int, query: int, key: int) -> QKAttribution:
     """Head (layer, head)'s attention score from position query to position key, attributed to the token
     embedding, each earlier layer's attention output, each earlier transcoder feature and error term at each side."""
     engine = engine_of(lab)
-    if not isinstance(transcoders, Transcoders):
-        raise InterplabError(f"qk_attribution takes a transcoder set (ilab.Transcoders.load), got "
-                             f"{type(transcoders).__name__}.")
+    if not isinstance(transcoders, TRANSCODER_SETS):
+        raise InterplabError(f"qk_attribution takes a transcoder set (ilab.Transcoders.load) or a cross-layer "
+                             f"transcoder (ilab.CrossLayerTranscoder.load), got {type(transcoders).__name__}.")
     transcoders.check_fits(engine)
     n = len(engine.to_str_tokens(prompt))
     for name, v, hi in (("layer", layer, engine.n_layers), ("head", head, engine.n_heads), ("query", query, n),
@@ -129,14 +130,17 @@ def qk_attribution(lab: Engine, prompt: str, transcoders: Transcoders, *, layer:
              for x, gr in zip(leaves, grads)}
         value = {x: run.cache[x][0, pos].detach().float() for x in leaves}
         parts = [("token", float(g["resid_pre", 0] @ value["resid_pre", 0]))]
+        xs = [plain.cache["mlp_in", l_][0, pos].float() for l_ in earlier]
+        acts = [transcoders.encode_at(l_, xs[l_]) for l_ in earlier]
         for l_ in earlier:
             parts.append((f"L{l_} attention", float(g["attn_out", l_] @ value["attn_out", l_])))
-            x = plain.cache["mlp_in", l_][0, pos].float()
-            tc = transcoders[l_]
-            acts = tc.encode(x)
-            for f in acts.nonzero()[:, 0].tolist():
-                parts.append((f"L{l_} F{f}", float(acts[f] * (g["mlp_out", l_] @ tc.W_dec[f].to(x.device)))))
-            err = value["mlp_out", l_] - tc(x)
+            for f in acts[l_].nonzero()[:, 0].tolist():  # through each decoder to an MLP before this layer
+                parts.append((f"L{l_} F{f}", float(sum(acts[l_][f] * (g["mlp_out", t] @ W_dec[f].to(xs[l_].device))
+                                                      for t, W_dec in transcoders.decoders_of(l_) if t < layer))))
+            skip = transcoders.skip_at(l_)
+            if skip is not None:
+                parts.append((f"L{l_} skip", float(g["mlp_out", l_] @ (xs[l_] @ skip.to(xs[l_].device)))))
+            err = value["mlp_out", l_] - transcoders.output_at(l_, acts, xs[l_])
             parts.append((f"L{l_} error", float(g["mlp_out", l_] @ err)))
         parts.sort(key=lambda p: -abs(p[1]))
         sides[side] = (float(score.detach()), parts)

@@ -1,6 +1,6 @@
 """Attribution graphs over transcoders: which features write which, down to the logits (circuit-tracer's meaning).
 
-    tcs = ilab.Transcoders.load("ioi-tiny-transcoders")
+    tcs = ilab.Transcoders.load("ioi-tiny-transcoders")   # or an ilab.CrossLayerTranscoder
     g = ilab.analyses.graph.attribution_graph(lab, "When Mary and John went to the store, John gave a drink", tcs)
     g.nodes, g.edges            # the pruned graph: node dicts, (source, target, weight) links
     g.scores()                  # (replacement score, completeness score)
@@ -11,13 +11,17 @@ error term (the MLP's real output minus the transcoder's), attention patterns an
 frozen at the real run's values. With the error terms the replacement computes exactly the model's logits, and
 between the nodes everything is linear, so each edge is a direct effect:
     source feature s (layer l', pos p', activation a_s) -> target: a_s * (W_dec[s] . d target / d mlp_out[l'][p'])
+        (a cross-layer transcoder's feature: summed over its decoders W_dec[l' -> l] into every MLP l >= l')
     error node (l', p') -> target: err[l'][p'] . d target / d mlp_out[l'][p']
     token node p' -> target: resid_pre[0][p'] . d target / d resid_pre[0][p']   (token + position embedding)
 where a feature target is its pre-activation (mlp_in[l][p] . W_enc[:, f]) and a logit target is the logit minus
 the mean logit. Nodes are ordered [features, errors (layer-major), tokens, logits]; the adjacency's rows are targets
 and its columns sources, as circuit-tracer's Graph. Gradients come from one forward and backward per chunk of
-targets (the prompt repeated once per target), run by the engine with the patterns and MLP outputs' gradients
-stopped and the norms frozen (Engine.run(frozen_norms=True)).
+targets (the prompt repeated once per target), run by the engine with the patterns' gradients stopped, the norms
+frozen (Engine.run(frozen_norms=True)) and each MLP's output a constant but for its transcoder's skip term x @ W_skip,
+linear in the MLP's input x, through which gradients flow (Engine.run(linear_mlps=...); circuit-tracer's
+skip + (mlp_out - skip).detach()). An error node is the MLP's output minus the transcoders' whole prediction
+(decoders, b_dec and skip).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import torch
 from .. import display, edits
 from ..engine import Engine, engine_of
 from ..errors import InterplabError, OutOfRangeError
-from ..transcoders import Transcoders
+from ..transcoders import TRANSCODER_SETS, CrossLayerTranscoder, Transcoders
 
 NODE_THRESHOLD, EDGE_THRESHOLD = 0.8, 0.98  # circuit-tracer's defaults for prune_graph
 
@@ -53,7 +57,7 @@ class AttributionGraph:
     edge_threshold: float = EDGE_THRESHOLD
     transcoders: str | None = None
     lab: object = field(default=None, repr=False)
-    transcoders_obj: Transcoders | None = field(default=None, repr=False)
+    transcoders_obj: Transcoders | CrossLayerTranscoder | None = field(default=None, repr=False)
     errors: torch.Tensor | None = field(default=None, repr=False)  # [layer, pos, d] each MLP's error term
 
     def frozen_edits(self) -> list:
@@ -64,9 +68,9 @@ class AttributionGraph:
         """[rows] the edge from node `source` to each row's target, given the targets' gradients at the MLP outputs
         ([layer] -> [rows, pos, d]) and at the first block's input ([rows, pos, d], whose value is embed)."""
         n = self.node(source)
-        if n["kind"] == "feature":
-            vec = self.activations[source] * self.transcoders_obj[n["layer"]].W_dec[n["feature"]]
-            return grads_out[n["layer"]][:, n["pos"]] @ vec
+        if n["kind"] == "feature":  # through each of its decoders (one per later MLP for a cross-layer transcoder)
+            return sum(grads_out[layer][:, n["pos"]] @ (self.activations[source] * W_dec[n["feature"]])
+                       for layer, W_dec in self.transcoders_obj.decoders_of(n["layer"]))
         if n["kind"] == "error":
             return grads_out[n["layer"]][:, n["pos"]] @ self.errors[n["layer"], n["pos"]]
         if n["kind"] == "token":
@@ -278,8 +282,8 @@ class AttributionGraph:
         for i in idx:
             layer, pos, feat = (int(v) for v in self.features[i])
             delta = (float(factor) - 1.0) * float(self.activations[i]) + float(add)
-            vec = delta * self.transcoders_obj[layer].W_dec[feat]
-            vectors[layer, pos] = vectors.get((layer, pos), 0) + vec
+            for target, W_dec in self.transcoders_obj.decoders_of(layer):  # every MLP the feature writes to
+                vectors[target, pos] = vectors.get((target, pos), 0) + delta * W_dec[feat]
         steers = [edits.steer("mlp_out", layer, vector=v, pos=pos) for (layer, pos), v in vectors.items()]
         out = self._live(steers)
         return {"nodes": idx, "factor": float(factor), "add": float(add), **out,
@@ -348,10 +352,12 @@ class AttributionGraph:
             moved = [torch.zeros_like(o) for o in outs]
             for layer in range(self.n_layers):
                 here = (feats[:, 0] == layer).nonzero()[:, 0]
-                if len(here) and delta[here].abs().max() > 0:
-                    dec = self.transcoders_obj[layer].W_dec[feats[here, 2]].to(moved[layer])
-                    moved[layer][0].index_add_(0, feats[here, 1].to(moved[layer].device),
-                                               delta[here].to(dec)[:, None] * dec)
+                if not len(here) or delta[here].abs().max() == 0:
+                    continue
+                for target, W_dec in self.transcoders_obj.decoders_of(layer):  # every MLP the feature writes to
+                    dec = W_dec[feats[here, 2]].to(moved[target])
+                    moved[target][0].index_add_(0, feats[here, 1].to(moved[target].device),
+                                                delta[here].to(dec)[:, None] * dec)
             change = push(removal + moved)
             if direct is None:
                 direct = change[self.n_features:]
@@ -444,7 +450,8 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
                       batch_size: int | None = None, budget_mb: int = 512,
                       node_threshold: float = NODE_THRESHOLD, edge_threshold: float = EDGE_THRESHOLD,
                       progress: bool = True) -> AttributionGraph:
-    """The attribution graph of one prompt over per-layer transcoders (circuit-tracer's `attribute`).
+    """The attribution graph of one prompt over per-layer transcoders (ilab.Transcoders, with or without skip terms)
+    or a cross-layer transcoder (ilab.CrossLayerTranscoder): circuit-tracer's `attribute`.
 
     max_n_logits, desired_logit_prob: the logit nodes are the most likely next tokens, as few as reach
         desired_logit_prob of the probability, at most max_n_logits (circuit-tracer's defaults: 10, 0.95).
@@ -455,16 +462,12 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
     node_threshold, edge_threshold: the pruning that g.nodes, g.edges and g.to_json() show (g.prune(...) for
         others)."""
     engine = engine_of(lab)
-    if not isinstance(transcoders, Transcoders):
-        raise InterplabError(f"attribution_graph takes a transcoder set (ilab.Transcoders.load(...)), got "
-                             f"{type(transcoders).__name__}.")
+    if not isinstance(transcoders, TRANSCODER_SETS):
+        raise InterplabError(f"attribution_graph takes a transcoder set (ilab.Transcoders.load(...)) or a cross-layer "
+                             f"transcoder (ilab.CrossLayerTranscoder.load(...)), got {type(transcoders).__name__}.")
     if not isinstance(prompt, str) or not prompt:
         raise InterplabError(f"attribution_graph takes one prompt (a non-empty string), got {prompt!r}.")
     transcoders.check_fits(engine)
-    if any(t.W_skip is not None for t in transcoders):
-        raise InterplabError("attribution_graph does not yet follow a transcoder's skip connection (W_skip, a linear "
-                             "path from the MLP's input to its output): its edges would be missing. Use transcoders "
-                             "without a skip term.")
     _positive_int(max_n_logits, "max_n_logits")
     if batch_size is not None:
         _positive_int(batch_size, "batch_size")
@@ -481,8 +484,8 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
     run = engine.run(prompt, cache=sites, log=False)
     with torch.no_grad():
         x_in = [run.cache["mlp_in", layer][0].float() for layer in range(n_layers)]
-        acts = [transcoders[layer].encode(x_in[layer]) for layer in range(n_layers)]  # [pos, d_tc]
-        errors = torch.stack([run.cache["mlp_out", layer][0].float() - transcoders[layer](x_in[layer])
+        acts = [transcoders.encode_at(layer, x_in[layer]) for layer in range(n_layers)]  # [pos, d_tc]
+        errors = torch.stack([run.cache["mlp_out", layer][0].float() - transcoders.output_at(layer, acts, x_in[layer])
                               for layer in range(n_layers)])  # [layer, pos, d]
         stacked = torch.stack(acts)  # [layer, pos, d_tc]
         features = stacked.nonzero()  # (layer, pos, feature), in that order
@@ -496,7 +499,7 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
     n_pos, n_active = len(x_in[0]), len(features)
     replacement = Linearised(engine, prompt, frozen_edits(n_layers), features, logit_ids, transcoders, n_layers)
     if batch_size is None:  # per row: the gradients at every MLP output and the input, and one layer's decoder scores
-        d_tc = max(t.d_tc for t in transcoders)
+        d_tc = transcoders.d_tc
         row_bytes = 4 * n_pos * ((n_layers + 1) * engine.d_model + d_tc)
         batch_size = max(1, min(64, budget_mb * 2 ** 20 // row_bytes))  # (larger batches ran slower per row)
     sources = _Sources(features, activations, errors, replacement.embed, transcoders, n_layers, n_pos)
@@ -553,7 +556,8 @@ def attribution_graph(lab: Engine, prompt: str, transcoders: Transcoders, *, max
 
 class _Sources:
     """Every source node's edge to a batch of targets: the active features (a_s * W_dec[s] . gradient at its MLP's
-    output and position), the error terms, the tokens. Columns: active features, errors (layer-major), tokens."""
+    output and position, summed over its decoders: a cross-layer transcoder's feature writes to every later MLP),
+    the error terms, the tokens. Columns: active features, errors (layer-major), tokens."""
 
     def __init__(self, features, activations, errors, embed, transcoders, n_layers: int, n_pos: int):
         self.features, self.activations, self.errors, self.embed = features, activations, errors, embed
@@ -567,8 +571,9 @@ class _Sources:
             out = torch.zeros(len(grad_embed), self.n_cols)
             for layer, here in enumerate(self.by_layer):
                 g = grads_out[layer]  # [rows, pos, d]
-                if len(here):  # every feature's decoder against every position, then the active ones
-                    scores = g @ self.transcoders[layer].W_dec.to(g.dtype).T  # [rows, pos, d_tc]
+                if len(here):  # every feature's decoders against every position, then the active ones
+                    scores = sum(grads_out[target] @ W_dec.to(g.dtype).T  # [rows, pos, d_tc]
+                                 for target, W_dec in self.transcoders.decoders_of(layer))
                     out[:, here] = scores[:, self.features[here, 1], self.features[here, 2]] * self.activations[here]
                 e0 = n_active + layer * self.n_pos
                 out[:, e0:e0 + self.n_pos] = (g * self.errors[layer]).sum(-1)
@@ -597,30 +602,31 @@ def _partial_influence(rows: torch.Tensor, row_target: torch.Tensor, logit_probs
 
 
 def frozen_edits(n_layers: int) -> list:
-    """Attention patterns frozen (no gradient through them) and each MLP's output a constant: its transcoder's
-    features and error term, whose gradients the graph reads at the MLP's output."""
-    return ([edits.stop_grad("pattern", layer) for layer in range(n_layers)]
-            + [edits.stop_grad("mlp_out", layer) for layer in range(n_layers)])
+    """Attention patterns frozen (no gradient through them). (Each MLP's output is frozen by Linearised's run: a
+    constant, its transcoder's features and error term, plus its skip term, linear in the MLP's input.)"""
+    return [edits.stop_grad("pattern", layer) for layer in range(n_layers)]
 
 
 class Linearised:
-    """One forward of the replacement model's linear part: patterns and MLP outputs' gradients stopped, norms frozen
-    (the values are the model's own). Its targets are every active feature's pre-activation and each logit node's
-    logit minus the mean logit; `gradients(rows)` backpropagates a chunk of them at once (a batched vector-Jacobian
-    product over the one graph)."""
+    """One forward of the replacement model's linear part: patterns' gradients stopped, norms frozen, each MLP's
+    output a constant in gradient but for its transcoder's skip term, linear in the MLP's input (circuit-tracer's
+    skip + (mlp_out - skip).detach()); the values are the model's own. Its targets are every active feature's
+    pre-activation and each logit node's logit minus the mean logit; `gradients(rows)` backpropagates a chunk of
+    them at once (a batched vector-Jacobian product over the one graph)."""
 
     def __init__(self, engine: Engine, prompt: str, frozen: list, features: torch.Tensor, logit_ids: list,
-                 transcoders: Transcoders, n_layers: int, also: list | None = None):
+                 transcoders: Transcoders | CrossLayerTranscoder, n_layers: int, also: list | None = None):
         cache = [("mlp_in", layer) for layer in range(n_layers)] \
             + [("mlp_out", layer) for layer in range(n_layers)] + [("resid_pre", 0)]
+        mlps = {layer: transcoders.skip_at(layer) for layer in range(n_layers)}
         run = engine.run(prompt, frozen, cache=cache + list(also or []), grad=True, log=False, memo=False,
-                         frozen_norms=True)
+                         frozen_norms=True, linear_mlps=mlps)
         self.cache = run.cache  # `also`: more sites recorded in the same graph (a head's z, for predicted_heads)
         self.groups = []  # per layer the active features' pre-activations, then the logit targets: node order
         for layer in range(n_layers):
             here = (features[:, 0] == layer).nonzero()[:, 0]
             x = run.cache["mlp_in", layer][0]  # [pos, d]
-            enc = transcoders[layer].W_enc.to(x.device, x.dtype)
+            enc = transcoders.W_enc_at(layer).to(x.device, x.dtype)
             self.groups.append((x[features[here, 1]] * enc[:, features[here, 2]].T).sum(-1).float())
         last = run.logits[0, -1].float()
         self.groups.append(last[logit_ids] - last.mean())

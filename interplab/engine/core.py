@@ -337,7 +337,7 @@ class Engine:
 
     # ---- runs -------------------------------------------------------------------------------------------
     def run(self, prompts, edits=None, cache=None, *, grad: bool = False, log: bool = True,
-            memo: bool = True, frozen_norms: bool = False) -> Run:
+            memo: bool = True, frozen_norms: bool = False, linear_mlps: dict | None = None) -> Run:
         """Forward the prompts with edits applied, recording the cached sites.
 
         cache: site names ('resid_post' = every layer), (name, layer) pairs, or raw module paths.
@@ -346,6 +346,9 @@ class Engine:
         edit on a big model), for a run no later call repeats.
         frozen_norms=True: every LayerNorm/RMSNorm keeps its value but passes gradients as a linear map, its scale
         held at this run's (engine/frozen.py; attribution graphs). Never memoised.
+        linear_mlps={layer: W or None}: each listed MLP's output keeps its value but passes gradients only as its
+        input (site mlp_in) @ W, W [d_model, d_model]; None: no gradient through it (a stop_grad). The replacement
+        model's MLP: a transcoder's features and error are constants, its skip term linear. Never memoised.
         """
         for name, value in (("grad", grad), ("log", log), ("memo", memo), ("frozen_norms", frozen_norms)):
             if not isinstance(value, bool):
@@ -355,12 +358,14 @@ class Engine:
         cache_req = _cache_request(cache)
         key = self.memo.key(("run", tuple(prompts), edits_key(edits), json.dumps(cache_req, default=str))) \
             if memo else None
-        memo = memo and not frozen_norms
+        mlps = self._linear_mlps(linear_mlps)
+        memo = memo and not frozen_norms and not mlps
         hit = None if grad or not memo else self.memo.get(key)
         if hit is not None:
             return hit
         ids, mask, lengths = self.encode(prompts)
-        plan = hooks.Plan(keep_grad=grad, frozen_norms=frozen.norm_paths(self.model) if frozen_norms else [])
+        plan = hooks.Plan(keep_grad=grad, frozen_norms=frozen.norm_paths(self.model) if frozen_norms else [],
+                          linear_mlps=mlps)
         for e in edits:
             plan.edits.extend(self.plan_edit(e, len(prompts), lengths))
         for item in cache_req:
@@ -381,6 +386,18 @@ class Engine:
         if not grad and memo:
             self.memo.put(key, result)
         return result
+
+    def _linear_mlps(self, given) -> list:
+        if not given:
+            return []
+        if not isinstance(given, dict):
+            raise InterplabError(f"linear_mlps={given!r}: a dict {{layer: W [d_model, d_model] or None}}.")
+        out = []
+        for layer, W in given.items():
+            if W is not None and (not isinstance(W, torch.Tensor) or W.dim() != 2):
+                raise InterplabError(f"linear_mlps[{layer!r}]: a matrix [d_in, d_out] or None, got {type(W).__name__}.")
+            out.append((self.resolve("mlp_in", layer), self.resolve("mlp_out", layer), W))
+        return out
 
     def read_sites(self, prompts, sites: list) -> tuple[dict, list[int]]:
         """(values, lengths): the unedited values of (site, layer) pairs for the prompts, on the model's device,

@@ -105,6 +105,9 @@ class Plan:
     cache: list[tuple[object, Site]] = field(default_factory=list)  # (key, site)
     keep_grad: bool = False
     frozen_norms: list[str] = field(default_factory=list)  # norm modules whose scale is held at the run's value
+    # (mlp_in site, mlp_out site, W or None): the MLP's output keeps its value, its gradient flows only as
+    # mlp_in @ W (a replacement model's linear MLP path, e.g. a transcoder's skip term; none where W is None)
+    linear_mlps: list[tuple[Site, Site, torch.Tensor | None]] = field(default_factory=list)
 
 
 def _get(container, index: int):
@@ -143,6 +146,12 @@ def _input_tensor(args, kwargs):
 def install(hm: HookManager, plan: Plan, ctx_for: Callable[[PlannedEdit | None], ApplyContext], out_cache: dict):
     """Attach the hooks that apply the planned edits (in program order) and record the cached sites."""
     ops: list[tuple[HookPoint, Callable]] = []
+    captured: list[tuple[HookPoint, Callable]] = []
+    for site_in, site_out, W in plan.linear_mlps:  # before the edits and recorders at the MLP's output
+        slot: dict = {}
+        ops.append((site_out.point, lambda t, slot=slot, W=W: _linear_mlp(t, slot, W)))
+        if W is not None:  # the input it reads
+            captured.append((site_in.point, lambda t, slot=slot: slot.__setitem__("x", t) or t))
     for pe in plan.edits:
         if not pe.edit.enabled:
             continue
@@ -150,9 +159,19 @@ def install(hm: HookManager, plan: Plan, ctx_for: Callable[[PlannedEdit | None],
     for key, site in plan.cache:
         heads = site.n_heads if site.name == "pattern" else None
         ops.append((site.point, _recorder(key, out_cache, plan.keep_grad, heads)))
+    ops.extend(captured)  # after the input's recorder: the recorded mlp_in is what the linear path reads
     for path in plan.frozen_norms:  # first at its module: the site hooks there see the frozen output
         hm.add(HookPoint(path, "output"), frozen.frozen_norm_hook, prepend=True)
     attach(hm, ops, keep_graph=plan.keep_grad)
+
+
+def _linear_mlp(t: torch.Tensor, slot: dict, W: torch.Tensor | None) -> torch.Tensor:
+    """The MLP's output t in value; in gradient, the linear map x @ W of its input x (captured in slot)."""
+    if W is None or not torch.is_grad_enabled():
+        return t.detach()
+    x = slot.pop("x")
+    dx = x - x.detach()  # zero in value; its gradient is the identity
+    return t.detach() + dx @ W.to(x.device, x.dtype)
 
 
 def _recorder(key, out_cache: dict, keep_grad: bool, pattern_heads: int | None = None) -> Callable:

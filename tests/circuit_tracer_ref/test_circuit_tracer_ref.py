@@ -1,8 +1,10 @@
 """circuit-tracer itself as the reference for interplab's attribution graphs: the same model (ioi-tiny, converted to
 circuit-tracer's TransformerLens backend), the same transcoders (written in circuit-tracer's own format: a
-config.yaml and one layer_N.safetensors per layer), the same prompt. circuit_tracer.attribute's adjacency equals
-interplab's to 1e-4 of each row's largest entry, circuit_tracer.graph.prune_graph keeps the same nodes and edges,
-and compute_graph_scores gives the same replacement and completeness scores.
+config.yaml and one layer_N.safetensors per layer; a cross-layer transcoder's W_enc_N / W_dec_N.safetensors), the
+same prompt. Random TopK transcoders (with and without a skip term), random JumpReLU ones (which interplab reads from
+the very files circuit-tracer reads), a random cross-layer transcoder, and the shipped set. circuit_tracer.attribute's
+adjacency equals interplab's to 1e-4 of each row's largest entry, circuit_tracer.graph.prune_graph keeps the same nodes
+and edges, and compute_graph_scores gives the same replacement and completeness scores.
 
 Runs in build/venv-saelens (scripts/circuit_tracer.sh): circuit-tracer pins transformers <= 4.57, interplab needs
 >= 5.15, so interplab's graph is computed in the main environment by interplab_graph.py (a subprocess: INTERPLAB_PYTHON,
@@ -47,6 +49,7 @@ from circuit_tracer.replacement_model.replacement_model_transformerlens import (
     TransformerLensReplacementModel,
 )
 from circuit_tracer.transcoder.activation_functions import TopK  # noqa: E402
+from circuit_tracer.transcoder.cross_layer_transcoder import load_clt  # noqa: E402
 from circuit_tracer.utils.hf_utils import load_transcoders  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformer_lens import HookedTransformerConfig  # noqa: E402
@@ -98,12 +101,11 @@ def read_saelens(folder: Path):
     return params, ks.pop()
 
 
-def circuit_tracer_transcoders(params, k, folder: Path):
+def write_circuit_tracer(params, folder: Path) -> Path:
     """The same transcoders in circuit-tracer's format (config.yaml + layer_N.safetensors, W_enc [d_tc, d] and
-    W_skip applied as x @ W_skip.T), loaded by circuit-tracer's own loader. The MLP's input and output are
-    circuit-tracer's ReplacementMLP hooks mlp.hook_in / mlp.hook_out: after ln_2 (with its weight and bias), where
-    interplab's transcoders read."""
-    folder.mkdir(parents=True)
+    W_skip applied as x @ W_skip.T). The MLP's input and output are circuit-tracer's ReplacementMLP hooks
+    mlp.hook_in / mlp.hook_out: after ln_2 (with its weight and bias), where interplab's transcoders read."""
+    folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for layer, p in enumerate(params):
         path = folder / f"layer_{layer}.safetensors"
@@ -117,6 +119,13 @@ def circuit_tracer_transcoders(params, k, folder: Path):
     config = {"model_kind": "transcoder_set", "feature_input_hook": "mlp.hook_in",
               "feature_output_hook": "mlp.hook_out", "scan": "interplab-ref", "transcoders": paths}
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    return folder
+
+
+def circuit_tracer_transcoders(params, k, folder: Path):
+    """The transcoders written in circuit-tracer's format, loaded by circuit-tracer's own loader."""
+    if not (folder / "config.yaml").exists():
+        write_circuit_tracer(params, folder)
     tcs = load_transcoders(yaml.safe_load((folder / "config.yaml").read_text()), device=torch.device("cpu"),
                            dtype=torch.float32, lazy_encoder=False, lazy_decoder=False)
     for tc in tcs if k is not None else ():
@@ -239,9 +248,34 @@ def compare(mine: dict, graph: Graph, report: str) -> dict:
     return figures
 
 
-# (interplab's graph refuses skip transcoders for now; circuit-tracer keeps x @ W_skip in its linear replacement, so
-# once interplab follows it, add "topk+skip": (dict(skip=True), 6): before, its rows differed by up to 22%)
-RANDOM = {"topk": (dict(), 6), "jumprelu": (dict(threshold=1.0), None)}
+# circuit-tracer keeps x @ W_skip in its linear replacement (skip + (mlp_out - skip).detach()); so does interplab
+RANDOM = {"topk": (dict(), 6), "jumprelu": (dict(threshold=1.0), None), "topk+skip": (dict(skip=True), 6)}
+CT_FORMAT = ("jumprelu",)  # interplab reads these from circuit-tracer's files (TopK is not in its format)
+
+
+def random_clt(n_layers=4, d=128, d_tc=64, seed=5, threshold=1.0):
+    """A seeded random cross-layer transcoder in circuit-tracer's file layout (W_enc_N [d_tc, d], W_dec_N [d_tc,
+    n_layers - N, d], JumpReLU thresholds threshold_N)."""
+    g = torch.Generator().manual_seed(seed)
+    p = {}
+    for i in range(n_layers):
+        p[f"W_enc_{i}"] = torch.randn(d_tc, d, generator=g) / d ** 0.5
+        p[f"b_enc_{i}"] = torch.randn(d_tc, generator=g) * 0.1
+        p[f"b_dec_{i}"] = torch.randn(d, generator=g) * 0.1
+        p[f"threshold_{i}"] = threshold + torch.rand(d_tc, generator=g) * 0.5
+        p[f"W_dec_{i}"] = torch.randn(d_tc, n_layers - i, d, generator=g) / (d_tc * (n_layers - i)) ** 0.5
+    return p
+
+
+def write_clt(p: dict, folder: Path) -> Path:
+    """circuit-tracer's CLT files, as its CrossLayerTranscoder.to_safetensors writes them."""
+    folder.mkdir(parents=True)
+    n_layers = sum(k.startswith("W_enc_") for k in p)
+    for i in range(n_layers):
+        save_file({f"{k}_{i}": p[f"{k}_{i}"].contiguous() for k in ("W_enc", "b_enc", "b_dec", "threshold")},
+                  folder / f"W_enc_{i}.safetensors")
+        save_file({f"W_dec_{i}": p[f"W_dec_{i}"].contiguous()}, folder / f"W_dec_{i}.safetensors")
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -254,16 +288,25 @@ def cases(tmp_path_factory):
     """{name: (transcoder params, k, interplab's graph)}: the random sets and the shipped one."""
     tmp = tmp_path_factory.mktemp("graphs")
     params = {name: (random_params(**kw), k) for name, (kw, k) in RANDOM.items()}
-    jobs = {name: str(write_saelens(p, k, tmp / name)) for name, (p, k) in params.items()}
+    jobs = {name: str(write_circuit_tracer(p, tmp / name / "ct") / "config.yaml") if name in CT_FORMAT
+            else str(write_saelens(p, k, tmp / name)) for name, (p, k) in params.items()}
     params["shipped"] = read_saelens(SHIPPED)
     jobs["shipped"] = "ioi-tiny-transcoders"
+    params["clt"] = (random_clt(), None)
+    jobs["clt"] = str(write_clt(params["clt"][0], tmp / "clt"))
     graphs = ours(jobs, tmp)
     return {name: (*params[name], graphs[name]) for name in jobs}
 
 
 def reference(name, cases, tmp_path):
     params, k, mine = cases[name]
-    _, model = circuit_tracer_model(circuit_tracer_transcoders(params, k, tmp_path / "ct"))
+    if name == "clt":  # circuit-tracer's own CLT loader on the files interplab read
+        tcs = load_clt(mine["source"], feature_input_hook="mlp.hook_in", feature_output_hook="mlp.hook_out",
+                       scan="interplab-ref", device=torch.device("cpu"), dtype=torch.float32, lazy_decoder=False)
+    else:
+        folder = Path(mine["source"]).parent if name in CT_FORMAT else tmp_path / "ct"
+        tcs = circuit_tracer_transcoders(params, k, folder)
+    _, model = circuit_tracer_model(tcs)
     return mine, model
 
 
@@ -284,6 +327,19 @@ def test_random_jumprelu_transcoders(cases, tmp_path, ids):
     """JumpReLU: circuit-tracer's own file format and activation, nothing set in code."""
     mine, model = reference("jumprelu", cases, tmp_path)
     compare(mine, theirs(model, ids), "random jumprelu")
+
+
+def test_random_topk_skip_transcoders(cases, tmp_path, ids):
+    """A skip term: circuit-tracer's gradients pass through x @ W_skip, and so do interplab's."""
+    mine, model = reference("topk+skip", cases, tmp_path)
+    assert model.skip_transcoder
+    compare(mine, theirs(model, ids), "random topk+skip")
+
+
+def test_a_random_cross_layer_transcoder(cases, tmp_path, ids):
+    """circuit-tracer's CrossLayerTranscoder from its own files: each feature's decoders into every later MLP."""
+    mine, model = reference("clt", cases, tmp_path)
+    compare(mine, theirs(model, ids), "random cross-layer transcoder")
 
 
 def test_the_shipped_transcoders(cases, tmp_path, ids):
