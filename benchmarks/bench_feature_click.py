@@ -6,7 +6,8 @@
 `lab.features(prompt, sae).show()` on an IOI prompt, then, each measured from the real mouse press or key press
 (page time, capture phase) to the view's first paint that shows what was asked (`window.__interplab_paints`):
   token click     a token of the prompt -> its top features drawn (the page holds them: no kernel round trip);
-  feature click   one of those features -> its panel drawn (its contexts, logit effects: held by the page too);
+  feature click   one of those features -> its panel drawn (its page from the SAE's shipped corpus statistics:
+                  density, histogram, examples by band; its logit effects: held by the page too);
   slider step     a click on the steering slider -> the kernel's bars for the new alpha drawn (a forward with the
                   feature steered, on the lab's worker, and back).
 Baseline (same run): the kernel-side compute of one slider step, `edited_logits(...)` timed in the kernel; the
@@ -37,8 +38,7 @@ import interplab as ilab
 from interplab.views.features import edited_logits
 lab = ilab.Lab.load("ioi-tiny")
 sae = ilab.SAE.load("ioi-tiny-sae")
-contexts = [p for d in ilab.zoo.ioi_dataset(50) for p in (d["clean"], d["corrupt"])]
-view = lab.features({CLEAN!r}, sae).show(contexts=contexts)
+view = lab.features({CLEAN!r}, sae).show()  # each panel the feature's page from the shipped statistics
 """
 # the mouse press's page time, taken before any handler runs (capture phase, on the window)
 INSTRUMENT = """() => { if (window.__il_press) return;
@@ -90,6 +90,7 @@ def bench(browser, server, n: int) -> dict:
             if k >= 2:  # two warm-up rounds
                 tokens.append(ms)
                 features.append(ms2)
+        fv.locator(".il-falpha").scroll_into_view_if_needed()  # (below a long feature page)
         box = fv.locator(".il-falpha").bounding_box()
         for k in range(n + 2):
             x = box["x"] + box["width"] * (0.55 + 0.4 * (k % 5) / 5)  # right of alpha 0, a new value each time

@@ -1,7 +1,8 @@
 // FeatureView: an SAE's features on one prompt (plain DOM, no plotly). The prompt's tokens (shaded by the selected
 // feature's activation); the selected token's top features as bars (a click selects one); the selected feature's
-// panel: its top contexts (each token shaded by its activation), the tokens it raises and lowers, a steering slider
-// and an ablate toggle, and the next-token bars they give. The page holds every token's top features and each of
+// panel: the tokens it raises and lowers (and its density, with corpus statistics), a steering slider and an ablate
+// toggle, the next-token bars they give, and below them its page (histogram, examples by activation band, from the
+// statistics) or its top contexts in the prompts (each token shaded by its activation). The page holds every token's top features and each of
 // those features' panels (traits `top`, `panels`), so a click on a token or a feature paints at once; the request
 // still goes, and the kernel's traits then agree. Steering and ablating need the model: the kernel answers with bars.
 import { barsElement } from "../bars.js";
@@ -87,8 +88,9 @@ export function render({ model, el }) {
     h("label", {}, ablate, " ablate"));
   const metricBox = h("div", { class: "il-metric il-fmetric" });
   const barsBox = h("div");
+  const pageBox = h("div"); // the feature's examples, below its bars
   state.plot.replaceChildren(titleBox, tokBox, h("div", { class: "il-fcols" }, topBox,
-    h("div", { class: "il-fcol il-fpanel" }, panelBox, controls, metricBox, barsBox)));
+    h("div", { class: "il-fcol il-fpanel" }, panelBox, controls, metricBox, barsBox, pageBox)));
 
   function pickToken(pos) {
     local.pos = pos;
@@ -132,7 +134,9 @@ export function render({ model, el }) {
         return row;
       }) : [h("div", { class: "il-hint", text: "no feature is active here" })]));
 
-    panelBox.replaceChildren(featurePanel(feature, panel, peak));
+    const [head, page] = featurePanel(feature, panel, peak);
+    panelBox.replaceChildren(head);
+    pageBox.replaceChildren(page);
     controls.style.display = panel ? "" : "none";
     const alpha = local.alpha ?? Number(state.get("alpha", 0));
     slider.min = String(state.get("alpha_min", -8));
@@ -155,21 +159,25 @@ export function render({ model, el }) {
     return [cell];
   }
 
+  // [what is shown above the steering controls: the title, the density, the tokens it raises and lowers;
+  //  what is shown below the bars: the histogram and examples (its page), or its top contexts in the prompts]
   function featurePanel(feature, panel, peak) {
-    if (feature < 0) return h("div", { class: "il-hint", text: "click a feature" });
-    if (!panel) return h("div", { class: "il-hint", text: `F${feature}: computing its panel...` });
+    if (feature < 0) return [h("div", { class: "il-hint", text: "click a feature" }), h("div")];
+    if (!panel) return [h("div", { class: "il-hint", text: `F${feature}: computing its panel...` }), h("div")];
     const effects = (rows, name) => h("div", { class: "il-fcol" }, h("div", { class: "il-series-name", text: name }),
       (rows ?? []).map(([tok, v]) => h("div", { class: "il-feffect", "data-value": String(v) },
         h("span", { class: "il-tok", text: visible(String(tok)) }), h("span", { class: "il-val", text: fmt(v) }))));
+    const raisesLowers = h("div", { class: "il-fcols" }, effects(panel.raised, "raises"), effects(panel.lowered, "lowers"));
     const st = panel.stats; // its page over the corpus (FeatureStats), when the view has statistics
-    const where = st ? [h("div", { class: "il-fstats" }, h("div", { class: "il-bars-title",
-      text: `F${feature}: its page over ${panel.corpus ?? "the corpus"}` }), ...statsSection(st, st.density > Number(
-      state.get("dense_threshold", 0.1))))]
-      : [h("div", { class: "il-bars-title", text: `F${feature}: where it fires most${panel.corpus ? ` in ${panel.corpus}` : ""}` }),
-        h("div", { class: "il-fcontexts" }, (panel.contexts ?? []).map((c) =>
-          tokenRow((c.tokens ?? []).map(String), c.acts ?? [], peak, { mark: c.pos })))];
-    return h("div", {}, ...where,
-      h("div", { class: "il-fcols" }, effects(panel.raised, "raises"), effects(panel.lowered, "lowers")));
+    if (st) {
+      const [density, ...page] = statsSection(st, st.density > Number(state.get("dense_threshold", 0.1)));
+      return [h("div", {}, h("div", { class: "il-bars-title", text: `F${feature}: its page over ${panel.corpus ?? "the corpus"}` }),
+        density, raisesLowers), h("div", { class: "il-fstats" }, ...page)];
+    }
+    return [h("div", {}, h("div", { class: "il-bars-title", text: `F${feature}: where it fires most${
+      panel.corpus ? ` in ${panel.corpus}` : ""}` }), raisesLowers),
+    h("div", { class: "il-fcontexts" }, (panel.contexts ?? []).map((c) =>
+      tokenRow((c.tokens ?? []).map(String), c.acts ?? [], peak, { mark: c.pos })))];
   }
 
   const redraw = scheduler(state, draw, { soon: true });
