@@ -64,9 +64,10 @@ def views(lab):
         "attention": attention_widget(lab, CLEAN, layer=2, head=0),
         "circuit": lab.edge_attribution(CLEAN, CORRUPT, metric).show(lab, CLEAN, CORRUPT, metric),
         "dashboard": lab.show(CLEAN, CORRUPT, " Mary", " John"),
-        # notebook 05's feature view: a token's top features, a feature's panel, the edited next-token bars
-        "features": lab.features(CLEAN, ilab.SAE.load("ioi-tiny-sae")).show(contexts=[CLEAN, CORRUPT],
-                                                                            metric=metric),
+        # notebook 05's feature view: a token's top features, a feature's panel (its page from the shipped
+        # statistics), the edited next-token bars
+        "features": lab.features(CLEAN, ilab.SAE.load("ioi-tiny-sae")).show(metric=metric),
+        "features in prompts": lab.features(CLEAN, ilab.SAE.load("ioi-tiny-sae")).show(contexts=[CLEAN, CORRUPT]),
         # notebook 06's circuits: the IOI prompt's attribution graph over the shipped transcoders
         "attribution graph": ilab.analyses.graph.attribution_graph(
             lab, CLEAN, ilab.Transcoders.load("ioi-tiny-transcoders"), progress=False).show(),
