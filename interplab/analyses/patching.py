@@ -673,6 +673,39 @@ class _Baseline:
         return {feature: mean[..., r] for r, feature in enumerate(self.rows)}
 
 
+def ablation_edit(ablation: Ablation, site: str, layer: int, pos: int | None, head: int | None, *,
+                  n_heads: int | None = None, sae: SAE | None = None, means: dict | None = None,
+                  label: str | None = None) -> ed.Edit:
+    """The edit that ablates one cell as an ablation sweep did (a heatmap click runs it): ilab.zero there; a mean
+    at each position, ilab.mean_ablate with the reference prompts (the engine takes their mean itself); a mean over
+    every token, ilab.set_value with that mean (`means`, the sweep's result.baseline_means). On an SAE (`layer` is
+    then the feature): ilab.zero(sae, feature=...), or ilab.set_value(sae, mean, feature=...)."""
+    if sae is not None:
+        feature = layer
+        if ablation.baseline == "zero":
+            return ed.zero(sae, feature=feature, pos=pos, label=label)
+        mean = means[feature]
+        value = mean[pos] if ablation.per_position and pos is not None else mean
+        return ed.set_value(sae, float(value), feature=feature, pos=pos, label=label)
+    if ablation.baseline == "zero":
+        return ed.zero(site, layer, pos=pos, head=head, label=label)
+    if ablation.per_position:
+        return ed.mean_ablate(site, layer, pos=pos, head=head, reference=ed.SourceRef(ablation.reference),
+                              label=label)
+    value = means[(site, layer)]
+    if head is not None:
+        value = value.view(n_heads, -1)[head]
+    return ed.set_value(site, layer, value=value, pos=pos, head=head, label=label)
+
+
+def ablation_means(engine: Engine, ablation: Ablation, site: str, layers: list[int], sae: SAE | None = None) -> dict:
+    """The means a mean ablation writes, as result.baseline_means holds them (for a click before its sweep ended)."""
+    if ablation.baseline != "mean":
+        return {}
+    rows = list(range(sae.d_sae)) if sae is not None else None
+    return _Baseline(engine, engine.backends["hf"], ablation, site, layers, sae, rows).edit_means()
+
+
 def _pairs(engine: Engine, clean, corrupt, direction, by) -> _Pairs:
     base, source = (corrupt, clean) if direction == "denoise" else (clean, corrupt)
     ids, mask, lengths = engine.encode(base)
@@ -1030,4 +1063,5 @@ def _advance(bar, progress, done, total, n):
         progress(done, total)
 
 
-__all__ = ["patch_sweep", "patch_sweep_heads", "HeadSweeps", "SweepResult", "SweepCancelled", "Cells", "LAYERED"]
+__all__ = ["patch_sweep", "patch_sweep_heads", "HeadSweeps", "SweepResult", "SweepCancelled", "Cells", "LAYERED",
+           "Ablation", "ablation_edit", "ablation_means"]
