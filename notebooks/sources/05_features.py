@@ -262,7 +262,8 @@ assert s2_top not in top_at_s2 and float((exact.values[:, S2] - attr.values[top_
 # sweep with no corrupt prompt. Each cell zeroes one feature at one position (`ilab.zero(sae, feature=i, pos=p)`, the
 # error term kept), and its value is the change of the logit difference, ablated minus clean (0: no change); a cell
 # whose feature is 0 there needs no run. `baseline="mean", reference=prompts` would set each feature to its mean over
-# other prompts instead. A click on a cell of the heatmap runs that ablation and shows its logits.
+# other prompts instead. The heatmap shows the features that matter most at S2; a click on a cell runs that
+# ablation and shows its logits.
 #
 # **Predict:** which feature's ablation at S2 lowers the logit difference most, and by how much of it: a tenth, a
 # third, all of it?
@@ -276,7 +277,8 @@ print(f"{ablation.cells_run} of {ablation.values.numel()} cells ran (the rest ze
 for i in ranked[:5]:
     print(f"zero feature {i:3d} at S2: logit diff {clean_ld:+.2f} -> {clean_ld - drops[i]:+.2f}")
 ioi_feature = ranked[0]
-ablation.show()
+# the heatmap of the ten features whose ablation at S2 costs most, at every position (a click runs that ablation)
+lab.patch_sweep(clean, None, sae, ("feature", "pos"), metric, baseline="zero", features=ranked[:10]).show()
 
 # %%
 # ANSWER
