@@ -636,20 +636,23 @@ class _Baseline:
             self.means = self._reference_means(engine, runner, site, keys)
 
     def _reference_means(self, engine: Engine, runner, site: str, keys) -> dict:
+        """Sums over forwards of prompts of one token length each (no padding to leave out, and what a backend that
+        records one length per request batch, vLLM's, runs), divided by the prompts (per position) or tokens."""
         ablation, sums, count = self.ablation, {}, 0
-        ref = list(ablation.reference)
-        for i in range(0, len(ref), self.CHUNK):
-            part = ref[i:i + self.CHUNK]
-            lengths = engine.encode(part)[2]
-            cache = runner.forward(engine, part, record=keys)[1]
-            for key in keys:
-                a = engine.as_hooked(site, cache[key]).float()
-                if self.sae is not None:
-                    a = self.sae.encode(a)[..., self.rows]
-                # (per position: every reference prompt has the prompts' length, so there is no padding)
-                got = a.sum(0) if ablation.per_position else torch.cat([a[j, :n] for j, n in enumerate(lengths)]).sum(0)
-                sums[key] = got if key not in sums else sums[key] + got
-            count += len(part) if ablation.per_position else sum(lengths)
+        by_length: dict[int, list[str]] = {}
+        for prompt, n in zip(ablation.reference, engine.encode(list(ablation.reference))[2]):
+            by_length.setdefault(n, []).append(prompt)
+        for n, prompts in by_length.items():
+            for i in range(0, len(prompts), self.CHUNK):
+                part = prompts[i:i + self.CHUNK]
+                cache = runner.forward(engine, part, record=keys)[1]
+                for key in keys:
+                    a = engine.as_hooked(site, cache[key]).float()  # [prompts, n, width]
+                    if self.sae is not None:
+                        a = self.sae.encode(a)[..., self.rows]
+                    got = a.sum(0) if ablation.per_position else a.sum((0, 1))
+                    sums[key] = got if key not in sums else sums[key] + got
+                count += len(part) * (1 if ablation.per_position else n)
         return {key: (total / count).cpu() for key, total in sums.items()}
 
     def __call__(self, key, base: torch.Tensor) -> torch.Tensor:
