@@ -282,7 +282,9 @@ class Lab:
     def feature(self, sae, index: int):
         """One feature of an SAE as an object: its logit effects, top contexts, activations, and the edits that
         ablate or steer it. Attribution over every feature x position: lab.patch_sweep(clean, corrupt, sae,
-        ("feature", "pos"), metric, method="attribution") (see interplab.analyses.features)."""
+        ("feature", "pos"), metric, method="attribution"); each feature ablated at each position, with no corrupt
+        prompt: lab.patch_sweep(clean, None, sae, ("feature", "pos"), metric, baseline="zero") (see
+        interplab.analyses.features)."""
         return _features.Feature(self.engine, sae, index)
 
 

@@ -73,7 +73,7 @@ class Ablation:
     per_position: bool = False
 
     def describe(self, what: str = "activation") -> str:
-        """How each cell is ablated, in words (the result's describe() and the heatmap's subtitle)."""
+        """How each cell is ablated, in words (the result's describe() and the heatmap's title)."""
         if self.baseline == "zero":
             return f"zero-ablated (each cell's {what} set to 0)"
         how = "at each position" if self.per_position else "over every token"
@@ -218,7 +218,7 @@ class SweepResult:
         ylab = [f"{'F' if self.by[0] == 'feature' else 'L'}{x}" for x in self.labels[self.by[0]]]
         xlab = self.cells.col_labels(short=True)
         # an ablation's change: a scale symmetric around 0 (no change), whichever sign is larger
-        span = float(v.nan_to_num(0.0).abs().max()) or 1.0 if self.ablation is not None else None
+        span = (float(v.nan_to_num(0.0).abs().max()) or 1.0) if self.ablation is not None else None
         fig = go.Figure(go.Heatmap(z=v.tolist(), x=list(range(len(xlab))), y=list(range(len(ylab))),
                                    colorscale="RdBu", zmid=0, zmin=-span if span else None, zmax=span,
                                    colorbar={"title": self.value_title}))

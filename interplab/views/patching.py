@@ -171,7 +171,7 @@ class PatchSession:
         return {"values": cells.grid(res.values).tolist(), "x_labels": cells.col_labels(),
                 "y_labels": [f"{self.row_prefix}{r}" for r in res.labels[res.by[0]]],
                 "x_title": cells.col_title(), "y_title": "feature" if self.sae else "layer",
-                "direction": self.direction_text(res.direction, res.metric_name),
+                "direction": self.direction_text(res.direction),
                 "key_cols": cells.key_cols(self.key_positions()),
                 "metric_name": self.value_name(res.metric_name),
                 "title": f"{res.site if self.sae is None else self.sae.describe()}: {self.doing(res.direction)} "
@@ -187,7 +187,7 @@ class PatchSession:
             return direction
         return self.ablation.describe("feature" if self.sae is not None else "activation")
 
-    def direction_text(self, direction: str, metric_name: str) -> str:
+    def direction_text(self, direction: str) -> str:
         """The heatmap's direction trait: 'denoise' / 'noise' (the page words them); '' for an ablation, whose
         title says what it did and whose values are named "change in <metric>"."""
         return direction if self.ablation is None else ""
@@ -203,7 +203,7 @@ class PatchSession:
         rows, cols = cells.shape[0], cells.n_cols
         return {"values": [[None] * cols for _ in range(rows)], "x_labels": cells.col_labels(),
                 "y_labels": [f"{self.row_prefix}{r}" for r in cells.layers], "x_title": cells.col_title(),
-                "y_title": "layer", "direction": self.direction_text(self.direction, self.metric.name),
+                "y_title": "layer", "direction": self.direction_text(self.direction),
                 "key_cols": cells.key_cols(self.key_positions()), "metric_name": self.value_name(self.metric.name),
                 "title": f"{self.site}: {self.doing(self.direction)}"}
 
