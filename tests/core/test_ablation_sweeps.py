@@ -82,7 +82,7 @@ def test_zeroing_a_head_at_a_position_equals_zeros_written_into_its_output_proje
     assert float((expected - clean).abs().max()) > 1e-3  # the ablations change the metric, by 10x the tolerance
     assert "zero-ablated" in res.describe() and res.ablation.baseline == "zero"
     heat = res.figure().data[0]  # the static figure: the change, on a scale symmetric around 0
-    assert heat.colorbar.title.text.startswith("change in") and heat.zmin == -heat.zmax > 0
+    assert heat.colorbar.title.text.startswith("change in") and heat.zmax > 0 and heat.zmin == -heat.zmax
     assert not hooks_everywhere(model) and lab.hooks() == []
 
 
