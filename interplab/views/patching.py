@@ -13,8 +13,16 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .. import display
-from ..analyses.patching import (Ablation, Cells, HeadSweeps, SweepCancelled, SweepResult, ablation_edit,
-                                 ablation_means, patch_sweep)
+from ..analyses.patching import (
+    Ablation,
+    Cells,
+    HeadSweeps,
+    SweepCancelled,
+    SweepResult,
+    ablation_edit,
+    ablation_means,
+    patch_sweep,
+)
 from ..edits import Edit, SourceRef, patch
 from ..engine import Engine, engine_of
 from ..errors import InterplabError

@@ -6,10 +6,11 @@ errors, no hook left."""
 
 import pytest
 import torch
-from core._hand import hooks_everywhere  # tests/ is on sys.path (rootdir conftest)
 
 import interplab as ilab
 from interplab.errors import EmptyPromptError, InterplabError, UnsupportedSiteError
+
+from ._hand import hooks_everywhere
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPT = "When Mary and John went to the store, Mary gave a drink to"  # same token length: a template's second
