@@ -156,17 +156,20 @@ class Lab:
         (see interplab.engine.backends.sample)."""
         return self.engine.sample(prompts, edits, **kw)
 
-    def patch_sweep(self, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
-                    direction: str = "denoise", method: str = "exact", backend: str | None = "hf", **kw):
+    def patch_sweep(self, clean, corrupt=None, site: str = "resid_pre", by=("layer", "pos"), metric=None,
+                    direction: str | None = None, method: str = "exact", backend: str | None = "hf", *,
+                    baseline: str | None = None, reference=None, **kw):
         """Activation-patching heatmap values for every cell (see interplab.analyses.patching.patch_sweep);
-        backend="vllm": each cell a request on the lab's vLLM engine."""
+        backend="vllm": each cell a request on the lab's vLLM engine. An ablation sweep: corrupt=None and
+        baseline="zero", or baseline="mean" with reference=[prompts]; its values are the metric's change."""
 
-        return patch_sweep(self.engine, clean, corrupt, site, by, metric, direction, method, backend=backend, **kw)
+        return patch_sweep(self.engine, clean, corrupt, site, by, metric, direction, method, backend=backend,
+                           baseline=baseline, reference=reference, **kw)
 
-    def patch_sweep_heads(self, clean, corrupt, metric, by=("layer", "head"), direction: str = "denoise",
+    def patch_sweep_heads(self, clean, corrupt, metric, by=("layer", "head"), direction: str | None = None,
                           method: str = "exact", **kw):
         """Sweeps of every head's output, query, key, value and pattern in one call, shown side by side
-        (see interplab.analyses.patching.patch_sweep_heads)."""
+        (see interplab.analyses.patching.patch_sweep_heads); corrupt=None with baseline= ablates them instead."""
 
         return patch_sweep_heads(self.engine, clean, corrupt, metric, by, direction, method, **kw)
 
@@ -279,7 +282,9 @@ class Lab:
     def feature(self, sae, index: int):
         """One feature of an SAE as an object: its logit effects, top contexts, activations, and the edits that
         ablate or steer it. Attribution over every feature x position: lab.patch_sweep(clean, corrupt, sae,
-        ("feature", "pos"), metric, method="attribution") (see interplab.analyses.features)."""
+        ("feature", "pos"), metric, method="attribution"); each feature ablated at each position, with no corrupt
+        prompt: lab.patch_sweep(clean, None, sae, ("feature", "pos"), metric, baseline="zero") (see
+        interplab.analyses.features)."""
         return _features.Feature(self.engine, sae, index)
 
 

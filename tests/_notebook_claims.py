@@ -116,6 +116,15 @@ CLAIMS = {
         ("(a) Exactly the model's logits (up to float rounding)",
          r"\(a\) splice with nothing edited: largest logit difference from the model's own [\d.e+-]+"),
         ("by how much of it: a tenth, a third, all of it?", QUESTION),
+        ("zeroing it alone removes the share", rf"feature \d+: drop {NUM} \(\d+% of the logit diff\); the runner-up, "
+                                               rf"feature \d+: {NUM}"),
+        ("the sweep's cell is the hand-made ilab.zero run",
+         r"the sweep's cell: logit diff ([+-]\d+\.\d+); ilab\.zero run by hand: \1"),
+        ("Its attribution estimate misses it too", r"ranks \d+ of \d+ by patching's attribution, \d\d+ by the "
+                                                   r"ablation's attribution estimate, 1 by the exact ablation sweep"),
+        ("More than one token in ten (printed)", r"fires on (1\d|[2-9]\d)\.\d% of tokens, density rank [1-3] of \d+"),
+        ("in its two weakest bands most examples are other",
+         r"of the two weakest bands' examples, \d+ of \d+"),
         ("in more than half of them", r"feature \d+: fires at S2 in \d+% of pairs"),
         ("With twice that (the feature pushed below 0)?", QUESTION),
         ("-1 x the activation is the ablation exactly", rf"steered at S2 by alpha = -1 x {NUM}: logit diff {NUM}"),

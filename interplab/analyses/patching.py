@@ -13,6 +13,10 @@ The attribution method estimates every cell at once from one forward and one bac
 
 Values are normalised so that 1 = clean behaviour, 0 = corrupted behaviour: (patched - corrupt) / (clean - corrupt),
 for denoising (clean patched into corrupt) and noising (corrupt patched into clean) alike.
+
+An ablation sweep (corrupt=None, baseline="zero" | "mean") is the same sweep with no corrupt run: the base run is the
+prompt and each cell's "source" activation is the baseline (0, or the mean over reference prompts). There is nothing
+to normalise by, so its values are the metric's change, ablated - clean (0 = no change).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import torch
 from .. import display
 from .. import edits as ed
 from ..engine import Engine, as_prompts, default_budget, default_max_rows, engine_of, halving
-from ..errors import InterplabError, LengthMismatchError, NumberError, UnsupportedSiteError
+from ..errors import EmptyPromptError, InterplabError, LengthMismatchError, NumberError, UnsupportedSiteError
 from ..metrics import Custom, Metric, as_metric
 from ..sae import SAE
 from ..sites import HEADED, LAYERED
@@ -52,6 +56,29 @@ class SweepCancelled(InterplabError):
     def __init__(self, message: str, done: int = 0, total: int = 0):
         super().__init__(message)
         self.done, self.total = done, total
+
+
+BASELINES = ("zero", "mean")
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """What an ablation sweep writes into each cell in place of a corrupt run's activation: 0, or the mean of the
+    site's activation (an SAE feature's activation) over `reference` prompts, per position when every reference
+    prompt has the prompt's token length (a template dataset: the IOI papers' mean-ablation over the ABC set),
+    otherwise over every token of the reference."""
+
+    baseline: str  # "zero" or "mean"
+    reference: tuple[str, ...] = ()
+    per_position: bool = False
+
+    def describe(self, what: str = "activation") -> str:
+        """How each cell is ablated, in words (the result's describe() and the heatmap's title)."""
+        if self.baseline == "zero":
+            return f"zero-ablated (each cell's {what} set to 0)"
+        how = "at each position" if self.per_position else "over every token"
+        n = len(self.reference)
+        return f"mean-ablated (each cell's {what} set to its mean {how} of {n} reference prompt{'s' * (n != 1)})"
 
 
 @dataclass(frozen=True)
@@ -130,7 +157,7 @@ class Cells:
 
 @dataclass
 class SweepResult:
-    values: torch.Tensor  # normalised: 1 = clean restored, 0 = corrupted
+    values: torch.Tensor  # normalised: 1 = clean restored, 0 = corrupted (an ablation sweep: ablated - clean)
     raw: torch.Tensor  # the metric per cell
     by: tuple[str, ...]
     labels: dict[str, list]  # axis name -> tick labels (layer numbers, token strings, head numbers)
@@ -152,10 +179,20 @@ class SweepResult:
     # the metric); a click on a cell of this heatmap shows these numbers without running the forward again
     cell_runs: dict = field(default_factory=dict, repr=False)
     sae: SAE | None = field(default=None, repr=False)  # by ("feature", "pos"): the SAE whose features are the rows
+    # an ablation sweep (no corrupt run): what each cell was set to; None for a patching sweep
+    ablation: Ablation | None = None
+    # a mean ablation: the means the cells were set to, {(site, layer): [pos, width] or [width]} in the hooks'
+    # layout, or for an SAE {feature: [pos] or []}; a click's edit writes the same value
+    baseline_means: dict = field(default_factory=dict, repr=False)
 
     @property
     def shape(self):
         return tuple(self.values.shape)
+
+    @property
+    def value_title(self) -> str:
+        """What a cell's value is, in a few words (the colour bar's title)."""
+        return f"change in {self.metric_name}" if self.ablation is not None else "restored"
 
     @property
     def cells(self) -> Cells:
@@ -163,8 +200,12 @@ class SweepResult:
                      len(self.labels["head"]))
 
     def describe(self) -> str:
-        what = "clean into corrupt (denoising)" if self.direction == "denoise" else "corrupt into clean (noising)"
         site = self.site if self.sae is None else f"{self.sae.describe()}'s features"
+        if self.ablation is not None:
+            what = self.ablation.describe("feature" if self.sae is not None else "activation")
+            return (f"{site} {what}, by {' x '.join(self.by)}, {self.method}; {self.metric_name}: clean "
+                    f"{self.clean_value:.3f}; values = {self.metric_name} ablated - clean (0 = no change)")
+        what = "clean into corrupt (denoising)" if self.direction == "denoise" else "corrupt into clean (noising)"
         return (f"{site} patched {what}, by {' x '.join(self.by)}, {self.method}; "
                 f"{self.metric_name}: clean {self.clean_value:.3f}, corrupt {self.corrupt_value:.3f}; "
                 f"1 = clean behaviour, 0 = corrupted")
@@ -176,8 +217,11 @@ class SweepResult:
         v = self.cells.grid(self.values)
         ylab = [f"{'F' if self.by[0] == 'feature' else 'L'}{x}" for x in self.labels[self.by[0]]]
         xlab = self.cells.col_labels(short=True)
+        # an ablation's change: a scale symmetric around 0 (no change), whichever sign is larger
+        span = (float(v.nan_to_num(0.0).abs().max()) or 1.0) if self.ablation is not None else None
         fig = go.Figure(go.Heatmap(z=v.tolist(), x=list(range(len(xlab))), y=list(range(len(ylab))),
-                                   colorscale="RdBu", zmid=0, colorbar={"title": "restored"}))
+                                   colorscale="RdBu", zmid=0, zmin=-span if span else None, zmax=span,
+                                   colorbar={"title": self.value_title}))
         fig.update_layout(title=self.describe(), xaxis={"tickvals": list(range(len(xlab))), "ticktext": xlab},
                           yaxis={"tickvals": list(range(len(ylab))), "ticktext": ylab, "autorange": "reversed"})
         return fig
@@ -207,16 +251,20 @@ class HeadSweeps:
         from plotly.subplots import make_subplots
 
         sites = list(self.results)
+        first = next(iter(self.results.values()))
+        # patching: 1 = clean restored; an ablation: the metric's change, on one scale symmetric around 0
+        span = 1.0 if first.ablation is None else max(
+            float(r.values.nan_to_num(0.0).abs().max()) for r in self.results.values()) or 1.0
         fig = make_subplots(rows=1, cols=len(sites), subplot_titles=sites, shared_yaxes=True)
         for i, site in enumerate(sites, start=1):
             res = self.results[site]
             v = res.cells.grid(res.values)
-            fig.add_trace(go.Heatmap(z=v.tolist(), colorscale="RdBu", zmid=0, zmin=-1, zmax=1,
+            fig.add_trace(go.Heatmap(z=v.tolist(), colorscale="RdBu", zmid=0, zmin=-span, zmax=span,
                                      showscale=i == len(sites), x=res.cells.col_labels(short=True),
                                      y=[f"L{x}" for x in res.labels["layer"]]), row=1, col=i)
         fig.update_yaxes(autorange="reversed")
-        first = next(iter(self.results.values()))
-        fig.update_layout(title=f"every part of every head, {first.metric_name}, {first.method}")
+        how = "" if first.ablation is None else f"{first.ablation.describe()}, change in "
+        fig.update_layout(title=f"every part of every head, {how}{first.metric_name}, {first.method}")
         return fig
 
     def show(self, lab=None):
@@ -225,10 +273,11 @@ class HeadSweeps:
         return self.figure() if shown is None else shown
 
 
-def patch_sweep_heads(lab: Engine, clean, corrupt, metric, by=("layer", "head"), direction: str = "denoise",
+def patch_sweep_heads(lab: Engine, clean, corrupt, metric, by=("layer", "head"), direction: str | None = None,
                       method: str = "exact", sites=EVERY_HEAD_SITE, **kw) -> HeadSweeps:
     """patch_sweep of each part of every head, by (layer, head) or (layer, head, pos): one call for what
-    TransformerLens's `get_act_patch_attn_head_*_every` gives (k and v by key-value head)."""
+    TransformerLens's `get_act_patch_attn_head_*_every` gives (k and v by key-value head). corrupt=None with
+    baseline="zero" (or "mean", reference=...): each part of every head ablated instead (see patch_sweep)."""
     engine = engine_of(lab)
     unknown = [s for s in sites if s not in HEAD_SITES]
     if unknown or not sites:
@@ -255,8 +304,9 @@ class _Pairs:
     lengths: list[int]
 
 
-def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer", "pos"), metric=None,
-                direction: str = "denoise", method: str = "exact", *, max_batch: int | None = None,
+def patch_sweep(lab: Engine, clean, corrupt=None, site: str = "resid_pre", by=("layer", "pos"), metric=None,
+                direction: str | None = None, method: str = "exact", *, baseline: str | None = None,
+                reference=None, max_batch: int | None = None,
                 progress: bool | Callable[[int, int], None] = True, cancel: threading.Event | None = None,
                 on_partial: Callable[[SweepResult], None] | None = None, layers=None, qk_fix: bool = False,
                 grad_drop: bool = False, order: torch.Tensor | None = None,
@@ -265,7 +315,19 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
 
     clean / corrupt: a prompt each, or lists of N pairs (the metric is averaged over pairs, as the IOI papers do).
     metric: ilab.logit_diff(" Mary", " John") (per pair: lists of answers), prob, logprob, or a callable on
-            [rows, vocab] last-position logits. direction: "denoise" (clean into corrupt) or "noise".
+            [rows, vocab] last-position logits. direction: "denoise" (clean into corrupt, the default) or "noise".
+    baseline: an ablation sweep instead, with corrupt=None (exactly one of corrupt and baseline is given): the base
+           run is `clean` (a prompt or a list of prompts) and each cell's activation is replaced by
+             "zero": 0 (for an SAE's feature: the feature set to 0, the site's value minus f * its decoder
+                     direction; the error term kept);
+             "mean": its mean over `reference` (a list of prompts): at each position when every reference prompt has
+                     the prompt's token length (a template dataset, as the IOI papers mean-ablate over the ABC set),
+                     otherwise over every token of the reference (result.describe() says which). For an SAE's
+                     feature: the feature's mean activation, likewise.
+           The values are the metric's change, ablated - clean (0 = no change; no corrupt run to normalise by);
+           method="attribution" estimates it as (baseline - activation) . gradient. Every site and layout below
+           takes a baseline; pattern takes "mean" only at each position (its width is the prompt's length), and
+           qk_fix applies to patching only.
     order: exact sweeps only, a priority per cell (the result's shape, e.g. |attribution estimate|): chunks run
            highest first, across layers (each chunk still one layer's), so on_partial fills the promising cells first.
     memory_budget: exact sweeps, the memory one batched forward may use: bytes, or a string such as "600MiB" or
@@ -281,6 +343,8 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
            the lab has one and it can run this sweep.
     """
     engine = engine_of(lab)
+    _check_source(corrupt, baseline, reference, direction)
+    direction = direction or "denoise"
     if not isinstance(by, (str, list, tuple)):
         raise InterplabError(f"by={by!r} is not a sweep layout: choose one of {', '.join(map(str, AXES))}.")
     by = tuple([by] if isinstance(by, str) else by)
@@ -316,6 +380,9 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     if qk_fix and site not in QK_SITES:
         raise InterplabError(f"qk_fix=True applies to sweeps of queries and keys ({', '.join(QK_SITES)}), whose "
                              f"effect goes through the attention pattern; site {site!r} has none to fix.")
+    if qk_fix and baseline is not None:
+        raise InterplabError("qk_fix=True recomputes patterns from a corrupt run's queries and keys: it applies to "
+                             "patching sweeps; an ablation sweep's attribution takes method='attribution' alone.")
     if metric is None:
         raise InterplabError("metric= is required, e.g. ilab.logit_diff(' Mary', ' John').")
     if max_batch is None:
@@ -336,53 +403,67 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     if engine.sites.arch is None:
         raise InterplabError("patch_sweep needs a known architecture (see ilab.sites.ARCHS); use lab.run with "
                              "raw-path edits on this model.")
-    clean, corrupt = as_prompts(clean), as_prompts(corrupt)
-    if len(clean) != len(corrupt):
-        raise LengthMismatchError(f"{len(clean)} clean prompts but {len(corrupt)} corrupt: give them in pairs.")
+    clean = as_prompts(clean)
+    if baseline is None:
+        corrupt = as_prompts(corrupt)
+        if len(clean) != len(corrupt):
+            raise LengthMismatchError(f"{len(clean)} clean prompts but {len(corrupt)} corrupt: give them in pairs.")
     as_metric(metric).check_pairs(len(clean))  # per-pair answers: one per pair, before any forward
-    engine.check_pair(clean, corrupt)
+    if baseline is None:
+        engine.check_pair(clean, corrupt)
     metric = as_metric(metric).bind(engine.token_id)
-    pairs = _pairs(engine, clean, corrupt, direction, by)
+    pairs = _pairs(engine, clean, corrupt, direction, by) if baseline is None else _prompts(engine, clean, by)
+    ablation = None if baseline is None else _ablation(engine, baseline, reference, pairs, site)
+    if baseline is not None:
+        direction, corrupt = "ablate", []
     layer_list = engine.sites.layers_of(layers)
 
     n_heads = engine.resolve(site, layer_list[0]).n_heads or engine.n_heads  # k, v, rot_k: the key-value heads
     pair_idx = torch.arange(len(clean))
     row_ids = layer_list if sae is None else rows  # what the rows are: layers, or the SAE's features
+    # an ablation: what each cell's activation (an SAE: each feature) becomes, in place of a source run's
+    ablate = None if ablation is None else _Baseline(engine, runner, ablation, site, layer_list, sae,
+                                                     rows if sae is not None else None)
     if method == "attribution" and sae is not None:
-        estimate, source_value, base_value = _feature_attribution(engine, pairs, sae, rows, metric)
-        clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
-                                      else (base_value, source_value))
+        estimate, source_value, base_value = _feature_attribution(engine, pairs, sae, rows, metric, ablate)
     elif method == "attribution":  # its two runs (source with cache, base with gradient) give both metric values
         cells = Cells(by, tuple(layer_list), tuple(engine.to_str_tokens(clean[0])), n_heads)
         estimate, source_value, base_value = _attribution(engine, pairs, site, by, metric, layer_list, cells, n_heads,
-                                                          qk_fix, grad_drop)
-        clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
-                                      else (base_value, source_value))
+                                                          qk_fix, grad_drop, ablate)
     else:  # the site at every layer, in both runs: cells where they are equal need no forward (see _first_changes)
         keys = [(site, l) for l in layer_list]
         # the base run also keeps the residual every patched forward resumes from: one forward serves all chunks
         resume = [_resume_key(engine, site, l) for l in layer_list]
         base_run = _Recorded(*runner.forward(engine, pairs.base, record=list(dict.fromkeys(keys + resume))))
-        source_run = _Recorded(*runner.forward(engine, pairs.source, record=keys))
         base_value = _metric_mean(metric, base_run.last_logits, pair_idx)
-        source_value = _metric_mean(metric, source_run.last_logits, pair_idx)
+        source_run, source_value = None, math.nan
+        if ablate is None:
+            source_run = _Recorded(*runner.forward(engine, pairs.source, record=keys))
+            source_value = _metric_mean(metric, source_run.last_logits, pair_idx)
+    if ablation is not None:  # one run, the prompt's: its value is the clean one, and no corrupt one exists
+        clean_value, corrupt_value = base_value, math.nan
+    else:
         clean_value, corrupt_value = ((source_value, base_value) if direction == "denoise"
                                       else (base_value, source_value))
-    if abs(clean_value - corrupt_value) < 1e-6:
-        raise InterplabError(
-            f"clean and corrupt give the same {metric.name} ({clean_value:.4f}): there is nothing to restore, so the "
-            f"normalised values would divide by zero. Pick a corrupt prompt that changes the answer."
-        )
+        if abs(clean_value - corrupt_value) < 1e-6:
+            raise InterplabError(
+                f"clean and corrupt give the same {metric.name} ({clean_value:.4f}): there is nothing to restore, so "
+                f"the normalised values would divide by zero. Pick a corrupt prompt that changes the answer."
+            )
     labels = {"layer": layer_list, "pos": engine.to_str_tokens(clean[0]), "head": list(range(n_heads))}
     if sae is not None:
         labels["feature"] = rows
     shape = Cells(by, tuple(row_ids), tuple(labels["pos"]), n_heads).shape
     raw = torch.full(shape, float("nan"))
     result = SweepResult(raw.clone(), raw, by, labels, site, metric.name, direction, method, clean_value,
-                         corrupt_value, clean, corrupt, engine, metric, sae=sae)
+                         corrupt_value, clean, corrupt, engine, metric, sae=sae, ablation=ablation,
+                         baseline_means={} if ablate is None else ablate.edit_means())
 
     def finish():
-        result.values = (result.raw - corrupt_value) / (clean_value - corrupt_value)
+        if ablation is not None:  # the metric's change: nothing to normalise by
+            result.values = result.raw - clean_value
+        else:
+            result.values = (result.raw - corrupt_value) / (clean_value - corrupt_value)
         return result
 
     if method == "attribution":
@@ -395,7 +476,7 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     layer_cells = result.cells.in_layer()
     jobs = [(li, layer, layer_cells) for li, layer in enumerate(layer_list)] if sae is None else [
         (ri, sae.layer, layer_cells) for ri in range(len(rows))]
-    feature_source = _feature_sources(engine, sae, rows, base_run, source_run) if sae is not None else None
+    feature_source = _feature_sources(engine, sae, rows, base_run, source_run, ablate) if sae is not None else None
     total = sum(len(cells) for _, _, cells in jobs)
     bar = _progress_bar(total, progress)
     done = 0
@@ -412,9 +493,13 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
     try:
         for li, layer, all_cells in jobs:
             key = (site, layer)
-            base_act, source_act = (engine.as_hooked(site, run.cache[key]) for run in (base_run, source_run))
+            base_act = engine.as_hooked(site, base_run.cache[key])
             if feature_source is not None:  # row li: the base activation with only its feature patched
                 source_act = feature_source(li, base_act)
+            elif ablate is not None:  # the baseline: 0, or the reference's mean
+                source_act = ablate(key, base_act)
+            else:
+                source_act = engine.as_hooked(site, source_run.cache[key])
             cells = []
             firsts = _first_changes(base_act, source_act, [sel for _, sel in all_cells], n_heads)
             for (index, selector), first in zip(all_cells, firsts):
@@ -475,6 +560,153 @@ def patch_sweep(lab: Engine, clean, corrupt, site: str = "resid_pre", by=("layer
         if bar is not None:
             bar.close()
     return finish()
+
+
+def _check_source(corrupt, baseline, reference, direction) -> None:
+    """Exactly one of a corrupt run (patching) and a baseline (ablation), with the arguments each takes."""
+    if baseline is None:
+        if corrupt is None:
+            raise InterplabError("patch_sweep needs corrupt= (a patching sweep: the corrupt prompt, or one per clean "
+                                 "prompt) or baseline='zero' / 'mean' with corrupt=None (an ablation sweep): pass "
+                                 "one of them.")
+        if reference is not None:
+            raise InterplabError("reference= is the prompts a mean ablation averages over: use it with "
+                                 "baseline='mean' and corrupt=None.")
+        return
+    if corrupt is not None:
+        raise InterplabError(f"corrupt= and baseline={baseline!r} both given: a sweep patches from a corrupt run or "
+                             f"ablates to a baseline, not both. Pass corrupt=None for an ablation sweep, or drop "
+                             f"baseline= for a patching sweep.")
+    if not isinstance(baseline, str) or baseline not in BASELINES:
+        raise InterplabError(f"baseline={baseline!r}: use 'zero' (each cell set to 0) or 'mean' (each cell set to its "
+                             f"mean over reference=[prompts]).")
+    if direction is not None:
+        raise InterplabError(f"direction={direction!r} says which run a patching sweep patches into which; an "
+                             f"ablation sweep (baseline={baseline!r}) has one run, the prompt's: drop direction=.")
+    if baseline == "mean" and reference is None:
+        raise InterplabError("baseline='mean' needs reference=: the prompts whose mean activation each cell takes, "
+                             "e.g. reference=abc_prompts (of the prompt's token length: a mean at each position; "
+                             "otherwise the mean over every token).")
+    if baseline == "zero" and reference is not None:
+        raise InterplabError("reference= is for baseline='mean'; a zero ablation takes none: drop reference=.")
+
+
+def _prompts(engine: Engine, prompts: list[str], by) -> _Pairs:
+    """An ablation sweep's one run: the prompts are the base; there is no source run."""
+    ids, mask, lengths = engine.encode(prompts)
+    if "pos" in by and len(set(lengths)) > 1:
+        raise LengthMismatchError(
+            f"a sweep by position needs every prompt to have the same token length; got lengths "
+            f"{sorted(set(lengths))}. Sweep by ('layer',) or ('layer', 'head'), or use one template.")
+    return _Pairs(prompts, [], ids, mask, lengths)
+
+
+def _ablation(engine: Engine, baseline: str, reference, pairs: _Pairs, site: str) -> Ablation:
+    """The ablation asked for, with the mean's kind decided: at each position when every reference prompt has the
+    prompts' token length, else over every token."""
+    if baseline == "zero":
+        return Ablation("zero")
+    try:
+        ref = as_prompts(reference)
+    except EmptyPromptError as e:
+        raise EmptyPromptError(f"reference= holds no prompts ({e}): give the prompts whose mean each cell takes.") \
+            from None
+    lengths = engine.encode(ref)[2]
+    per_position = len(set(pairs.lengths)) == 1 and set(lengths) == set(pairs.lengths)
+    if site == "pattern" and not per_position:
+        raise UnsupportedSiteError(
+            f"a mean of the attention pattern is taken at each position, whose rows are as long as the prompt "
+            f"({sorted(set(pairs.lengths))} tokens): give reference prompts of that token length (got "
+            f"{sorted(set(lengths))}), or use baseline='zero'.")
+    return Ablation("mean", tuple(ref), per_position)
+
+
+class _Baseline:
+    """An ablation sweep's baseline: what each cell's activation (in the hooks' layout), or for an SAE each of its
+    features, becomes. A mean is taken once, from forwards of the reference prompts (a few at a time)."""
+
+    CHUNK = 16  # reference prompts per forward
+
+    def __init__(self, engine: Engine, runner, ablation: Ablation, site: str, layers: list[int],
+                 sae: SAE | None = None, rows: list[int] | None = None):
+        self.ablation, self.sae, self.rows = ablation, sae, rows
+        self.means: dict = {}  # (site, layer) -> [pos, width] or [width]; an SAE: [pos, rows] or [rows]
+        if ablation.baseline == "mean":
+            keys = [(site, layer) for layer in ([sae.layer] if sae is not None else layers)]
+            self.means = self._reference_means(engine, runner, site, keys)
+
+    def _reference_means(self, engine: Engine, runner, site: str, keys) -> dict:
+        """Sums over forwards of prompts of one token length each (no padding to leave out, and what a backend that
+        records one length per request batch, vLLM's, runs), divided by the prompts (per position) or tokens."""
+        ablation, sums, count = self.ablation, {}, 0
+        by_length: dict[int, list[str]] = {}
+        for prompt, n in zip(ablation.reference, engine.encode(list(ablation.reference))[2]):
+            by_length.setdefault(n, []).append(prompt)
+        for n, prompts in by_length.items():
+            for i in range(0, len(prompts), self.CHUNK):
+                part = prompts[i:i + self.CHUNK]
+                cache = runner.forward(engine, part, record=keys)[1]
+                for key in keys:
+                    a = engine.as_hooked(site, cache[key]).float()  # [prompts, n, width]
+                    if self.sae is not None:
+                        a = self.sae.encode(a)[..., self.rows]
+                    got = a.sum(0) if ablation.per_position else a.sum((0, 1))
+                    sums[key] = got if key not in sums else sums[key] + got
+                count += len(part) * (1 if ablation.per_position else n)
+        return {key: (total / count).cpu() for key, total in sums.items()}
+
+    def __call__(self, key, base: torch.Tensor) -> torch.Tensor:
+        """The baseline of (site, layer) shaped like its base activation [pairs, pos, width]."""
+        if self.ablation.baseline == "zero":
+            return torch.zeros_like(base)
+        return self.means[key].to(device=base.device, dtype=base.dtype).expand_as(base)
+
+    def features(self, f_base: torch.Tensor) -> torch.Tensor:
+        """The swept features' baseline shaped like their base activations [pairs, pos, rows]."""
+        if self.ablation.baseline == "zero":
+            return torch.zeros_like(f_base)
+        (mean,) = self.means.values()
+        return mean.to(device=f_base.device, dtype=f_base.dtype).expand_as(f_base)
+
+    def edit_means(self) -> dict:
+        """The means as a click's edit writes them: {(site, layer): mean}, or for an SAE {feature: mean}."""
+        if self.sae is None or not self.means:
+            return dict(self.means)
+        (mean,) = self.means.values()
+        return {feature: mean[..., r] for r, feature in enumerate(self.rows)}
+
+
+def ablation_edit(ablation: Ablation, site: str, layer: int, pos: int | None, head: int | None, *,
+                  n_heads: int | None = None, sae: SAE | None = None, means: dict | None = None,
+                  label: str | None = None) -> ed.Edit:
+    """The edit that ablates one cell as an ablation sweep did (a heatmap click runs it): ilab.zero there; a mean
+    at each position, ilab.mean_ablate with the reference prompts (the engine takes their mean itself); a mean over
+    every token, ilab.set_value with that mean (`means`, the sweep's result.baseline_means). On an SAE (`layer` is
+    then the feature): ilab.zero(sae, feature=...), or ilab.set_value(sae, mean, feature=...)."""
+    if sae is not None:
+        feature = layer
+        if ablation.baseline == "zero":
+            return ed.zero(sae, feature=feature, pos=pos, label=label)
+        mean = means[feature]
+        value = mean[pos] if ablation.per_position and pos is not None else mean
+        return ed.set_value(sae, float(value), feature=feature, pos=pos, label=label)
+    if ablation.baseline == "zero":
+        return ed.zero(site, layer, pos=pos, head=head, label=label)
+    if ablation.per_position:
+        return ed.mean_ablate(site, layer, pos=pos, head=head, reference=ed.SourceRef(ablation.reference),
+                              label=label)
+    value = means[(site, layer)]
+    if head is not None:
+        value = value.view(n_heads, -1)[head]
+    return ed.set_value(site, layer, value=value, pos=pos, head=head, label=label)
+
+
+def ablation_means(engine: Engine, ablation: Ablation, site: str, layers: list[int], sae: SAE | None = None) -> dict:
+    """The means a mean ablation writes, as result.baseline_means holds them (for a click before its sweep ended)."""
+    if ablation.baseline != "mean":
+        return {}
+    rows = list(range(sae.d_sae)) if sae is not None else None
+    return _Baseline(engine, engine.backends["hf"], ablation, site, layers, sae, rows).edit_means()
 
 
 def _pairs(engine: Engine, clean, corrupt, direction, by) -> _Pairs:
@@ -627,8 +859,10 @@ QK_SITES = ("q", "k", "rot_q", "rot_k")  # where AtP*'s QK fix applies: they rea
 
 
 def _attribution(engine: Engine, pairs: _Pairs, site: str, by, metric: Metric, layer_list, cells: Cells,
-                 n_heads: int, qk_fix: bool = False, grad_drop: bool = False) -> tuple:
-    """(source - base) . grad of the metric at base, summed within each cell; added to the base metric.
+                 n_heads: int, qk_fix: bool = False, grad_drop: bool = False, ablate: _Baseline | None = None) -> tuple:
+    """(source - base) . grad of the metric at base, summed within each cell; added to the base metric. An
+    ablation (`ablate`): the source is the baseline, (baseline - base) . grad, and there is no source run (its
+    metric is NaN).
 
     AtP* (Kramar et al. 2024) options: qk_fix (q/k sites) computes each cell's attention pattern exactly and
     takes only the pattern's gradient, where the linear step through the softmax would miss saturation;
@@ -642,7 +876,7 @@ def _attribution(engine: Engine, pairs: _Pairs, site: str, by, metric: Metric, l
     rotary = engine.sites.arch.rotary
     rq, rk = ("rot_q", "rot_k") if rotary else ("q", "k")
     angles = [(name, l) for name in (rq, rk) for l in layer_list] if qk else []
-    src_run = engine.run(pairs.source, cache=keys + angles, log=False)
+    src_run = engine.run(pairs.source, cache=keys + angles, log=False) if ablate is None else None
     base_angles = engine.run(pairs.base, cache=angles, log=False) if qk else None
     pair_idx = torch.arange(len(pairs.base))
 
@@ -662,7 +896,8 @@ def _attribution(engine: Engine, pairs: _Pairs, site: str, by, metric: Metric, l
             else:
                 # pattern: [pairs, query, head*key]
                 a, g = engine.as_hooked(site, a.detach()), engine.as_hooked(site, g)
-                delta = (engine.as_hooked(site, src_run.cache[k]).to(a.device) - a) * g  # [pairs, pos, width]
+                src = ablate(k, a) if ablate is not None else engine.as_hooked(site, src_run.cache[k]).to(a.device)
+                delta = (src - a) * g  # [pairs, pos, width]
                 out[li] = _per_cell(delta * pairs.mask.bool()[..., None].to(delta.device), site, by, n_heads)
         engine.model.zero_grad(set_to_none=True)
         return out, float(metric(base_run.last_logits.detach().float(), pair_idx).mean())
@@ -672,17 +907,22 @@ def _attribution(engine: Engine, pairs: _Pairs, site: str, by, metric: Metric, l
         n = engine.n_layers
         size = sum(estimate(layer)[0].abs() for layer in range(n)) / max(1, n - 1)
         out = torch.where(out < 0, -size, size)
-    source_value = float(metric(src_run.last_logits.float(), pair_idx).mean())
+    source_value = math.nan if src_run is None else float(metric(src_run.last_logits.float(), pair_idx).mean())
     return base_value + out, source_value, base_value
 
 
-def _feature_sources(engine: Engine, sae: SAE, rows: list[int], base_run, source_run) -> Callable:
-    """row -> the site's value with only that row's feature taken from the source run: base + (f_source - f_base) *
-    the feature's decoder direction (times the SAE's run-time output scale), which is base itself where the
-    feature's activation is equal in both runs (so those cells are skipped as unchanged)."""
+def _feature_sources(engine: Engine, sae: SAE, rows: list[int], base_run, source_run,
+                     ablate: _Baseline | None = None) -> Callable:
+    """row -> the site's value with only that row's feature taken from the source run (an ablation: set to its
+    baseline): base + (f_source - f_base) * the feature's decoder direction (times the SAE's run-time output scale),
+    which is base itself where the feature's activation is equal in both (so those cells are skipped as
+    unchanged)."""
     key = (sae.site, sae.layer)
     base = engine.as_hooked(sae.site, base_run.cache[key]).float()
-    df = sae.encode(engine.as_hooked(sae.site, source_run.cache[key]).float())[..., rows] - sae.encode(base)[..., rows]
+    f_base = sae.encode(base)[..., rows]
+    f_source = (ablate.features(f_base) if ablate is not None
+                else sae.encode(engine.as_hooked(sae.site, source_run.cache[key]).float())[..., rows])
+    df = f_source - f_base
     scale = sae.out_scale(base)
     directions = sae.direction(rows).float().to(df.device)  # (the SAE's weights may sit elsewhere than the run)
 
@@ -692,13 +932,15 @@ def _feature_sources(engine: Engine, sae: SAE, rows: list[int], base_run, source
     return source
 
 
-def _feature_attribution(engine: Engine, pairs: _Pairs, sae: SAE, rows: list[int], metric: Metric) -> tuple:
+def _feature_attribution(engine: Engine, pairs: _Pairs, sae: SAE, rows: list[int], metric: Metric,
+                         ablate: _Baseline | None = None) -> tuple:
     """(f_source - f_base) * d metric / d f at the base run for every feature in `rows` x position, from one forward
     of the source and one forward and backward of the base; d metric / d f_i = grad_x . (out scale * W_dec[i]).
-    Returns (estimated metric [rows, pos], source metric, base metric), as _attribution."""
+    An ablation: f_source is the baseline (0 or the reference's mean), no source run. Returns (estimated metric
+    [rows, pos], source metric, base metric), as _attribution."""
     key = (sae.site, sae.layer)
     pair_idx = torch.arange(len(pairs.base))
-    src_run = engine.run(pairs.source, cache=[key], log=False)
+    src_run = engine.run(pairs.source, cache=[key], log=False) if ablate is None else None
     base_run = engine.run(pairs.base, cache=[key], grad=True, log=False)
     value = metric(base_run.last_logits.float(), pair_idx).sum()  # per-pair contributions add up
     act = base_run.cache[key]
@@ -706,12 +948,14 @@ def _feature_attribution(engine: Engine, pairs: _Pairs, sae: SAE, rows: list[int
     engine.model.zero_grad(set_to_none=True)
     with torch.no_grad():
         x = act.detach().float()
-        df = sae.encode(src_run.cache[key].to(x.device).float())[..., rows] - sae.encode(x)[..., rows]
+        f_base = sae.encode(x)[..., rows]
+        df = (ablate.features(f_base) if ablate is not None
+              else sae.encode(src_run.cache[key].to(x.device).float())[..., rows]) - f_base
         grad_f = (grad.float() * sae.out_scale(x)) @ sae.direction(rows).float().to(x.device).T  # [pairs, pos, n]
         delta = df * grad_f * pairs.mask.bool()[..., None].to(x.device)
         estimate = (delta.sum(0).T / len(pairs.base)).cpu()  # [rows, pos]
     base_value = float(metric(base_run.last_logits.detach().float(), pair_idx).mean())
-    source_value = float(metric(src_run.last_logits.float(), pair_idx).mean())
+    source_value = math.nan if src_run is None else float(metric(src_run.last_logits.float(), pair_idx).mean())
     return base_value + estimate, source_value, base_value
 
 
@@ -822,4 +1066,5 @@ def _advance(bar, progress, done, total, n):
         progress(done, total)
 
 
-__all__ = ["patch_sweep", "patch_sweep_heads", "HeadSweeps", "SweepResult", "SweepCancelled", "Cells", "LAYERED"]
+__all__ = ["patch_sweep", "patch_sweep_heads", "HeadSweeps", "SweepResult", "SweepCancelled", "Cells", "LAYERED",
+           "Ablation", "ablation_edit", "ablation_means"]

@@ -1,5 +1,6 @@
 """The patching explorer: a sweep's heatmap and the logit panel its clicks drive (PatchSession: the numbers;
-PatchExplorer: the wiring), and the head sweeps side by side. res.show() of a SweepResult opens it."""
+PatchExplorer: the wiring), and the head sweeps side by side. res.show() of a SweepResult opens it; an ablation sweep
+(no corrupt run) opens the same explorer, whose clicks run the cell's ablation."""
 
 from __future__ import annotations
 
@@ -12,7 +13,16 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .. import display
-from ..analyses.patching import Cells, HeadSweeps, SweepCancelled, SweepResult, patch_sweep
+from ..analyses.patching import (
+    Ablation,
+    Cells,
+    HeadSweeps,
+    SweepCancelled,
+    SweepResult,
+    ablation_edit,
+    ablation_means,
+    patch_sweep,
+)
 from ..edits import Edit, SourceRef, patch
 from ..engine import Engine, engine_of
 from ..errors import InterplabError
@@ -27,7 +37,8 @@ from .logits import PROB_DIGITS, TOP_K, Bars, LogitPanel, prompt_tokens
 @dataclass
 class PatchSession:
     """A clean/corrupt pair (or a dataset of pairs, as tuples of prompts), a metric, and the edits a user has clicked
-    on. With pairs, the logit panel shows the mean over them (`pair=None`) or pair number `pair`."""
+    on. With pairs, the logit panel shows the mean over them (`pair=None`) or pair number `pair`. An ablation
+    session (`ablation`, corrupt None): the prompt(s) alone, each cell ablated to the baseline."""
 
     engine: Engine
     clean: str | tuple[str, ...]
@@ -41,16 +52,21 @@ class PatchSession:
     metric: object = None  # any ilab metric; default logit_diff(answer, wrong)
     pair: int | None = None  # a dataset's pair the logit panel shows; None: the mean over the pairs
     sae: object = None  # a sweep of an SAE's features (by ("feature", "pos")): rows are its features, not layers
+    ablation: Ablation | None = None  # an ablation sweep: what each cell is set to (there is no corrupt prompt)
     _tokens: list[str] | None = field(default=None, repr=False)
+    _means: dict | None = field(default=None, repr=False)  # a mean ablation's means, when no sweep gave them
 
     def __post_init__(self):
         self.engine = engine_of(self.engine)
-        self.engine.check_pair(self._as_run(self.clean), self._as_run(self.corrupt))
+        if self.ablation is None:
+            self.engine.check_pair(self._as_run(self.clean), self._as_run(self.corrupt))
+        else:
+            self.direction = "ablate"
         self.metric = as_metric(self.metric or logit_diff(self.answer, self.wrong)).bind(self.engine.token_id)
 
     @property
     def base(self) -> str:
-        return self.corrupt if self.direction == "denoise" else self.clean
+        return self.corrupt if self.direction == "denoise" and self.ablation is None else self.clean
 
     @property
     def source(self) -> str:
@@ -107,15 +123,24 @@ class PatchSession:
         return f"{what}, pair {k} of {self.n_pairs}"
 
     # ---- the sweep -------------------------------------------------------------------------------------------
+    def _sweep_args(self) -> tuple[tuple, dict]:
+        """patch_sweep's arguments for this session: its pair and direction, or its prompt and baseline."""
+        target = self.sae or self.site
+        if self.ablation is None:
+            return (self.engine, self.clean, self.corrupt, target, self.by, self.metric, self.direction), {}
+        a = self.ablation
+        return ((self.engine, self._as_run(self.clean), None, target, self.by, self.metric),
+                {"baseline": a.baseline, "reference": list(a.reference) if a.baseline == "mean" else None})
+
     def sweep(self, **kw) -> SweepResult:
-        self.result = patch_sweep(self.engine, self.clean, self.corrupt, self.sae or self.site, self.by, self.metric,
-                                  self.direction, **kw)
+        args, more = self._sweep_args()
+        self.result = patch_sweep(*args, **more, **kw)
         return self.result
 
     def estimate(self, **kw) -> SweepResult:
         """The attribution estimate of this session's sweep (two runs): what a progressive sweep shows first."""
-        return patch_sweep(self.engine, self.clean, self.corrupt, self.sae or self.site, self.by, self.metric,
-                           self.direction, method="attribution", progress=False, **kw)
+        args, more = self._sweep_args()
+        return patch_sweep(*args, **more, method="attribution", progress=False, **kw)
 
     @staticmethod
     def priority(estimate: SweepResult) -> torch.Tensor:
@@ -153,10 +178,27 @@ class PatchSession:
             cells = replace(cells, tokens=tuple(self.tokens()))
         return {"values": cells.grid(res.values).tolist(), "x_labels": cells.col_labels(),
                 "y_labels": [f"{self.row_prefix}{r}" for r in res.labels[res.by[0]]],
-                "x_title": cells.col_title(), "y_title": "feature" if self.sae else "layer", "direction": res.direction,
+                "x_title": cells.col_title(), "y_title": "feature" if self.sae else "layer",
+                "direction": self.direction_text(res.direction),
                 "key_cols": cells.key_cols(self.key_positions()),
-                "metric_name": f"normalised {res.metric_name}",
-                "title": f"{res.site if self.sae is None else self.sae.describe()}: {res.direction} ({res.method})"}
+                "metric_name": self.value_name(res.metric_name),
+                "title": f"{res.site if self.sae is None else self.sae.describe()}: {self.doing(res.direction)} "
+                         f"({res.method})"}
+
+    def value_name(self, metric_name: str) -> str:
+        """What a cell's value is: the normalised metric, or (an ablation) the metric's change."""
+        return f"normalised {metric_name}" if self.ablation is None else f"change in {metric_name}"
+
+    def doing(self, direction: str) -> str:
+        """The sweep in the title: denoise / noise, or what an ablation set each cell to."""
+        if self.ablation is None:
+            return direction
+        return self.ablation.describe("feature" if self.sae is not None else "activation")
+
+    def direction_text(self, direction: str) -> str:
+        """The heatmap's direction trait: 'denoise' / 'noise' (the page words them); '' for an ablation, whose
+        title says what it did and whose values are named "change in <metric>"."""
+        return direction if self.ablation is None else ""
 
     def empty_grid(self) -> dict | None:
         """The heatmap's frame before any cell is known (axes, labels, titles; every value None), the same as the
@@ -169,11 +211,14 @@ class PatchSession:
         rows, cols = cells.shape[0], cells.n_cols
         return {"values": [[None] * cols for _ in range(rows)], "x_labels": cells.col_labels(),
                 "y_labels": [f"{self.row_prefix}{r}" for r in cells.layers], "x_title": cells.col_title(),
-                "y_title": "layer", "direction": self.direction, "key_cols": cells.key_cols(self.key_positions()),
-                "metric_name": f"normalised {self.metric.name}", "title": f"{self.site}: {self.direction}"}
+                "y_title": "layer", "direction": self.direction_text(self.direction),
+                "key_cols": cells.key_cols(self.key_positions()), "metric_name": self.value_name(self.metric.name),
+                "title": f"{self.site}: {self.doing(self.direction)}"}
 
     def key_positions(self) -> list[int]:
         """Where the effect is: the positions at which the pair's tokens differ, and the last one."""
+        if self.ablation is not None:  # one prompt: its last position
+            return [len(self.tokens()) - 1]
         clean, corrupt = self.tokens(), prompt_tokens(self.engine, self._first(self.corrupt))
         return [i for i, (a, b) in enumerate(zip(clean, corrupt)) if a != b] + [len(clean) - 1]
 
@@ -191,9 +236,26 @@ class PatchSession:
             return patch(self.sae, feature=where, pos=pos, source=source, label=label)
         return patch(self.site, where, pos=pos, head=head, source=source, label=label)
 
+    def _ablate(self, row: int, col: int) -> Edit:
+        """The ablation a heatmap cell of an ablation sweep stands for (interplab.analyses.patching.ablation_edit)."""
+        where, pos, head = self.cells.meaning(row, col)
+        return ablation_edit(self.ablation, self.site, where, pos, head, n_heads=self.cells.n_heads, sae=self.sae,
+                             means=self.means(), label=self.cell_label(row, col))
+
+    def means(self) -> dict:
+        """A mean ablation's means, as its sweep wrote them (computed here, once, where no sweep has run yet)."""
+        if self.result is not None and self.result.ablation == self.ablation and self.result.baseline_means:
+            return self.result.baseline_means
+        if self._means is None:
+            site = self.sae.site if self.sae is not None else self.site
+            self._means = ablation_means(self.engine, self.ablation, site, list(self.cells.layers), self.sae)
+        return self._means
+
     def cell_edit(self, row: int, col: int) -> Edit:
         """The patch a heatmap cell stands for (source -> base at that layer / position / head, or of that
-        feature at that position)."""
+        feature at that position); in an ablation sweep, that cell's ablation."""
+        if self.ablation is not None:
+            return self._ablate(row, col)
         # the source run caches the whole site once, so no click re-runs it
         site = (self.sae.site, self.sae.layer) if self.sae is not None else self.site
         source = self.engine.run(self._as_run(self.source), cache=[site], log=False)
@@ -202,13 +264,16 @@ class PatchSession:
     def cell_ref(self, row: int, col: int) -> Edit:
         """cell_edit's patch with its source named by prompt, built without a forward: what the log records when a
         click arrives (serialised exactly as cell_edit's, whose source is the run of that prompt)."""
+        if self.ablation is not None:
+            return self._ablate(row, col)
         return self._patch(row, col, SourceRef(self.as_prompts(self.source)))
 
     def cell_label(self, row: int, col: int) -> str:
         """The label of a cell's patch, known without building it (a widget lists a clicked cell at once)."""
         where, pos, head = self.cells.meaning(row, col)
         site = f"F{where} of {self.sae.describe()}" if self.sae is not None else f"{self.site} L{where}"
-        return f"patch {site}" + (f" H{head}" if head is not None else "") + (
+        op = "patch" if self.ablation is None else f"{self.ablation.baseline}-ablate"
+        return f"{op} {site}" + (f" H{head}" if head is not None else "") + (
             f" pos {pos} {self.tokens()[pos]!r}" if pos is not None else "")
 
     @staticmethod
@@ -226,22 +291,30 @@ class PatchSession:
         # one pair's top tokens and metric, or (a dataset, pair None) the mean probabilities and mean metric
         bars = Bars(engine, self.metric, self.metric_label(), row=self.pair)
         bars.add("clean", engine.run(self._as_run(self.clean), log=False).last_logits)
-        bars.add("corrupt", engine.run(self._as_run(self.corrupt), log=False).last_logits)
+        if self.ablation is None:
+            bars.add("corrupt", engine.run(self._as_run(self.corrupt), log=False).last_logits)
+        key = self.edited  # "patched", or "ablated": the metric line's name for the clicked run
         if edits:
             run = self.cell_run(cells[0]) if cells is not None and len(cells) == len(edits) == 1 else None
-            name = f"patched: {_short(edits)}"
+            name = f"{key}: {_short(edits)}"
             if run is not None:
                 ids, p, value = run
                 if log:
                     engine.log.record(list(self.as_prompts(self.base)), edits, [])  # as if the forward had run
-                bars.add_top(name, [token_text(engine.tokenizer, i) for i in ids], list(p), value, "patched")
+                bars.add_top(name, [token_text(engine.tokenizer, i) for i in ids], list(p), value, key)
             else:
-                bars.add(name, engine.last_logits(self._as_run(self.base), edits, log=log), "patched")
+                bars.add(name, engine.last_logits(self._as_run(self.base), edits, log=log), key)
             values = bars.values
-            denom = values["clean"] - values["corrupt"]
-            if abs(denom) > 1e-9:
+            if self.ablation is not None:  # no corrupt run: the change from the clean value
+                values["change"] = values["ablated"] - values["clean"]
+            elif abs(denom := values["clean"] - values["corrupt"]) > 1e-9:
                 values["normalised"] = (values["patched"] - values["corrupt"]) / denom
         return bars.panel()
+
+    @property
+    def edited(self) -> str:
+        """What a clicked cell's run is called: 'patched', or 'ablated' in an ablation sweep."""
+        return "patched" if self.ablation is None else "ablated"
 
     @staticmethod
     def _as_run(prompts):
@@ -253,12 +326,16 @@ class PatchSession:
         return (prompts,) if isinstance(prompts, str) else tuple(prompts)
 
     def _own_exact(self, res: SweepResult | None) -> bool:
-        """Whether res is this session's exact sweep (same pair, site, cells, direction, metric) with its runs."""
-        return not (res is None or res.method != "exact" or self.n_pairs != 1 or len(res.clean) != 1
-                    or res.clean[0] != self.clean
-                    or res.corrupt[0] != self.corrupt or res.site != self.site or tuple(res.by) != tuple(self.by)
+        """Whether res is this session's exact sweep (same pair or prompt and ablation, site, cells, direction,
+        metric) with its runs."""
+        if res is None or res.method != "exact" or self.n_pairs != 1 or len(res.clean) != 1 or not res.cell_runs:
+            return False
+        same_source = res.ablation == self.ablation and (
+            self.ablation is not None or (len(res.corrupt) == 1 and res.corrupt[0] == self.corrupt))
+        return not (res.clean[0] != self.clean or not same_source
+                    or res.site != self.site or tuple(res.by) != tuple(self.by)
                     or res.direction != self.direction
-                    or res.metric is not None and res.metric.name != self.metric.name or len(res.cell_runs) == 0)
+                    or res.metric is not None and res.metric.name != self.metric.name)
 
     def cell_run(self, cell: tuple[int, int]) -> tuple | None:
         """(top token ids, probabilities, metric) of the patched run behind heatmap cell (row, col), as the exact
@@ -287,7 +364,7 @@ class PatchSession:
                     continue
                 ids, p, value = run
                 layer, pos, head = cells.meaning(row, col)
-                name = "patched: " + " ".join(x for x in (f"{self.row_prefix}{layer}",
+                name = f"{self.edited}: " + " ".join(x for x in (f"{self.row_prefix}{layer}",
                                                           "" if head is None else f"H{head}",
                                                           "" if pos is None else f"pos {pos}") if x)
                 out.append([row, col, float(value), name, decode(ids),
@@ -356,6 +433,8 @@ class PatchExplorer(Composite):
         # the page paints exact-sweep clicks on this panel at once (`logits`: a panel shared with other explorers)
         link = logits.link if logits is not None and logits.link else f"explorer-{uuid.uuid4().hex}"
         self.heatmap = PatchingHeatmap(link=link, part=True)
+        if session.ablation is not None:
+            self.heatmap.hint = "Click a cell to ablate it; shift-click to add cells."
         self.logits = logits or LogitPanel(title=session.describe_pairs(), link=link, part=True)
         super().__init__({"heatmap": self.heatmap, "logits": self.logits}, part=part)
         if result is not None:
@@ -627,10 +706,13 @@ def _session_of(result, engine: Engine, answer=None, wrong=None) -> PatchSession
     answer = answer if answer is not None else getattr(metric, "answer", None)
     wrong = wrong if wrong is not None else getattr(metric, "wrong", None)
     # a dataset's sweep: a session of all its pairs (the logit panel shows their mean, or one pair)
-    clean, corrupt = (result.clean[0], result.corrupt[0]) if len(result.clean) == 1 else (
-        tuple(result.clean), tuple(result.corrupt))
+    ablation = getattr(result, "ablation", None)
+    one = len(result.clean) == 1
+    clean = result.clean[0] if one else tuple(result.clean)
+    corrupt = None if ablation is not None else result.corrupt[0] if one else tuple(result.corrupt)
     return PatchSession(engine, clean, corrupt, answer, wrong, result.site, result.by,
-                        result.direction, metric=metric if answer is None else None, sae=getattr(result, "sae", None))
+                        result.direction, metric=metric if answer is None else None, sae=getattr(result, "sae", None),
+                        ablation=ablation)
 
 
 def heatmap_for(result, lab: Engine | None = None, answer=None, wrong=None):
@@ -673,10 +755,18 @@ class HeadSweepsView(Composite):
 
         parts = {site: ex.heatmap for site, ex in self.explorers.items()}
         super().__init__({**parts, "logits": self.logits}, panes=[{"row": list(parts)}, {"part": "logits"}])
-        kept = "clean restored" if first.direction == "denoise" else "clean behaviour kept"
-        doing = {"denoise": "denoising", "noise": "noising"}[first.direction]
-        self.status = f"{first.metric_name}, {first.method}, {doing}: 1 = {kept}, 0 = corrupted; click a cell to "\
-                      f"patch it, shift-click to add cells"
+        if first.ablation is not None:  # one colour scale for the five, symmetric around 0 (no change)
+            span = max(float(r.values.nan_to_num(0.0).abs().max()) for r in results.values()) or 1.0
+            for ex in self.explorers.values():
+                ex.heatmap.zmin, ex.heatmap.zmax = -span, span
+                ex.heatmap.metric_name = f"change in {first.metric_name}"
+            self.status = f"{first.metric_name}, {first.method}, {first.ablation.describe()}: values = ablated - "\
+                          f"clean, 0 = no change; click a cell to ablate it, shift-click to add cells"
+        else:
+            kept = "clean restored" if first.direction == "denoise" else "clean behaviour kept"
+            doing = {"denoise": "denoising", "noise": "noising"}[first.direction]
+            self.status = f"{first.metric_name}, {first.method}, {doing}: 1 = {kept}, 0 = corrupted; click a cell "\
+                          f"to patch it, shift-click to add cells"
         settle_in_batch(engine.worker)  # run by nbclient: the views' jobs end in this cell
 
     def show_pair(self, index: int | None) -> None:

@@ -17,7 +17,8 @@
 # About 20 minutes, after the workshop (optional). Notebooks 01 and 04 found *where* the model decides the answer of
 # *"When Mary and John went to the store, John gave a drink to"*: at the repeated name (S2) and at the end. Here we
 # ask *what* it represents at S2, in **features** of a **sparse autoencoder** (SAE): you will encode by hand, see why
-# feature edits keep an error term, find a feature the IOI task uses, then ablate and steer it.
+# feature edits keep an error term, find a feature the IOI task uses (patching misses it, an ablation sweep finds
+# it), steer it, and read its page over the corpus the SAE was trained on.
 #
 # The SAE ships with interplab: `ilab.SAE.load("ioi-tiny-sae")`, a TopK SAE on the residual stream entering layer 2,
 # with a card of its figures (`interplab/zoo/ioi_tiny_sae/card.json`). Everything runs offline, in seconds.
@@ -254,28 +255,49 @@ assert s2_top not in top_at_s2 and float((exact.values[:, S2] - attr.values[top_
 # The corruption decides what a patching experiment can find: to test that feature, remove it instead (exercise 3).
 
 # %% [markdown]
-# ## Exercise 3: which feature does the model need at S2? Ablate
+# ## Exercise 3: which feature does the model need at S2? An ablation sweep
 #
-# Zero one feature at S2, `ilab.zero(sae, feature=i, pos=S2)` (the error term kept, so nothing else changes), and
-# measure the clean logit difference. Do it for each feature active at S2.
+# Patching asks what *differs* between two prompts. **Ablation** asks what the model loses without a feature, with no
+# second prompt: `lab.patch_sweep(clean, None, sae, ("feature", "pos"), metric, baseline="zero")` is exercise 2's
+# sweep with no corrupt prompt. Each cell zeroes one feature at one position (`ilab.zero(sae, feature=i, pos=p)`, the
+# error term kept), and its value is the change of the logit difference, ablated minus clean (0: no change); a cell
+# whose feature is 0 there needs no run. `baseline="mean", reference=prompts` would set each feature to its mean over
+# other prompts instead. The heatmap shows the features that matter most at S2; a click on a cell runs that
+# ablation and shows its logits.
 #
-# **Predict:** which one lowers the logit difference most, and by how much of it: a tenth, a third, all of it?
+# **Predict:** which feature's ablation at S2 lowers the logit difference most, and by how much of it: a tenth, a
+# third, all of it?
 
 # %%
+ablation = lab.patch_sweep(clean, None, sae, ("feature", "pos"), metric, baseline="zero")
 active = [i for i, a in enumerate(lab.feature_acts(clean, sae)[0, S2].tolist()) if a > 0]
-drops = {i: clean_ld - logit_diff(edits=[ilab.zero(sae, feature=i, pos=S2)]) for i in active}
+drops = {i: -float(ablation.values[i, S2]) for i in active}  # the sweep's column S2: minus the change
 ranked = sorted(drops, key=drops.get, reverse=True)
+print(f"{ablation.cells_run} of {ablation.values.numel()} cells ran (the rest zero a feature that is 0 there)")
 for i in ranked[:5]:
     print(f"zero feature {i:3d} at S2: logit diff {clean_ld:+.2f} -> {clean_ld - drops[i]:+.2f}")
 ioi_feature = ranked[0]
+# the heatmap of the ten features whose ablation at S2 costs most, at every position (a click runs that ablation)
+lab.patch_sweep(clean, None, sae, ("feature", "pos"), metric, baseline="zero", features=ranked[:10]).show()
 
 # %%
 # ANSWER
+by_hand = logit_diff(edits=[ilab.zero(sae, feature=ioi_feature, pos=S2)])
 print(f"feature {ioi_feature}: drop {drops[ioi_feature]:.2f} ({drops[ioi_feature] / clean_ld:.0%} of the logit "
       f"diff); the runner-up, feature {ranked[1]}: {drops[ranked[1]]:.2f}")
+print(f"the sweep's cell: logit diff {clean_ld - drops[ioi_feature]:+.3f}; ilab.zero run by hand: {by_hand:+.3f}")
+estimate = lab.patch_sweep(clean, None, sae, ("feature", "pos"), metric, baseline="zero", method="attribution")
+by_patching = int((attr.values[:, S2] > attr.values[ioi_feature, S2]).sum()) + 1
+by_estimate = int((estimate.values[:, S2] < estimate.values[ioi_feature, S2]).sum()) + 1
+print(f"feature {ioi_feature} at S2 ranks {by_patching} of {sae.d_sae} by patching's attribution, {by_estimate} by "
+      f"the ablation's attribution estimate, 1 by the exact ablation sweep")
 assert ioi_feature == s2_top and drops[ioi_feature] > 1.5 * drops[ranked[1]]
+assert abs(by_hand - (clean_ld - drops[ioi_feature])) < 1e-3 and by_patching > 10 and by_estimate > 10
 # The feature that fires most at S2 is also the one the model needs most there: zeroing it alone removes the share
-# printed, more than any other active feature. Patching (exercise 2) missed it; ablation finds it.
+# printed, more than any other active feature, and the sweep's cell is the hand-made ilab.zero run. Patching
+# (exercise 2) missed it; the exact ablation sweep finds it. Its attribution estimate misses it too (its rank is
+# printed): removing a feature that strong is no small step, so a first-order estimate of it is wrong. Estimate to
+# choose, then run the cells that matter.
 
 # %%
 # Run this whether or not you opened the answer: the next exercises use these names.
@@ -410,3 +432,57 @@ assert on_new > 0.5 * act_s2
 # It fires about as strongly on a name that is *not* repeated. So "repeated name" is the wrong label: on this evidence
 # it is closer to "a name in the second clause's subject slot", which in IOI prompts is S2. The model uses it there
 # (exercises 3 and 4); what it means in general is a hypothesis to test on more prompts (the top contexts).
+
+
+# %% [markdown]
+# ## Exercise 6: the feature's page over its training corpus
+#
+# A label read off IOI prompts is a hypothesis; the feature's page over the corpus the SAE was trained on tests it,
+# as Neuronpedia's and sae-dashboard's pages do. `feature_stats(lab, None, sae)` reads the statistics that ship with
+# the SAE (pass a list of documents instead of None to compute them for another corpus; they are cached on disk):
+# for every feature its **density** (the share of the corpus's tokens it fires on), its activation histogram, its
+# top examples, and examples drawn from each band of activation down to the weakest firing.
+#
+# **Predict:** on what share of the corpus's tokens does the feature fire: under one in a hundred, a few in a
+# hundred, or more than one in ten? Are its weakest examples names too?
+
+# %%
+from interplab.analyses.feature_stats import feature_stats
+
+stats = feature_stats(lab, None, sae)  # shipped with the SAE: over its own training corpus
+page = stats.feature(ioi_feature)
+density_rank = int((stats.density > stats.density[ioi_feature]).sum()) + 1
+print(f"corpus: {stats.n_docs} documents, {stats.n_tokens} tokens")
+print(f"feature {ioi_feature}: fires on {page['density']:.1%} of tokens, density rank {density_rank} of {stats.d} "
+      f"(1: the densest); when it fires: mean {page['mean']:.1f}, max {page['max']:.1f}")
+
+
+def in_context(example):
+    """An example's context, its token in [brackets]."""
+    tokens = list(example["tokens"])
+    tokens[example["at"]] = f"[{tokens[example['at']]}]"
+    return "".join(tokens).replace("\n", " ")
+
+
+for example in page["top"][:3]:
+    print(f"top      {example['act']:5.1f}: {in_context(example)}")
+for band, examples in enumerate(page["bands"]):
+    for example in examples[:2]:
+        print(f"band {band}   {example['act']:5.1f}: {in_context(example)}")
+
+# %%
+# ANSWER
+firing = page["top"] + sum(page["bands"], [])
+named = [e for e in firing if e["tokens"][e["at"]][1:2].isupper()]  # " Mary": a capitalised word
+weak = page["bands"][0] + page["bands"][1]
+print(f"densest features: {stats.dense(0.1)[:5]}")
+weak_named = sum(e in named for e in weak)
+print(f"{len(named)} of {len(firing)} examples sit on a capitalised word; of the two weakest bands' examples, "
+      f"{weak_named} of {len(weak)}")
+assert page["density"] > 0.1 and density_rank <= 3
+assert all(e in named for e in page["top"]) and 2 * weak_named < len(weak)
+# More than one token in ten (printed), one of the densest features of this SAE (its rank printed). So it fires in
+# the clean and the corrupt prompt alike, which is why patching could not see it, and a dense feature's label is a
+# weak one. Its top examples are all names that open a clause; in its two weakest bands most examples are other
+# tokens (printed). The model needs it at S2 (exercises 3 and 4), but "S2 feature" names one use of a feature that
+# fires all over the text: read its page before trusting a label.

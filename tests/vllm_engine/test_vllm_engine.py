@@ -212,6 +212,20 @@ def test_a_sweep_on_vllm_equals_the_hugging_face_sweep(lab, site, by):
     assert abs(vl.clean_value - hf.clean_value) < 1e-4 and abs(vl.corrupt_value - hf.corrupt_value) < 1e-4
 
 
+@pytest.mark.parametrize("baseline", ["zero", "mean"])
+def test_an_ablation_sweep_on_vllm_equals_the_hugging_face_sweep(lab, baseline):
+    """No corrupt prompt: each cell's request writes the baseline (0, or the mean over reference prompts of several
+    lengths, recorded one length at a time) where a patch would write the corrupt run's activation."""
+    clean = "When Mary and John went to the store, John gave a drink to"
+    reference = ["When Anna and Tom went to the park, Tom gave a book to", "The capital of France is"]
+    kw = {"baseline": baseline, **({"reference": reference} if baseline == "mean" else {})}
+    metric = ilab.logit_diff(" Mary", " John")
+    hf = lab.patch_sweep(clean, None, site="z", by=("layer", "head"), metric=metric, progress=False, **kw)
+    vl = lab.patch_sweep(clean, None, site="z", by=("layer", "head"), metric=metric, backend="vllm", **kw)
+    assert vl.raw.shape == hf.raw.shape and (vl.raw - hf.raw).abs().max() < 1e-4
+    assert (hf.values).abs().max() > 1e-2  # the ablations change the metric
+
+
 def test_a_vllm_sweep_is_patch_sweeps_own_loop(lab):
     """The sweep's options work on vLLM as on the Hugging Face model (one loop, the backend runs the cells):
     layers=, on_partial= (called per chunk), the cells whose activation is equal in both runs skipped (no request),

@@ -5,6 +5,7 @@ numbers shown are the results' own; in Chromium the real mouse clicks the page b
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 import torch
@@ -179,6 +180,33 @@ def test_head_sweeps_side_by_side_one_selection_at_a_time(page, mount, gpt2_lab,
     want = float(hs["v"].cells.grid(hs["v"].values)[2, 3])
     assert f"normalised = {want:.4f}" in metric
     shot(page, w, "head_sweeps")
+
+
+@pytest.mark.browser
+def test_an_ablation_sweeps_cell_clicked_shows_that_ablation(page, mount, gpt2_lab, monkeypatch):
+    """The head sweeps of an ablation (no corrupt prompt): a real mouse click on a cell of z zeroes that head, and
+    the logit panel shows the ablated run's change, the sweep's cell."""
+    hs = gpt2_lab.patch_sweep_heads(CLEAN, None, METRIC, baseline="zero")
+    view = hs.show()
+    gpt2_lab.engine.worker.join()
+    b = Bridge(view, mount, monkeypatch)
+    b.pump()
+    w = b.w
+    heatmap_paints(page, 5)
+    p = cell_point(w, "z", 1, 2)
+    page.mouse.click(p["x"], p["y"])
+    page.wait_for_timeout(50)
+    b.pump(gpt2_lab)
+    b.pump()
+    assert [m["part"] for m in w.requests] == ["z"] and view.explorers["z"].heatmap.selected == [[1, 2]]
+    want = float(hs["z"].cells.grid(hs["z"].values)[1, 2])
+    assert abs(want) > 1e-5  # zeroing the head changes the metric: the panel below must show that change
+    metric = w.js("(w) => w.el.querySelector('.il-pane[data-part=logits] .il-metric').textContent")
+    shown = re.search(r"change = (\S+)", metric)  # as the page formats it (4 significant digits)
+    assert shown and "ablated = " in metric, metric
+    assert float(shown[1]) == pytest.approx(want, rel=1e-3), metric
+    assert not ilab.attached_hooks()
+    shot(page, w, "ablation_head_sweeps")
 
 
 @pytest.mark.browser
