@@ -40,6 +40,7 @@ from .logits import Bars, prompt_tokens
 
 CONTEXTS = 5  # top contexts shown per feature
 EFFECTS = 6  # tokens raised and lowered shown per feature
+PREVIEW_TOP, PREVIEW_BAND = 3, 1  # examples a feature's page preview holds (until the feature is selected)
 
 
 class FeatureView(LabWidget):
@@ -100,10 +101,11 @@ def token_tops(tf: TokenFeatures) -> list[list[list]]:
 
 
 def feature_panels(engine: Engine, sae, prompt: str, feats: list[int], contexts: list[str] | None,
-                   stats: FeatureStats | None = None) -> dict:
+                   stats: FeatureStats | None = None, whole: set[int] | None = None) -> dict:
     """{str(feature): panel} for the page: the feature's activation at each token of `prompt`, its page from the
     corpus statistics `stats` (or else its top contexts in `contexts`, each token's activation for shading) and the
-    tokens its decoder direction raises and lowers most."""
+    tokens its decoder direction raises and lowers most. With statistics, the features in `whole` (default: all)
+    get their whole page, the others a preview (`stats_page(..., preview=True)`), whole once selected."""
     if not feats:
         return {}
     here = feature_acts(engine, prompt, sae)[0][:, feats]  # [pos, n]
@@ -126,7 +128,8 @@ def feature_panels(engine: Engine, sae, prompt: str, feats: list[int], contexts:
         # named as every view names a token: a lone byte piece by its bytes ('<E2>'), not the decoder's U+FFFD
         ids_up = effects.values.topk(len(effects.raised)).indices.tolist()
         ids_down = effects.values.topk(len(effects.lowered), largest=False).indices.tolist()
-        page = {"stats": stats.feature(f), "corpus": corpus_name(stats)} if stats is not None else {
+        page = {"stats": stats_page(stats, f, preview=whole is not None and f not in whole),
+                "corpus": corpus_name(stats)} if stats is not None else {
             "corpus": f"{len(contexts)} prompts" if contexts else None}
         out[str(f)] = {"acts": [round(x, 4) for x in here[:, j].tolist()], "contexts": ctx, **page,
                        "raised": [[token_text(engine.tokenizer, i), round(v, 4)]
@@ -134,6 +137,16 @@ def feature_panels(engine: Engine, sae, prompt: str, feats: list[int], contexts:
                        "lowered": [[token_text(engine.tokenizer, i), round(v, 4)]
                                    for i, (_, v) in zip(ids_down, effects.lowered)]}
     return out
+
+
+def stats_page(stats: FeatureStats, feature: int, preview: bool = False) -> dict:
+    """stats.feature(feature) for the page; a preview keeps PREVIEW_TOP top examples and PREVIEW_BAND per band (a
+    view holds every listed feature's page; the whole page is sent when the feature is selected), marked partial."""
+    page = stats.feature(feature)
+    if preview:
+        page = {**page, "top": page["top"][:PREVIEW_TOP], "bands": [b[:PREVIEW_BAND] for b in page["bands"]],
+                "partial": True}
+    return page
 
 
 def corpus_name(stats: FeatureStats) -> str:
@@ -181,7 +194,8 @@ class FeatureExplorer:
         last = len(tf.tokens) - 1
         first = feature if feature is not None else (top[last][0][0] if top[last] else (feats[0] if feats else 0))
         self.view = FeatureView(tokens=prompt_tokens(engine, prompt), top=top,
-                                panels=feature_panels(engine, sae, prompt, feats, self.contexts, self.stats),
+                                panels=feature_panels(engine, sae, prompt, feats, self.contexts, self.stats,
+                                                      whole={first}),
                                 densities=densities(self.stats, feats),
                                 pos=last, feature=first, d_sae=sae.d_sae, alpha_min=float(alpha_range[0]),
                                 alpha_max=float(alpha_range[1]),
@@ -196,7 +210,10 @@ class FeatureExplorer:
         """Show feature `index`: its panel (computed if the page lacks it) and its edited logits."""
         v = self.view
         v.feature = index
-        if str(index) not in v.panels:
+        held = v.panels.get(str(index))
+        if held is not None and held.get("stats", {}).get("partial"):  # the whole page: a lookup, no forward
+            v.panels = {**v.panels, str(index): {**held, "stats": stats_page(self.stats, index)}}
+        if held is None:
             v.status = f"F{index}: finding its top contexts..."
 
             def show(panel):

@@ -69,5 +69,9 @@ export function statsSection(st, dense) {
       `activation ${fmt((st.max * b) / nb, 3)} to ${fmt((st.max * (b + 1)) / nb, 3)}`));
     for (const ex of band) out.push(context(ex));
   });
+  if (st.partial) {
+    out.push(h("div", { class: "il-metric il-page-partial", style: { color: "#666" } },
+      "a preview: the kernel sends the whole page (more examples) when the feature is selected"));
+  }
   return out;
 }

@@ -277,6 +277,17 @@ def test_with_statistics_each_feature_shows_its_density_and_its_page_from_the_co
             assert top["act"] == pytest.approx(float(best[f]), rel=1e-4)
             doc = lab.to_str_tokens(contexts[top["doc"]])
             assert top["tokens"][top["at"]] == doc[top["pos"]]  # the marked token is the one it fired on
+    # the selected feature's page is whole; the others' are previews (the first examples), whole once selected
+    assert "partial" not in view.panels[str(view.feature)]["stats"]
+    preview = next(f for f in shown if view.panels[str(f)]["stats"].get("partial"))
+    page = view.panels[str(preview)]["stats"]
+    whole = corpus_stats.feature(preview)
+    assert page["top"] == whole["top"][:len(page["top"])]
+    assert all(b == w[:len(b)] for b, w in zip(page["bands"], whole["bands"]))
+    assert sum(map(len, page["bands"])) < sum(map(len, whole["bands"]))
+    assert view.send_test_message({"type": "feature", "index": preview})["ok"]
+    lab.engine.worker.join()
+    assert view.panels[str(preview)]["stats"] == whole
     # a feature the page lacks gets its density with its panel
     missing = next(f for f in range(sae.d_sae) if str(f) not in view.panels)
     view.explorer.select(missing)
