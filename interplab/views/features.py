@@ -143,6 +143,12 @@ def stats_page(stats: FeatureStats, feature: int, preview: bool = False) -> dict
     """stats.feature(feature) for the page; a preview keeps PREVIEW_TOP top examples and PREVIEW_BAND per band (a
     view holds every listed feature's page; the whole page is sent when the feature is selected), marked partial."""
     page = stats.feature(feature)
+    r = lambda x: round(x, 4)  # noqa: E731  (what the page prints; a notebook saves every view's state)
+    page.pop("top_tokens")  # (feature search's; the page does not draw them)
+    page = {**page, "density": round(page["density"], 6), "mean": r(page["mean"]), "max": r(page["max"]),
+            "hist_edges": [r(e) for e in page["hist_edges"]],
+            "top": [{**e, "act": r(e["act"])} for e in page["top"]],
+            "bands": [[{**e, "act": r(e["act"])} for e in b] for b in page["bands"]]}
     if preview:
         page = {**page, "top": page["top"][:PREVIEW_TOP], "bands": [b[:PREVIEW_BAND] for b in page["bands"]],
                 "partial": True}
