@@ -259,14 +259,21 @@ def check_panel(shown: dict, view: dict) -> None:
     assert f"patched = {fmt(view['metric']['values']['patched'], 4)}" in shown["metric"], shown["metric"]
 
 
-def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
-    lab, one, two, single, both = expected_panels()
+def marimo_page(server, chromium):
+    """(context, page, JS errors) of a fresh 1300 x 1000 page that reaches only the marimo server (and data: or
+    blob: URLs)."""
     context = chromium.new_context(viewport={"width": 1300, "height": 1000})
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(marimo_server.url)
+    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(server.url)
                or r.request.url.startswith(("data:", "blob:")) else r.abort())
+    return context, page, errors
+
+
+def test_the_explorer_and_the_dashboard_in_marimo(marimo_server, chromium):
+    lab, one, two, single, both = expected_panels()
+    context, page, errors = marimo_page(marimo_server, chromium)
     try:
         page.goto(marimo_server.url, timeout=120_000)
         page.evaluate(DEEP)
@@ -434,12 +441,7 @@ def test_the_graph_view_in_marimo(marimo_server, chromium):
     docs = corpus_texts(40, seed=5)
     stats = {layer: feature_stats(lab, docs, tcs[layer], cache=False, progress=False, top_k=3, n_bands=3,
                                   per_band=2, context=4) for layer in range(lab.n_layers)}
-    context = chromium.new_context(viewport={"width": 1300, "height": 1000})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(marimo_server.url)
-               or r.request.url.startswith(("data:", "blob:")) else r.abort())
+    context, page, errors = marimo_page(marimo_server, chromium)
     root = "() => window.__m.all('.interplab-graph')[0]"
     try:
         page.goto(marimo_server.url, timeout=120_000)
