@@ -196,11 +196,16 @@ def test_an_ablation_sweeps_cell_clicked_shows_that_ablation(page, mount, gpt2_l
     p = cell_point(w, "z", 1, 2)
     page.mouse.click(p["x"], p["y"])
     page.wait_for_timeout(50)
+    want = float(hs["z"].cells.grid(hs["z"].values)[1, 2])
+    assert abs(want) > 1e-5  # zeroing the head changes the metric: the panel below must show that change
+    # painted at once from the sweep's own run of that cell, before the kernel has answered
+    metric = w.js("(w) => w.el.querySelector('.il-pane[data-part=logits] .il-metric').textContent")
+    shown = re.search(r"change = (\S+)", metric)
+    assert shown and "ablated = " in metric, metric
+    assert float(shown[1]) == pytest.approx(want, rel=1e-3), metric
     b.pump(gpt2_lab)
     b.pump()
     assert [m["part"] for m in w.requests] == ["z"] and view.explorers["z"].heatmap.selected == [[1, 2]]
-    want = float(hs["z"].cells.grid(hs["z"].values)[1, 2])
-    assert abs(want) > 1e-5  # zeroing the head changes the metric: the panel below must show that change
     metric = w.js("(w) => w.el.querySelector('.il-pane[data-part=logits] .il-metric').textContent")
     shown = re.search(r"change = (\S+)", metric)  # as the page formats it (4 significant digits)
     assert shown and "ablated = " in metric, metric

@@ -36,17 +36,25 @@ export function render({ model, el }) {
 
   state.watch(["series", "title", "metric"], scheduler(state, draw, { soon: true })); // DOM only: cheap
 
-  // {name, tokens, probs, value, metric}: the patched run of a clicked cell; clean and corrupt are this panel's own
+  // {name, tokens, probs, value, metric}: the patched (or, in an ablation sweep, ablated) run of a clicked cell;
+  // clean and corrupt (an ablation: clean alone) are this panel's own
   function paintCell(ev) {
     const cell = ev.detail;
     const series = Array.isArray(model.get("series")) ? model.get("series") : [];
     const m = model.get("metric");
     const vals = m && typeof m === "object" && m.values && typeof m.values === "object" ? m.values : {};
     const base = series.filter((s) => s?.name === "clean" || s?.name === "corrupt");
-    if (!cell || base.length !== 2 || String(m?.name ?? "") !== cell.metric) return; // not ours to guess
-    const values = { clean: vals.clean, corrupt: vals.corrupt, patched: cell.value };
-    const denom = vals.clean - vals.corrupt;
-    if (Number.isFinite(denom) && Math.abs(denom) > 1e-9) values.normalised = (cell.value - vals.corrupt) / denom;
+    if (!cell || String(m?.name ?? "") !== cell.metric) return; // not ours to guess
+    const ablated = String(cell.name ?? "").startsWith("ablated:");
+    if (base.length !== (ablated ? 1 : 2) || base[0]?.name !== "clean") return;
+    let values;
+    if (ablated) { // as the kernel's panel: clean, ablated and the change
+      values = { clean: vals.clean, ablated: cell.value, change: cell.value - vals.clean };
+    } else {
+      values = { clean: vals.clean, corrupt: vals.corrupt, patched: cell.value };
+      const denom = vals.clean - vals.corrupt;
+      if (Number.isFinite(denom) && Math.abs(denom) > 1e-9) values.normalised = (cell.value - vals.corrupt) / denom;
+    }
     showMetric({ name: m.name, values, notes: m.notes });
     paintBars(state, [...base, { name: cell.name, tokens: cell.tokens, probs: cell.probs }],
       String(state.get("title", "")));
