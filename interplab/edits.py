@@ -473,6 +473,8 @@ def apply_edit(edit: Edit, h: torch.Tensor, ctx: ApplyContext) -> torch.Tensor:
         mask &= valid
     if not heads and edit.op in FRESH_OPS and bool(mask.all()):  # every row and position: nothing to select
         return new
+    if not heads and edit.op == "stop_grad" and bool(mask.all()):  # no path back at all (a torch.where would keep
+        return new.clone()  # one of zeros, which a backward still walks: an attribution graph's every pattern)
     mask = mask.to(h.device)
     if heads:
         hm = torch.zeros(ctx.n_heads, dtype=torch.bool, device=h.device)

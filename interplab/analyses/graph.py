@@ -621,6 +621,21 @@ def frozen_edits(n_layers: int) -> list:
     return [edits.stop_grad("pattern", layer) for layer in range(n_layers)]
 
 
+def _rows_at(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """x[positions] ([pos, d] -> [n, d]), in a form whose backward a batched backward runs at once: an indexing's
+    backward (a scatter) runs once per target row under is_grads_batched. A one-hot product where it is cheap (a
+    small model: the whole graph ran 1.3x faster), the scatter where the product would cost more than it saves."""
+    n, (t, d) = len(positions), x.shape
+    if n * t * d > _ONE_HOT_MAX:
+        return x.index_select(0, positions.to(x.device))
+    one_hot = torch.zeros(n, t, dtype=x.dtype, device=x.device)
+    one_hot[torch.arange(n), positions.to(x.device)] = 1
+    return one_hot @ x
+
+
+_ONE_HOT_MAX = 1 << 24  # multiply-adds per target row
+
+
 class Linearised:
     """One forward of the replacement model's linear part: patterns' gradients stopped, norms frozen, each MLP's
     output a constant in gradient but for its transcoder's skip term, linear in the MLP's input (circuit-tracer's
@@ -641,7 +656,7 @@ class Linearised:
             here = (features[:, 0] == layer).nonzero()[:, 0]
             x = run.cache["mlp_in", layer][0]  # [pos, d]
             enc = transcoders.W_enc_at(layer).to(x.device, x.dtype)
-            self.groups.append((x[features[here, 1]] * enc[:, features[here, 2]].T).sum(-1).float())
+            self.groups.append((_rows_at(x, features[here, 1]) * enc[:, features[here, 2]].T).sum(-1).float())
         last = run.logits[0, -1].float()
         self.groups.append(last[logit_ids] - last.mean())
         self.starts = torch.tensor([0] + [len(t) for t in self.groups]).cumsum(0)
