@@ -563,6 +563,9 @@ class _Sources:
         self.features, self.activations, self.errors, self.embed = features, activations, errors, embed
         self.transcoders, self.n_layers, self.n_pos = transcoders, n_layers, n_pos
         self.by_layer = [(features[:, 0] == layer).nonzero()[:, 0] for layer in range(n_layers)]
+        # per layer, per position with active features: (pos, their columns, their dictionary indices)
+        self.at = [[(p, here[features[here, 1] == p], features[here[features[here, 1] == p], 2])
+                    for p in features[here, 1].unique().tolist()] for here in self.by_layer]
         self.n_cols = len(features) + n_layers * n_pos + n_pos
 
     def edges(self, grads_out: list, grad_embed: torch.Tensor) -> torch.Tensor:
@@ -571,10 +574,12 @@ class _Sources:
             out = torch.zeros(len(grad_embed), self.n_cols)
             for layer, here in enumerate(self.by_layer):
                 g = grads_out[layer]  # [rows, pos, d]
-                if len(here):  # every feature's decoders against every position, then the active ones
-                    scores = sum(grads_out[target] @ W_dec.to(g.dtype).T  # [rows, pos, d_tc]
-                                 for target, W_dec in self.transcoders.decoders_of(layer))
-                    out[:, here] = scores[:, self.features[here, 1], self.features[here, 2]] * self.activations[here]
+                decoders = self.transcoders.decoders_of(layer)
+                # the gradient at each position against the decoders of the features active there only (not every
+                # feature at every position: 30x fewer products on ioi-tiny, ~100x on a GPT-2 small)
+                for pos, cols, feats in self.at[layer]:
+                    score = sum(grads_out[target][:, pos] @ W_dec[feats].to(g.dtype).T for target, W_dec in decoders)
+                    out[:, cols] = score * self.activations[cols]
                 e0 = n_active + layer * self.n_pos
                 out[:, e0:e0 + self.n_pos] = (g * self.errors[layer]).sum(-1)
             out[:, n_active + self.n_layers * self.n_pos:] = (grad_embed * self.embed).sum(-1)
