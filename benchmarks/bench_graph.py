@@ -78,7 +78,7 @@ def memory_child(n_tokens: int, rows: int) -> dict:
     prompt = tok.decode(ids)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t = time.perf_counter()
-    g = attribution_graph(lab, prompt, tcs, max_feature_nodes=rows, progress=False)
+    g = attribution_graph(lab, prompt, tcs, max_feature_nodes=rows, progress=True)  # (a bar on stderr)
     seconds = time.perf_counter() - t
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base
     return {"tokens": len(g.tokens), "rows": g.n_features, "active": int(g.adjacency.shape[0]), "seconds": seconds,
@@ -142,8 +142,8 @@ def main(argv=None):
     print("\n".join(lines), flush=True)
     results = []
     for n in [int(x) for x in args.tokens.split(",") if x]:
-        out = subprocess.run([sys.executable, __file__, "--child", str(n), str(rows)], capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run([sys.executable, __file__, "--child", str(n), str(rows)], stdout=subprocess.PIPE,
+                             text=True, check=True)  # (the child's progress bar on this stderr)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         results.append(r)
         line = (f"| {r['tokens']} | {r['rows']} | {r['peak_mib']:.0f} | {r['seconds']:.0f} | "

@@ -50,8 +50,10 @@ BASELINE = """async ([rows, cols, grids, hover]) => {
   document.getElementById("root").append(gd);
   const x = Array.from({ length: cols }, (_, i) => i);
   const ticks = x.filter((i) => i % Math.ceil(cols / 40) === 0);
-  const layout = { width: Math.max(1000, 220 + 5 * cols), height: 170 + 24 * rows, margin: { l: 90, r: 130, t: 70, b: 90 },
-    xaxis: { tickmode: "array", tickvals: ticks, ticktext: ticks.map((i) => "␣tok" + i), tickangle: -45, automargin: true },
+  const layout = { width: Math.max(1000, 220 + 5 * cols), height: 170 + 24 * rows,
+    margin: { l: 90, r: 130, t: 70, b: 90 },
+    xaxis: { tickmode: "array", tickvals: ticks, ticktext: ticks.map((i) => "␣tok" + i), tickangle: -45,
+      automargin: true },
     yaxis: { autorange: "reversed", automargin: true } };
   for (const z of grids) {
     const text = z.map((row, r) => row.map((v, c) => `layer ${r}<br>position ${c}<br>${v}<br>${hover}`));

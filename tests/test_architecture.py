@@ -173,3 +173,13 @@ def test_every_lab_name_the_package_tells_users_to_call_exists():
                         break
                     obj = getattr(obj, part)
     assert not missing, f"messages that name what does not exist: {missing}"
+
+
+def test_the_code_passes_its_linter():
+    """ruff (pyproject.toml [tool.ruff]) on the package, tests, benchmarks and scripts: what one session lets slip
+    (a long line, an unsorted import, an unused loop variable) fails here, not in the next session's review."""
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    assert ruff, "ruff is not installed: pip install -e '.[dev]' (the dev extra has it)"
+    out = subprocess.run([ruff, "check", "interplab", "tests", "benchmarks", "scripts"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-4000:]

@@ -518,7 +518,8 @@ def test_a_dataset_sweeps_views_show_the_mean_over_pairs_or_one_pair(gpt2_lab, t
 
 def test_cancel_says_how_far_the_sweep_got_and_shows_no_error(explorer, gpt2_lab):
     gate = threading.Event()
-    gpt2_lab.engine.worker.submit("test:gate", lambda: gate.wait(10), widget=explorer.heatmap)  # the sweep queues behind
+    # the sweep queues behind this job
+    gpt2_lab.engine.worker.submit("test:gate", lambda: gate.wait(10), widget=explorer.heatmap)
     explorer.sweep()
     assert explorer.heatmap.send_test_message({"type": "cancel"})["ok"]
     gate.set()

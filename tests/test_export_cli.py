@@ -41,7 +41,8 @@ def test_export_help_and_missing_notebook(tmp_path):
 @pytest.mark.slow
 def test_export_executes_and_writes_offline_html(tmp_path):
     nb = nbformat.v4.new_notebook()
-    cell = "from interplab.views.logits import LogitPanel\nLogitPanel(series=[{'name': 'c', 'tokens': ['a'], 'probs': [1]}])"
+    cell = ("from interplab.views.logits import LogitPanel\n"
+            "LogitPanel(series=[{'name': 'c', 'tokens': ['a'], 'probs': [1]}])")
     nb.cells = [nbformat.v4.new_code_cell(cell)]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     src = tmp_path / "one.ipynb"

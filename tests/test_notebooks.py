@@ -239,8 +239,10 @@ def test_the_gpt2_cells_of_notebook_04_run_where_a_gpt2_is_at_hand(tmp_path, mon
         run = nbformat.v4.new_notebook(cells=[nbformat.from_dict(c) for c in [setup, *cells]])
         for c in run.cells:
             c.outputs = []
-        NotebookClient(run, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-        text = "\n".join(o.get("text", "") for c in run.cells for o in c.get("outputs", []) if o.output_type == "stream")
+        NotebookClient(run, timeout=600, kernel_name="python3",
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+        text = "\n".join(o.get("text", "") for c in run.cells for o in c.get("outputs", [])
+                         if o.output_type == "stream")
         assert not [o for c in run.cells for o in c.get("outputs", []) if o.output_type == "error"]
         assert expect in text, text[-2000:]
         if expect == "the paper's":

@@ -572,7 +572,7 @@ class _Sources:
         with torch.no_grad():
             n_active = len(self.features)
             out = torch.zeros(len(grad_embed), self.n_cols)
-            for layer, here in enumerate(self.by_layer):
+            for layer in range(self.n_layers):
                 g = grads_out[layer]  # [rows, pos, d]
                 decoders = self.transcoders.decoders_of(layer)
                 # the gradient at each position against the decoders of the features active there only (not every

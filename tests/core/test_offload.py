@@ -189,7 +189,8 @@ def test_a_click_skips_the_layers_below_the_edit(pair):
     first = lab.model.get_submodule(f"{lab.sites.arch.layers}.0")
     handle = first.register_forward_pre_hook(lambda *a: calls.append(1))
     try:
-        lab.engine.warm(CORRUPT)  # the cached residuals and keys/values a click resumes from (memoised with this hook on)
+        # the cached residuals and keys/values a click resumes from (memoised with this hook on)
+        lab.engine.warm(CORRUPT)
         source = lab.run(CLEAN, cache=["resid_pre"])
         calls.clear()
         got = lab.engine.last_logits(CORRUPT, [ilab.patch("resid_pre", 1, pos=DIFF, source=source)])

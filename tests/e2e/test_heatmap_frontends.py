@@ -100,7 +100,8 @@ def test_dashboard_survives_window_resizes(heatmap_notebook, chromium_browser, a
         sidebar = "() => !document.querySelector('#jp-left-stack')?.classList.contains('lm-mod-hidden')"
         for width, toggle in ((1300, False), (1000, False), (1400, True), (1300, True), (800, False)):
             nb.page.set_viewport_size({"width": width, "height": 1000})
-            if toggle and app == "lab":  # JupyterLab's left sidebar, opened or closed with its shortcut: the notebook's width jumps
+            # JupyterLab's left sidebar, opened or closed with its shortcut: the notebook's width jumps
+            if toggle and app == "lab":
                 was = nb.page.evaluate(sidebar)
                 nb.page.locator(".jp-Notebook").first.click(position={"x": 5, "y": 5})
                 nb.page.keyboard.press("Control+b")

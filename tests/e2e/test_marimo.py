@@ -204,7 +204,8 @@ DEEP = r"""
         "button:not(.modebar-btn):not(.il-edit-remove), select, textarea, input[type=number], input[type=text]")]
         .filter((c) => c.getBoundingClientRect().width > 0)
         .map((c) => { const s = getComputedStyle(c);
-                      return [c.tagName + "." + c.className, s.borderTopStyle, parseFloat(s.borderTopWidth), s.backgroundColor]; });
+                      return [c.tagName + "." + c.className, s.borderTopStyle, parseFloat(s.borderTopWidth),
+                              s.backgroundColor]; });
       return { shadow: root.getRootNode() instanceof ShadowRoot, fills, controls,
                // (null while the view's logit panel has not drawn its bars yet: the dashboard's come later)
                row: ((r) => r && getComputedStyle(r).display)(root.querySelector(".interplab-logits .il-bar-row")),

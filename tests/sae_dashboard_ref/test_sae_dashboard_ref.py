@@ -46,7 +46,13 @@ N_DOCS, LENGTH, N_BANDS, TOP_K, N_BINS = 300, 26, 5, 20, 50
 
 pytest.importorskip("sae_dashboard")
 from sae_dashboard.components_config import (  # noqa: E402
-    ActsHistogramConfig, Column, FeatureTablesConfig, LogitsHistogramConfig, LogitsTableConfig, SequencesConfig)
+    ActsHistogramConfig,
+    Column,
+    FeatureTablesConfig,
+    LogitsHistogramConfig,
+    LogitsTableConfig,
+    SequencesConfig,
+)
 from sae_dashboard.layout import SaeVisLayoutConfig  # noqa: E402
 from sae_dashboard.sae_vis_data import SaeVisConfig  # noqa: E402
 from sae_dashboard.sae_vis_runner import SaeVisRunner  # noqa: E402

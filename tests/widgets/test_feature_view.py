@@ -170,7 +170,8 @@ def test_clicks_paint_at_once_and_the_bars_are_the_numbers(page, mount, lab, sae
     row.click()
     title = w.js("(w) => w.el.querySelector('.il-fpanel .il-bars-title').textContent")
     assert title.startswith(f"F{second}:")
-    shades = w.js("(w) => [...w.el.querySelector('.il-fprompt .il-ftokens').children].map((s) => Number(s.dataset.act))")
+    shades = w.js("(w) => [...w.el.querySelector('.il-fprompt .il-ftokens').children]"
+                  ".map((s) => Number(s.dataset.act))")
     assert shades == pytest.approx(view.panels[str(second)]["acts"], abs=1e-6)
     b.pump(lab)
     assert view.feature == second

@@ -214,8 +214,9 @@ def test_the_logit_lens_cuts_its_cell_text_again_when_narrowed(page, mount):
               top_tokens=[[f" ab{c:02d}" for c in range(cols)] for _ in range(rows)],
               probs=[[0.5] * cols for _ in range(rows)], hover=[], selected=[], title="logit lens")
     w.wait_paints(1)
-    texts = "(w) => [...w.el.querySelectorAll('.heatmaplayer text')].map((t) => { const r = t.getBoundingClientRect();" \
-            " return { left: r.left, right: r.right, top: r.top, text: t.textContent }; })"
+    texts = "(w) => [...w.el.querySelectorAll('.heatmaplayer text')].map((t) => {" \
+            " const r = t.getBoundingClientRect(); return { left: r.left, right: r.right, top: r.top," \
+            " text: t.textContent }; })"
     wide = w.js(texts)
     assert len(wide) == rows * cols and all(t["text"].startswith("␣ab") and "…" not in t["text"] for t in wide)
     painted = w.paints()
