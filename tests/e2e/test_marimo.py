@@ -504,7 +504,8 @@ def test_the_graph_view_in_marimo(marimo_server, chromium):
             page.wait_for_timeout(300)
             found, _ = judge(measure(page, root), f"marimo's graph view at {width} px")
             assert not found, found
-            page.screenshot(path=str(SCREENSHOT.with_name(f"e2e_marimo_graph_{width}.png")))
+            shot = SCREENSHOT.with_name(f"e2e_marimo_graph_{width}.png")
+            page.locator(".interplab-graph").first.screenshot(path=str(shot))
         assert not errors, f"JS errors on the page: {errors}"
     finally:
         context.close()
