@@ -82,6 +82,26 @@ def tl_model() -> HookedSAETransformer:
     return model.eval()
 
 
+def loaded_sae() -> SAE:
+    """ioi-tiny-sae as SAELens loads it, ready for SaeVisRunner. Its run first calls fold_W_dec_norm, which SAELens 6
+    refuses for a TopK SAE (NotImplementedError: folding may change which k are kept). ioi-tiny-sae's decoder rows
+    have unit norm, so folding is the identity: checked, then skipped."""
+    sae = SAE.load_from_disk(str(SAE_FOLDER), device="cpu")
+    assert (sae.W_dec.norm(dim=1) - 1).abs().max() <= 1e-5
+    sae.fold_W_dec_norm = lambda: None
+    return sae
+
+
+def vis_config(sae: SAE, tables: FeatureTablesConfig) -> SaeVisConfig:
+    """sae-dashboard's run over every feature: the activation histogram (N_BINS), the top TOP_K and N_BANDS interval
+    groups of examples, the logit table and histogram (it cannot run without them), and `tables`."""
+    seq = SequencesConfig(buffer=None, n_quantiles=N_BANDS, top_acts_group_size=TOP_K, quantile_group_size=5)
+    layout = SaeVisLayoutConfig(columns=[Column(tables), Column(ActsHistogramConfig(n_bins=N_BINS),
+                                         LogitsTableConfig(), LogitsHistogramConfig()), Column(seq)])
+    return SaeVisConfig(hook_point=HOOK, features=list(range(sae.cfg.d_sae)), minibatch_size_tokens=64,
+                        feature_centric_layout=layout, device="cpu", seed=0)
+
+
 def ours(tmp: Path) -> dict:
     python = os.environ.get("INTERPLAB_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
     if not Path(python).exists():
@@ -96,18 +116,9 @@ def ours(tmp: Path) -> dict:
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
     mine = ours(tmp_path_factory.mktemp("stats"))
-    sae = SAE.load_from_disk(str(SAE_FOLDER), device="cpu")
-    # SaeVisRunner.run first calls fold_W_dec_norm, which SAELens 6 refuses for a TopK SAE (NotImplementedError:
-    # folding may change which k are kept). ioi-tiny-sae's decoder rows have unit norm, so folding is the identity:
-    # checked, then skipped.
-    assert (sae.W_dec.norm(dim=1) - 1).abs().max() <= 1e-5
-    sae.fold_W_dec_norm = lambda: None
+    sae = loaded_sae()
     model = tl_model()
-    seq = SequencesConfig(buffer=None, n_quantiles=N_BANDS, top_acts_group_size=TOP_K, quantile_group_size=5)
-    layout = SaeVisLayoutConfig(columns=[Column(FeatureTablesConfig()), Column(ActsHistogramConfig(n_bins=N_BINS),
-                                         LogitsTableConfig(), LogitsHistogramConfig()), Column(seq)])
-    cfg = SaeVisConfig(hook_point=HOOK, features=list(range(sae.cfg.d_sae)), minibatch_size_tokens=64,
-                       feature_centric_layout=layout, device="cpu", seed=0)
+    cfg = vis_config(sae, FeatureTablesConfig())
     data = SaeVisRunner(cfg).run(encoder=sae, model=model, tokens=mine["tokens"])
     return mine, data
 
