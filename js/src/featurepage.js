@@ -30,8 +30,13 @@ export function histogram(st, width = 300) {
   const bw = width / Math.max(1, counts.length);
   const box = h("div", { class: "il-histogram", style: { margin: "4px 0" } });
   const svg = document.createElementNS(SVG, "svg");
-  svg.setAttribute("width", String(width));
+  // drawn `width` wide, narrower where the page is (the bars scale with it)
+  svg.setAttribute("viewBox", `0 0 ${width} ${H}`);
+  svg.setAttribute("preserveAspectRatio", "none");
   svg.setAttribute("height", String(H));
+  svg.style.width = "100%";
+  svg.style.maxWidth = `${width}px`;
+  svg.style.display = "block";
   counts.forEach((c, i) => {
     const r = document.createElementNS(SVG, "rect");
     const hgt = c > 0 ? Math.max(1, (H * Math.log1p(c)) / Math.log1p(most)) : 0;

@@ -7,6 +7,7 @@ import pytest
 import torch
 from features._saes import hand_encode, random_sae  # tests/features: the SAE written out by hand
 from features.test_splice import CLEAN, CORRUPT, hand, spliced
+from geometry import measure  # tests/geometry.py
 
 import interplab as ilab
 from interplab.views.features import FeatureView
@@ -370,8 +371,16 @@ def test_the_feature_page_draws_density_histogram_and_examples(page, mount, lab,
     assert [a for a, _ in examples] == pytest.approx([e["act"] for e in want], rel=1e-6)
     for (_, marks), e in zip(examples, want):
         assert marks == [e["tokens"][e["at"]].replace("\n", "↵")]
-    outer = w.js("(w) => w.el.getBoundingClientRect().right")
-    inner = w.js("(w) => Math.max(...[...w.el.querySelectorAll('.il-fpanel *')].map((e) => "
-                 "e.getBoundingClientRect().right))")
-    assert inner <= outer + 1
+    # 460: a notebook beside JupyterLab's sidebar in a 900 px window (a row's density wraps under it there, the
+    # slider and histogram narrow)
+    for px_width in (900, 460):
+        page.evaluate("(px) => { document.body.style.width = px + 'px'; }", px_width)
+        page.wait_for_timeout(150)
+        outer = w.js("(w) => w.el.getBoundingClientRect().right")
+        inner = w.js("(w) => Math.max(...[...w.el.querySelectorAll('.il-fpanel *, .il-ftop *')].map((e) => "
+                     "e.getBoundingClientRect().right))")
+        assert inner <= outer + 1, px_width
+        out = measure(page, "(i) => window.W(i).el", w.i)
+        assert out["problems"] == [], (px_width, out["problems"])
+    page.evaluate("() => { document.body.style.width = '900px'; }")
     page.screenshot(path="artifacts/feature_page.png", full_page=True)

@@ -48,6 +48,12 @@ const CSS = `
 .interplab-features .il-feffect { display: flex; gap: 6px; font-size: 12px; }
 .interplab-features .il-fcontrols { display: flex; gap: 16px; align-items: center; margin: 6px 0; }
 .interplab-features .il-hint { color: #666; font-size: 12px; }
+.interplab-features .il-ftop .il-tok { flex-basis: 44px; }
+.interplab-features .il-frow { flex-wrap: wrap; height: auto; min-height: 20px; row-gap: 0; }
+.interplab-features .il-fcontrols { flex-wrap: wrap; }
+.interplab-features .il-fcontrols label { display: flex; align-items: center; gap: 4px; min-width: 0; }
+.interplab-features .il-fcontrols label:first-child { flex: 1 1 180px; }
+.interplab-features .il-falpha { flex: 1 1 auto; width: auto; min-width: 60px; max-width: 260px; }
 `;
 
 export function render({ model, el }) {

@@ -22,6 +22,7 @@ const TOP = 8;
 const FONT = "11px system-ui, sans-serif";
 const EDGE_CHUNK = 1500; // edges painted per animation frame
 const MONO = { fontFamily: "monospace", fontSize: "12px" };
+const MIN_PLOT = 320; // px the plot keeps beside the panel before the panel goes under it
 
 /** Nodes as the kernel sent them: [{index, kind, layer, pos, feature, act, influence}]. */
 export function nodeList(raw) {
@@ -93,13 +94,15 @@ export function render({ model, el }) {
   const drawing = h("div", { style: { position: "relative" } }, edgeCanvas, nodeCanvas, canvas, labels,
     axis);
   const tip = h("div", { class: "il-tip", style: { maxWidth: "420px" } });
-  const panel = h("div", { class: "il-graph-panel", style: { flex: "1 0 300px", maxWidth: "340px", minWidth: "0" } });
+  const panel = h("div", { class: "il-graph-panel", style: { flex: "1 1 300px", maxWidth: "340px", minWidth: "0",
+    overflowWrap: "anywhere" } });
   const nodeBox = h("div", { class: "il-graph-node" });
   const subgraph = h("div", { class: "il-graph-subgraph" });
   const interv = h("div", { class: "il-graph-intervention" });
   panel.append(nodeBox, subgraph, interv);
-  // its width is the page's, not the canvas's; on a page too narrow for both, the panel goes under the plot
-  const main = h("div", { style: { flex: "1 1 420px", minWidth: "320px" } }, drawing);
+  // its width is the page's, not the canvas's; on a page too narrow for both, the panel goes under the plot (and on
+  // one narrower than MIN_PLOT, as in a JupyterLab beside its sidebar in a small window, both narrow with the page)
+  const main = h("div", { style: { flex: "1 1 420px", minWidth: `min(${MIN_PLOT}px, 100%)` } }, drawing);
   state.plot.replaceWith(h("div", { style: { display: "flex", flexWrap: "wrap", gap: "12px",
     alignItems: "flex-start" } }, main, panel));
   main.prepend(state.plot); // the shell's plot div stays in the page (its width is followed), holding nothing
@@ -219,7 +222,7 @@ export function render({ model, el }) {
   }
 
   function paintGraph() {
-    width = Math.max(320, Math.floor(main.clientWidth || 700));
+    width = Math.max(160, Math.floor(main.clientWidth || 700));
     const ns = nodes();
     const toks = tokens();
     const nLayers = Number(state.get("n_layers", 0));
