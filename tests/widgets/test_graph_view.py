@@ -270,8 +270,12 @@ def test_a_real_click_shows_the_feature_page_and_the_panel_the_intervention(page
     assert w.requests[1:] == [{"type": "pin", "node": p} for p in pins]
     b.pump()
     assert view.pinned == pins
+    # the subgraph list has grown by the two pins (the button below it has moved) before the name and the click
+    page.wait_for_function("([i, n]) => window.W(i).el.querySelectorAll('.il-pinned [data-node]').length === n",
+                           arg=[w.i, len(pins)])
     page.locator(w.sel(".il-group-name")).fill("movers")
     page.locator(w.sel(".il-group")).click()
+    w.wait_sent(4)
     b.pump()
     assert view.supernodes == [{"name": "movers", "nodes": pins}]
     page.wait_for_function("(i) => window.W(i).el.querySelector('.il-supernode')", arg=w.i)
