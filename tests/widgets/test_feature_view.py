@@ -194,6 +194,38 @@ def test_clicks_paint_at_once_and_the_bars_are_the_numbers(page, mount, lab, sae
     page.screenshot(path="artifacts/feature_view.png", full_page=True)
 
 
+@pytest.mark.browser
+def test_in_a_shadow_root_an_older_alpha_coming_back_does_not_pull_the_slider_from_the_keyboard(
+        page, lab, sae, contexts, mount, monkeypatch):
+    """marimo draws the view in a shadow root, where document.activeElement is the host, not the slider. The kernel's
+    answer to the first key press arrives after the second: the slider keeps the second, and the third steps from it."""
+    from bridge import Bridge  # tests/widgets/bridge.py
+
+    view = lab.features(CLEAN, sae).show(contexts=contexts, metric=METRIC)
+    lab.engine.worker.join()
+    b = Bridge(view, mount, monkeypatch, shadow=True)
+    w = b.w
+    assert w.js("(w) => w.el.getRootNode() instanceof ShadowRoot")
+    slider = "(w) => w.el.querySelector('.il-falpha')"
+    keys = page.locator(w.sel(".il-falpha"))  # (Playwright's CSS reaches into open shadow roots)
+    alphas = lambda: [m["alpha"] for m in w.requests if m["type"] == "steer"]  # noqa: E731
+    keys.press("ArrowRight")
+    page.wait_for_function("(i) => window.W(i).model.sent.some((m) => m.type === 'steer')", arg=w.i)
+    b.to_kernel(lab)  # the kernel has taken alpha 0.1; its answer is on the way
+    keys.press("ArrowRight")
+    painted = w.paints()
+    b.to_page()  # ... and arrives after the second press
+    w.wait_paints(painted + 1)
+    assert w.js(f"(w) => Number(({slider})(w).value)") == pytest.approx(0.2, abs=1e-9)
+    keys.press("ArrowRight")
+    page.wait_for_function("(i) => window.W(i).model.sent.filter((m) => m.type === 'steer').length >= 3", arg=w.i)
+    assert alphas() == pytest.approx([0.1, 0.2, 0.3], abs=1e-9)
+    b.pump(lab)
+    assert view.alpha == pytest.approx(0.3)
+    assert view.logits[1]["name"].endswith("steered (alpha 0.3)")
+    assert not ilab.attached_hooks()
+
+
 def test_the_tokens_a_feature_raises_and_lowers_are_named_as_every_view_names_them(lab):
     """ioi-tiny's SAE: a feature whose decoder direction lowers lone byte pieces of a character (each decodes alone
     to U+FFFD) lists them by their bytes ('<C3>'), every other token by its text; the tokens, by hand: the

@@ -160,7 +160,7 @@ export function render({ model, el }) {
     title.textContent = String(state.get("title", ""));
     slider.max = String(edges.length);
     slider.min = edges.length ? "1" : "0";
-    if (document.activeElement !== slider || guess === null) slider.value = String(k);
+    if (!slider.matches(":focus") || guess === null) slider.value = String(k);
     const last = shown[shown.length - 1];
     sliderText.textContent = edges.length
       ? `top ${k} of ${edges.length} edges` + (last ? ` (|score| ≥ ${fmt(Math.abs(last.score), 4)})` : "")

@@ -147,7 +147,9 @@ export function render({ model, el }) {
     const alpha = local.alpha ?? Number(state.get("alpha", 0));
     slider.min = String(state.get("alpha_min", -8));
     slider.max = String(state.get("alpha_max", 8));
-    if (document.activeElement !== slider) slider.value = String(alpha);
+    // (:focus, not document.activeElement: inside a shadow root, as in marimo, that is the host, and an older alpha
+    //  coming back from the kernel would pull the slider back under the keyboard)
+    if (!slider.matches(":focus")) slider.value = String(alpha);
     alphaText.textContent = `alpha ${fmt(alpha, 2)}`;
     ablate.checked = !!state.get("ablate", false);
     metricBox.replaceChildren(...metricLine(state.get("metric", {}) || {}));
