@@ -366,6 +366,24 @@ def test_steering_slider_drag_sends_throttled_previews(page, mount):
     assert w.js("(w) => [w.model.get('alpha'), w.model.saves]") == [0.0, 0]
 
 
+@pytest.mark.parametrize("shadow", [False, True], ids=["page", "shadow root"])
+def test_steering_slider_keys_are_not_pulled_back_by_an_older_alpha(page, mount, shadow):
+    """The kernel's answer to the first key press (its alpha trait) arrives after the second: the slider keeps the
+    second value and the third press steps from it, on the page and in a shadow root (marimo)."""
+    w = mount("steering", _shadow=shadow, **steering_traits())
+    w.wait_paints(1)
+    keys = page.locator(w.sel(".il-alpha"))  # (Playwright's CSS reaches into open shadow roots)
+    alphas = lambda: [m["alpha"] for m in w.requests if m["type"] == "preview"]  # noqa: E731
+    keys.press("ArrowRight")
+    keys.press("ArrowRight")
+    page.wait_for_function("(i) => window.W(i).model.sent.length >= 2", arg=w.i)
+    w.set(alpha=alphas()[0])  # the kernel takes the first preview's alpha into its trait
+    assert w.js("(w) => Number(w.el.querySelector('.il-alpha').value)") == pytest.approx(0.2, abs=1e-9)
+    keys.press("ArrowRight")
+    page.wait_for_function("(i) => window.W(i).model.sent.length >= 3", arg=w.i)
+    assert alphas() == pytest.approx([0.1, 0.2, 0.3], abs=1e-9)
+
+
 def test_steering_buttons_and_selectors(page, mount):
     w = mount("steering", **steering_traits())
     w.wait_paints(1)

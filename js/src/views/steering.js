@@ -142,10 +142,11 @@ export function render({ model, el }) {
     slider.min = String(min);
     slider.max = String(max);
     slider.step = String(round6((max - min) / 200));
-    if (!dragging) slider.value = String(Number(model.get("alpha")) || 0);
-    showAlpha();
     // the focused element of the view's own root (inside a shadow root, document.activeElement is the host)
     const focused = state.root.getRootNode()?.activeElement ?? document.activeElement;
+    // (neither a drag nor the keyboard is pulled back by an older alpha coming back from the kernel)
+    if (!dragging && focused !== slider) slider.value = String(Number(model.get("alpha")) || 0);
+    showAlpha();
     for (const [ta, name] of [[prompt, "prompt"], [positive, "positive"], [negative, "negative"]]) {
       const v = String(model.get(name) ?? "");
       if (focused !== ta && ta.value !== v) ta.value = v;
