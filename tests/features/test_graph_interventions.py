@@ -6,7 +6,8 @@ the attention's output projection's input). The heads' predictions against the h
 test_attribution_graph.py (norms' scales and patterns frozen, MLP outputs constant): 'direct' is its logits with
 the head's output, computed here from its frozen pattern and its value vectors, subtracted; 'total' lets every
 active feature respond (its activation moving with its pre-activation) by iterating that forward to its fixed
-point, with no adjacency matrix involved."""
+point, with no adjacency matrix involved; for per-layer transcoders and for a cross-layer one, whose features
+write into every later MLP."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 import torch
 
 import interplab as ilab
-from features.test_attribution_graph import PROMPT, HandReplacement, random_transcoders
+from features.test_attribution_graph import (PROMPT, HandReplacement, HandTranscoders, random_clt_params,
+                                            random_transcoders)
 from interplab.analyses.graph import attribution_graph
 from interplab.errors import OutOfRangeError
 
@@ -32,6 +34,17 @@ def tcs(lab):
 @pytest.fixture(scope="module")
 def graph(lab, tcs):
     return attribution_graph(lab, PROMPT, tcs, progress=False)
+
+
+@pytest.fixture(scope="module", params=["per-layer", "cross-layer"])
+def graph_and_hand(request, lab, tcs, graph):
+    """(graph, its transcoders written out by hand): per-layer transcoders, or a cross-layer one whose features
+    write into every later MLP."""
+    if request.param == "per-layer":
+        return graph, HandTranscoders.of_layers(tcs)[0]
+    p = random_clt_params(lab.n_layers, lab.d_model)
+    clt = ilab.CrossLayerTranscoder(p["W_enc"], p["b_enc"], p["W_dec"], p["b_dec"], threshold=p["threshold"])
+    return attribution_graph(lab, PROMPT, clt, progress=False), HandTranscoders.of_clt(p)[0]
 
 
 def targets(logits: torch.Tensor, ids: list[int]) -> torch.Tensor:
@@ -83,8 +96,8 @@ def head_output(lab, hand: HandReplacement, layer: int, head: int) -> torch.Tens
 
 
 @pytest.mark.parametrize("heads", [[(2, 0)], [(1, 2), (3, 1)]])
-def test_removing_heads_live_and_as_the_hand_replacement_model_predicts(lab, tcs, graph, heads):
-    g = graph
+def test_removing_heads_live_and_as_the_hand_replacement_model_predicts(lab, graph_and_hand, heads):
+    g, ht = graph_and_hand
     r = g.intervene_heads([f"L{layer}H{h}" for layer, h in heads])
     assert r["heads"] == sorted(heads)
     # live: the heads' slices of the output projection's input zeroed, by hooks written here
@@ -116,7 +129,9 @@ def test_removing_heads_live_and_as_the_hand_replacement_model_predicts(lab, tcs
         (each recomputed from the residual that reaches it, so it is zero whatever changed upstream)."""
         inject = [torch.zeros(t, d) for _ in range(L)]
         for j, (layer, pos, f) in enumerate(feats.tolist()):
-            inject[layer][pos] += delta_a[j] * tcs[layer].W_dec[f]
+            for target in range(layer, L):  # (a cross-layer feature writes into every later MLP)
+                if (layer, target) in ht.dec:
+                    inject[target][pos] += delta_a[j] * ht.dec[layer, target][f]
         removed = [torch.zeros(t, d) for _ in range(L)]
         for layer in sorted({layer for layer, _ in heads}):
             hand.forward([a + b for a, b in zip(inject, removed)], torch.zeros(t, d))  # sets hand.resid
@@ -145,7 +160,7 @@ def test_removing_heads_live_and_as_the_hand_replacement_model_predicts(lab, tcs
                 delta = removed[layer][pos]
                 ln_2 = lab.model.transformer.h[layer].ln_2
                 x = x + (delta - delta.mean()) / hand.scales[f"ln2.{layer}"][pos] * ln_2.weight
-                delta_a[j] = x @ tcs[layer].W_enc[:, f]
+                delta_a[j] = x @ ht.enc[layer][:, f]
         total = targets(logits, g.logit_ids) - targets(logits0, g.logit_ids)
     assert torch.allclose(torch.tensor(r["predicted"]["total"]), total, atol=1e-4 * float(total.abs().max()))
     assert ilab.attached_hooks() == []
