@@ -15,8 +15,13 @@ import pytest
 import torch
 
 import interplab as ilab
-from features.test_attribution_graph import (PROMPT, HandReplacement, HandTranscoders, random_clt_params,
-                                            random_transcoders)
+from features.test_attribution_graph import (
+    PROMPT,
+    HandReplacement,
+    HandTranscoders,
+    random_clt_params,
+    random_transcoders,
+)
 from interplab.analyses.graph import attribution_graph
 from interplab.errors import OutOfRangeError
 
