@@ -14,6 +14,10 @@ The arithmetic is SAELens's transcoder (and circuit-tracer's single-layer transc
     pre = x @ W_enc + b_enc   (no input centring)
     relu: f = relu(pre)   jumprelu: f = relu(pre) * (pre > threshold)   topk: the k largest pre, ReLU'd, 0 elsewhere
     out = f @ W_dec + b_dec  (+ x @ W_skip)
+circuit-tracer's JumpReLU has no ReLU: f = pre * (pre > threshold) (gate_only=True, as its files are read; its
+CrossLayerTranscoder's too). The two differ only where a threshold is negative: there a pre-activation in
+(threshold, 0) passes, negative. Gemma Scope's params.npz keep their own JumpReLU (with the ReLU); their thresholds
+are positive.
 
 The skip term is linear in the MLP's input: in the replacement model of an attribution graph it is no node but a
 path, along which gradients flow from the MLP's output to its input (as circuit-tracer's skip + (out - skip).detach()).
@@ -21,9 +25,9 @@ path, along which gradients flow from the MLP's output to its input (as circuit-
 circuit-tracer's files: a transcoder set's config.yaml (model_kind: transcoder_set, feature_input_hook,
 feature_output_hook, `transcoders`: one path per layer, relative to the config or hf://; without it, the
 layer_N.safetensors beside it), each file W_enc [d_tc, d_in], W_dec [d_tc, d_out], b_enc, b_dec, W_skip (applied as
-x @ W_skip.T) and activation_function.threshold for a JumpReLU (a ReLU without it). Its hooks must be the MLP's input
-and output (mlp.hook_in / ln2.hook_normalized, mlp.hook_out / hook_mlp_out): a set read elsewhere (hook_resid_mid)
-would replace nothing here, and is refused.
+x @ W_skip.T) and activation_function.threshold for a JumpReLU (gate only; a ReLU without it). Its hooks must be the
+MLP's input and output (mlp.hook_in / ln2.hook_normalized, mlp.hook_out / hook_mlp_out): a set read elsewhere
+(hook_resid_mid) would replace nothing here, and is refused.
 
 A cross-layer transcoder (CrossLayerTranscoder, circuit-tracer's CLT): one encoder per layer, each feature read at
 layer l writing to every MLP l' >= l through its own decoder; MLP l''s output is the sum of every earlier layer's
@@ -58,7 +62,7 @@ class Transcoder:
     """One layer's transcoder: reads the MLP's input at `layer`, predicts its output."""
 
     def __init__(self, W_enc, b_enc, W_dec, b_dec, *, layer: int, activation: str = "relu", threshold=None,
-                 k: int | None = None, W_skip=None, source: str | None = None):
+                 k: int | None = None, W_skip=None, gate_only: bool = False, source: str | None = None):
         if activation not in ACTIVATIONS:
             raise LoadError(f"transcoder activation {activation!r}: interplab reads {', '.join(ACTIVATIONS)}.")
         if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
@@ -85,6 +89,10 @@ class Transcoder:
                                 f"{list(shape)} (W_enc is [d_in, d_tc], W_dec [d_tc, d_out], as SAELens saves them).")
         if activation == "topk" and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= d_tc):
             raise LoadError(f"a topk transcoder needs k, an int in 1..{d_tc}; got {k!r}.")
+        if gate_only and activation != "jumprelu":
+            raise LoadError(f"gate_only=True is circuit-tracer's JumpReLU (pre * (pre > threshold)); this transcoder's "
+                            f"activation is {activation!r}.")
+        self.gate_only = bool(gate_only)
         self.d_in, self.d_tc, self.d_out = int(d_in), int(d_tc), int(d_out)
         self.layer, self.activation, self.k = layer, activation, k if activation == "topk" else None
         self.source = source
@@ -92,7 +100,7 @@ class Transcoder:
     def __repr__(self) -> str:
         skip = ", skip" if self.W_skip is not None else ""
         return (f"Transcoder(layer {self.layer}: mlp_in -> mlp_out, {self.d_tc} features, {self.activation}"
-                f"{f' k={self.k}' if self.k else ''}{skip})")
+                f"{' (gate only)' if self.gate_only else ''}{f' k={self.k}' if self.k else ''}{skip})")
 
     @property
     def site(self) -> str:
@@ -105,7 +113,7 @@ class Transcoder:
         for t in (self.W_enc, self.b_enc, self.W_dec, self.b_dec, self.threshold, self.W_skip):
             if t is not None:
                 h.update(t.detach().cpu().contiguous().float().numpy().tobytes())
-        h.update(repr((self.activation, self.k, self.layer)).encode())
+        h.update(repr((self.activation, self.k, self.layer) + ((True,) if self.gate_only else ())).encode())
         return h.hexdigest()
 
     # ---- arithmetic ----------------------------------------------------------------------------------------
@@ -122,7 +130,7 @@ class Transcoder:
         if self.activation == "relu":
             return pre.relu()
         if self.activation == "jumprelu":
-            return pre.relu() * (pre > self._w("threshold", pre))
+            return (pre if self.gate_only else pre.relu()) * (pre > self._w("threshold", pre))
         v, i = pre.topk(self.k, dim=-1)
         return torch.zeros_like(pre).scatter(-1, i, v.relu())
 
@@ -416,7 +424,7 @@ def _safetensors(file: Path, needed: tuple[str, ...], hint: str) -> dict:
 
 def _load_circuit_tracer_layer(file: Path, layer: int) -> Transcoder:
     """circuit-tracer's single-layer file: W_enc [d_tc, d_in], W_dec [d_tc, d_out], b_enc, b_dec, W_skip applied as
-    x @ W_skip.T, and activation_function.threshold for a JumpReLU (a ReLU without it)."""
+    x @ W_skip.T, and activation_function.threshold for a JumpReLU (circuit-tracer's: gate only; a ReLU without it)."""
     w = _safetensors(file, ("W_enc", "W_dec", "b_enc", "b_dec"),
                      "circuit-tracer's layer files hold W_enc, W_dec, b_enc, b_dec and optionally W_skip and "
                      "activation_function.threshold")
@@ -426,6 +434,7 @@ def _load_circuit_tracer_layer(file: Path, layer: int) -> Transcoder:
     skip = w.get("W_skip")
     return Transcoder(w["W_enc"].T, w["b_enc"], w["W_dec"], w["b_dec"], layer=layer,
                       activation="relu" if threshold is None else "jumprelu", threshold=threshold,
+                      gate_only=threshold is not None,
                       W_skip=None if skip is None else skip.T, source=str(file))
 
 

@@ -208,10 +208,13 @@ def row_relative(a: torch.Tensor, b: torch.Tensor) -> float:
 def compare(mine: dict, graph: Graph, report: str) -> dict:
     """Every check of one graph pair; returns the figures (printed with -s)."""
     assert graph.input_tokens.tolist() == mine["input_ids"].tolist()
-    assert (graph.activation_values > 0).all()
+    assert (graph.activation_values != 0).all()  # (negative where a JumpReLU threshold is)
     assert torch.equal(graph.active_features.cpu(), mine["features"])  # same features, same (layer, pos, f) order
     assert len(graph.selected_features) == len(mine["features"]) > 50
-    act = float(((graph.activation_values - mine["activations"]).abs() / mine["activations"].abs()).max())
+    # each activation to RTOL of itself, or of the largest for one near 0 (a JumpReLU with a negative threshold
+    # passes pre-activations near 0, whose last bits two summation orders set differently)
+    act = float(((graph.activation_values - mine["activations"]).abs()
+                 / mine["activations"].abs().clamp(min=1e-2 * float(mine["activations"].abs().max()))).max())
     assert act <= RTOL
     assert [t.vocab_idx for t in graph.logit_targets] == mine["logit_ids"].tolist()
     assert (graph.logit_probabilities - mine["logit_probs"]).abs().max() <= 1e-5
@@ -249,8 +252,12 @@ def compare(mine: dict, graph: Graph, report: str) -> dict:
 
 
 # circuit-tracer keeps x @ W_skip in its linear replacement (skip + (mlp_out - skip).detach()); so does interplab
-RANDOM = {"topk": (dict(), 6), "jumprelu": (dict(threshold=1.0), None), "topk+skip": (dict(skip=True), 6)}
-CT_FORMAT = ("jumprelu",)  # interplab reads these from circuit-tracer's files (TopK is not in its format)
+# (negative: thresholds in [-0.3, 0.2], where circuit-tracer's JumpReLU, pre * (pre > threshold), passes negative
+#  activations that SAELens's relu(pre) * (pre > threshold) would zero)
+RANDOM = {"topk": (dict(), 6), "jumprelu": (dict(threshold=1.0), None), "topk+skip": (dict(skip=True), 6),
+          "jumprelu negative": (dict(threshold=-0.3), None)}
+CT_FORMAT = ("jumprelu", "jumprelu negative")  # interplab reads these from circuit-tracer's files (TopK is not in its
+# format)
 
 
 def random_clt(n_layers=4, d=128, d_tc=64, seed=5, threshold=1.0):
@@ -294,13 +301,15 @@ def cases(tmp_path_factory):
     jobs["shipped"] = "ioi-tiny-transcoders"
     params["clt"] = (random_clt(), None)
     jobs["clt"] = str(write_clt(params["clt"][0], tmp / "clt"))
+    params["clt negative"] = (random_clt(threshold=-0.3), None)
+    jobs["clt negative"] = str(write_clt(params["clt negative"][0], tmp / "clt negative"))
     graphs = ours(jobs, tmp)
     return {name: (*params[name], graphs[name]) for name in jobs}
 
 
 def reference(name, cases, tmp_path):
     params, k, mine = cases[name]
-    if name == "clt":  # circuit-tracer's own CLT loader on the files interplab read
+    if name.startswith("clt"):  # circuit-tracer's own CLT loader on the files interplab read
         tcs = load_clt(mine["source"], feature_input_hook="mlp.hook_in", feature_output_hook="mlp.hook_out",
                        scan="interplab-ref", device=torch.device("cpu"), dtype=torch.float32, lazy_decoder=False)
     else:
@@ -329,6 +338,13 @@ def test_random_jumprelu_transcoders(cases, tmp_path, ids):
     compare(mine, theirs(model, ids), "random jumprelu")
 
 
+def test_random_jumprelu_transcoders_with_negative_thresholds(cases, tmp_path, ids):
+    """Negative thresholds: the activations between a threshold and 0 are negative nodes in both graphs."""
+    mine, model = reference("jumprelu negative", cases, tmp_path)
+    assert (mine["activations"] < 0).sum() > 10
+    compare(mine, theirs(model, ids), "random jumprelu, negative thresholds")
+
+
 def test_random_topk_skip_transcoders(cases, tmp_path, ids):
     """A skip term: circuit-tracer's gradients pass through x @ W_skip, and so do interplab's."""
     mine, model = reference("topk+skip", cases, tmp_path)
@@ -340,6 +356,12 @@ def test_a_random_cross_layer_transcoder(cases, tmp_path, ids):
     """circuit-tracer's CrossLayerTranscoder from its own files: each feature's decoders into every later MLP."""
     mine, model = reference("clt", cases, tmp_path)
     compare(mine, theirs(model, ids), "random cross-layer transcoder")
+
+
+def test_a_random_cross_layer_transcoder_with_negative_thresholds(cases, tmp_path, ids):
+    mine, model = reference("clt negative", cases, tmp_path)
+    assert (mine["activations"] < 0).sum() > 10
+    compare(mine, theirs(model, ids), "random cross-layer transcoder, negative thresholds")
 
 
 def test_the_shipped_transcoders(cases, tmp_path, ids):

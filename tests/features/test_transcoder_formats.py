@@ -30,8 +30,8 @@ def lab():
     return ilab.Lab.load("ioi-tiny")
 
 
-def ct_params(seed=0, skip=True, jumprelu=True) -> list[dict]:
-    """Per-layer tensors in circuit-tracer's layout."""
+def ct_params(seed=0, skip=True, jumprelu=True, low=0.2) -> list[dict]:
+    """Per-layer tensors in circuit-tracer's layout (JumpReLU thresholds in [low, low + 0.2])."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(N_LAYERS):
@@ -40,7 +40,7 @@ def ct_params(seed=0, skip=True, jumprelu=True) -> list[dict]:
         if skip:
             p["W_skip"] = torch.randn(D, D, generator=g) * 0.05
         if jumprelu:
-            p["activation_function.threshold"] = 0.2 + torch.rand(D_TC, generator=g) * 0.2
+            p["activation_function.threshold"] = low + torch.rand(D_TC, generator=g) * 0.2
         out.append(p)
     return out
 
@@ -84,6 +84,26 @@ def test_a_circuit_tracer_transcoder_set(tmp_path, lab):
     b = attribution_graph(lab, PROMPT, built, progress=False)
     assert torch.equal(a.features, b.features) and a.n_features > 20
     assert (a.adjacency - b.adjacency).abs().max() <= 1e-6 * b.adjacency.abs().max()
+
+
+def test_circuit_tracer_jumprelu_has_no_relu_below_a_negative_threshold(tmp_path):
+    """circuit-tracer's JumpReLU is pre * (pre > threshold): with a negative threshold, a pre-activation between it
+    and 0 passes, negative. SAELens's (relu(pre) * (pre > threshold)) would give 0 there."""
+    params = ct_params(skip=False, low=-0.3)
+    write_set(tmp_path / "set", params)
+    tcs = ilab.Transcoders.load(tmp_path / "set")
+    assert all(t.gate_only for t in tcs) and "gate only" in repr(tcs[0])
+    x = torch.randn(64, D, generator=torch.Generator().manual_seed(5))
+    p = params[1]
+    pre = x @ p["W_enc"].T + p["b_enc"]
+    want = pre * (pre > p["activation_function.threshold"])
+    assert (want < 0).sum() > 20  # the case is exercised: negative activations
+    assert (tcs[1].encode(x) - want).abs().max() <= 1e-5 * want.abs().max()
+    saelens = ilab.Transcoder(p["W_enc"].T, p["b_enc"], p["W_dec"], p["b_dec"], layer=1, activation="jumprelu",
+                              threshold=p["activation_function.threshold"])
+    assert (saelens.encode(x) >= 0).all() and saelens.digest != tcs[1].digest
+    with pytest.raises(LoadError, match="gate_only"):
+        ilab.Transcoder(p["W_enc"].T, p["b_enc"], p["W_dec"], p["b_dec"], layer=1, activation="relu", gate_only=True)
 
 
 def test_a_relu_set_without_skip(tmp_path):
@@ -132,7 +152,7 @@ def test_bad_circuit_tracer_sets_are_refused(tmp_path):
 
 
 # ---- cross-layer transcoders ------------------------------------------------------------------------------------
-def ct_clt(seed=0, threshold=True) -> dict:
+def ct_clt(seed=0, threshold=True, low=0.2) -> dict:
     g = torch.Generator().manual_seed(seed)
     p = {}
     for i in range(N_LAYERS):
@@ -140,7 +160,7 @@ def ct_clt(seed=0, threshold=True) -> dict:
         p[f"b_enc_{i}"] = torch.randn(D_TC, generator=g) * 0.1
         p[f"b_dec_{i}"] = torch.randn(D, generator=g) * 0.1
         if threshold:
-            p[f"threshold_{i}"] = 0.2 + torch.rand(D_TC, generator=g) * 0.2
+            p[f"threshold_{i}"] = low + torch.rand(D_TC, generator=g) * 0.2
         p[f"W_dec_{i}"] = torch.randn(D_TC, N_LAYERS - i, D, generator=g) / 10
     return p
 
@@ -156,7 +176,7 @@ def write_clt(folder, p: dict) -> None:
 
 
 def test_a_circuit_tracer_cross_layer_transcoder(tmp_path):
-    p = ct_clt()
+    p = ct_clt(low=-0.3)  # thresholds negative: its JumpReLU has no ReLU
     write_clt(tmp_path / "clt", p)
     clt = ilab.CrossLayerTranscoder.load(tmp_path / "clt")
     assert (clt.n_layers, clt.d_in, clt.d_tc, clt.activation) == (N_LAYERS, D, D_TC, "jumprelu")
@@ -168,6 +188,7 @@ def test_a_circuit_tracer_cross_layer_transcoder(tmp_path):
     for i in range(N_LAYERS):
         pre = xs[i] @ p[f"W_enc_{i}"].T + p[f"b_enc_{i}"]
         acts.append(pre * (pre > p[f"threshold_{i}"]))
+        assert (acts[i] < 0).any()
         assert (clt.encode_at(i, xs[i]) - acts[i]).abs().max() <= 1e-5 * acts[i].abs().max()
     want = p["b_dec_2"] + sum(acts[s] @ p[f"W_dec_{s}"][:, 2 - s] for s in range(3))
     assert (clt.output_at(2, acts, xs[2]) - want).abs().max() <= 1e-5 * want.abs().max()
