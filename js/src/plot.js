@@ -70,8 +70,14 @@ export function metricLine(m) {
   return [...(entries.length ? [`${String(m.name ?? "metric")}: `, ...items] : []), ...notes];
 }
 
+// Lumino (JupyterLab's and Notebook 7's shortcuts) leaves alone the keys typed into an element marked so; unmarked,
+// its command mode (`:focus:not(:read-write)`) takes the arrow keys, Enter and Space from a focused slider, select or
+// button before the control sees them
+const CONTROLS = new Set(["input", "select", "textarea", "button"]);
+
 export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
+  if (CONTROLS.has(tag)) el.setAttribute("data-lm-suppress-shortcuts", "true");
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
     if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);

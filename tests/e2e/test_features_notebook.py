@@ -1,7 +1,8 @@
 """Notebook 05 (Features) in a real JupyterLab and Notebook 7 driven by Chromium: its feature view renders under the
 cell that opens it, and a real mouse click on the S2 token paints that token's top features at once, the ones the
 kernel computes, and reaches the kernel (the view's `pos`); the steering view on the feature the notebook finds
-shows its panel, and a click on its ablate toggle gives the logit difference of a run with the feature zeroed."""
+shows its panel, a click on its ablate toggle gives the logit difference of a run with the feature zeroed, and the
+arrow keys on its steering slider reach the kernel."""
 
 from __future__ import annotations
 
@@ -94,6 +95,25 @@ def test_the_feature_view_renders_and_a_token_click_paints_its_top_features(feat
         assert ablate_on is True
         shown = [v for k, v in values.items() if "ablated" in k]
         assert shown == [pytest.approx(want, abs=1e-4)], (values, want)
+        # the keyboard on its steering slider: three ArrowRight presses step alpha by about 0.3 (steps of 0.1 from the
+        # slider's min) and reach the kernel (unmarked, the notebook's command mode took the arrow keys from it)
+        slider = nb.page.locator(".interplab-features .il-falpha").nth(
+            nb.page.evaluate("(j) => [...document.querySelectorAll('.interplab-features .il-falpha')]"
+                             ".indexOf(window.__il.cellNode(j).querySelector('.il-falpha'))", j))
+        slider.scroll_into_view_if_needed()
+        for _ in range(3):
+            slider.press("ArrowRight")
+        moved = float(slider.input_value())
+        assert 0.2 < moved <= 0.3 + 1e-9, moved
+        names = "(j) => [...window.__il.cellNode(j).querySelectorAll('.il-series-name')].map((d) => d.textContent)"
+        try:
+            nb.page.wait_for_function(f"([j, a]) => ({names})(j).some((n) => n.endsWith(`steered (alpha ${{a}})`))",
+                                      arg=[j, f"{moved:.3g}"], timeout=60000)
+        except Exception as e:
+            raise AssertionError(f"no steered bars: slider at {moved}, the bars {nb.page.evaluate(names, j)}, "
+                                 f"kernel {nb.exec('print(steer_view.alpha)')}") from e
+        alpha = float(nb.exec("lab.engine.worker.join(); print(steer_view.alpha)").strip().splitlines()[-1])
+        assert alpha == pytest.approx(moved, abs=1e-9)
         assert nb.page_errors == startup_errors, nb.page_errors
         assert app == "notebook" or not startup_errors, startup_errors
     finally:
