@@ -105,7 +105,7 @@ const CSS = `
 .interplab .il-bar > div { height: 100%; background: #2b6cb0; width: 0%; transition: width 80ms linear; }
 .interplab .il-plot { width: 100%; overflow-x: auto; overflow-y: hidden; }
 .interplab .il-row { display: flex; flex-wrap: wrap; gap: 8px; align-items: center; margin: 4px 0; }
-.interplab .il-row label { display: inline-flex; gap: 4px; align-items: center; }
+.interplab .il-row label { display: inline-flex; gap: 4px; align-items: center; max-width: 100%; min-width: 0; }
 .interplab button, .interplab select, .interplab input[type=number], .interplab input[type=text],
 .interplab textarea { font: inherit; font-size: 12px; color: #222; background: #fff; border: 1px solid #8f8f8f;
   border-radius: 3px; }
@@ -161,7 +161,7 @@ const CSS = `
 .interplab .il-track { flex: 1; height: 14px; background: #f1f1f1; border-radius: 2px; overflow: hidden; }
 .interplab .il-fill { display: block; height: 100%; }
 .interplab .il-val { flex: 0 0 52px; font-family: monospace; font-size: 12px; }
-.interplab input[type=range] { width: 260px; }
+.interplab input[type=range] { width: 260px; min-width: 60px; flex: 0 1 auto; } /* narrows with a narrow view */
 .interplab .il-tabs { display: flex; gap: 2px; border-bottom: 1px solid #ccc; margin: 8px 0 4px; }
 .interplab .il-tab { border: 1px solid #ccc; border-bottom: none; background: #f3f3f3; border-radius: 4px 4px 0 0;
   padding: 4px 12px; font-size: 13px; color: #333; }

@@ -115,3 +115,34 @@ def test_every_view_draws_its_numbers_at_three_widths_and_after_a_resize(page, m
         page.evaluate("() => { document.body.style.width = '900px'; }")  # the shared page's width
     assert not problems, "\n".join(problems)
     assert compared > 100  # the heatmaps' ticks were there to compare
+
+
+def test_the_sliders_rows_narrow_with_a_notebook_beside_a_sidebar(page, mount, monkeypatch, lab):
+    """At 240 px (a notebook beside JupyterLab's sidebar in a 600 px window) a slider narrows in its row, and its
+    label stays inside the view: the steering panel, the feature view and the circuit view, then widened again."""
+    metric = ilab.logit_diff(" Mary", " John")
+    drawn = {"steering": lab.steering(CLEAN, ["Love", "I adore you"], ["Hate", "I despise you"]),
+             "features": lab.features(CLEAN, ilab.SAE.load("ioi-tiny-sae")).show(metric=metric),
+             "circuit": lab.edge_attribution(CLEAN, CORRUPT, metric).show(lab, CLEAN, CORRUPT, metric)}
+    shown = {}
+    for name, widget in drawn.items():
+        bridge = Bridge(widget, mount, monkeypatch)
+        bridge.pump(lab)
+        shown[name] = bridge
+    problems = []
+    try:
+        for width in (240, 900):
+            page.evaluate("(w) => { document.body.style.width = w + 'px'; }", width)
+            settle(page)
+            for name, bridge in shown.items():
+                page.evaluate("([i]) => window.W(i).el.scrollIntoView()", [bridge.w.i])
+                problems += judge(measure(page, "([i]) => window.W(i).el", [bridge.w.i]), f"{name} at {width} px")[0]
+                slider = bridge.w.js("(w) => { const s = w.el.querySelector('input[type=range]')"
+                                     ".getBoundingClientRect(); const v = w.el.getBoundingClientRect(); "
+                                     "return [s.left, s.right, s.width, v.left, v.right]; }")
+                left, right, wide, v_left, v_right = slider
+                assert v_left - 0.5 <= left and right <= v_right + 0.5, (name, width, slider)
+                assert wide >= 60 - 0.5 and (width < 900 or wide >= 200), (name, width, slider)
+    finally:
+        page.evaluate("() => { document.body.style.width = '900px'; }")  # the shared page's width
+    assert not problems, "\n".join(problems)
