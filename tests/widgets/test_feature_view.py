@@ -213,6 +213,9 @@ def test_in_a_shadow_root_an_older_alpha_coming_back_does_not_pull_the_slider_fr
     page.wait_for_function("(i) => window.W(i).model.sent.some((m) => m.type === 'steer')", arg=w.i)
     b.to_kernel(lab)  # the kernel has taken alpha 0.1; its answer is on the way
     keys.press("ArrowRight")
+    # (the view sends at most one steer per frame, the latest value: wait for the second's frame, or a slow frame
+    #  would fold the second press into the third's request)
+    page.wait_for_function("(i) => window.W(i).model.sent.filter((m) => m.type === 'steer').length >= 2", arg=w.i)
     painted = w.paints()
     b.to_page()  # ... and arrives after the second press
     w.wait_paints(painted + 1)
