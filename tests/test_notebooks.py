@@ -143,7 +143,10 @@ def test_run_all_leaves_the_answers_closed_and_each_answer_runs_alone(path, tmp_
     errors = [(j, o.ename, o.evalue) for j, c in enumerate(nb.cells) if c.cell_type == "code"
               for o in c.get("outputs", []) if o.output_type == "error"]
     located = {j: (kind, i) for kind, i, j in checks}
-    assert not errors, [(located.get(j, ("non-answer cell", j)), name, value) for j, name, value in errors]
+    printed_by = lambda j: "".join(o.get("text", "") for o in nb.cells[j].get("outputs", [])  # noqa: E731
+                                   if o.output_type == "stream")
+    assert not errors, [(located.get(j, ("non-answer cell", j)), name, value, printed_by(j))
+                        for j, name, value in errors]
     for kind, i, j in checks:
         outputs = nb.cells[j].get("outputs", [])
         text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
